@@ -1,0 +1,83 @@
+"""Gymnasium environment for TAPE (SPEC §1): flip one cell, then one CA update under a hidden rule."""
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from ..ca import reference
+from ..validation import check_goal, check_horizon, check_length, check_rule, check_rules
+
+
+class TapeEnv(gym.Env):
+    """One binary tape of length L, periodic boundary, hidden elementary-CA rule.
+
+    Args:
+        rule: the fixed rule (0..255); ignored when `rules` is given.
+        L: tape length (3..64).
+        H: horizon; the episode is truncated after H steps.
+        goal: goal tape (length L, cells 0/1); default all zeros.
+        success_bonus: b in r_t = -dist(s_{t+1}, g) + b * 1[dist = 0].
+        rules: optional rule set; a rule is drawn uniformly from it at every reset.
+    """
+
+    metadata = {"render_modes": ["ansi"], "render_fps": 4}
+
+    def __init__(self, rule: int = 30, L: int = 32, H: int = 32, goal=None, success_bonus: float = 1.0,
+                 rules=None, render_mode: str | None = None):
+        self.L = check_length(L)
+        self.H = check_horizon(H)
+        self.goal = check_goal(goal, self.L)
+        self.success_bonus = float(success_bonus)
+        self.rules = check_rules(rules) if rules is not None else [check_rule(rule)]
+        if render_mode not in (None, "ansi"):
+            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        self.render_mode = render_mode
+        self.observation_space = spaces.Box(0.0, 1.0, shape=(self.L + 1,), dtype=np.float32)
+        self.action_space = spaces.Discrete(self.L)
+        self.rule = self.rules[0]
+        self.tape = np.zeros(self.L, dtype=np.uint8)
+        self.t = 0
+
+    def _obs(self) -> np.ndarray:
+        return np.append(self.tape.astype(np.float32), np.float32(self.t / self.H))
+
+    def _info(self) -> dict:
+        return {"dist": reference.distance(self.tape, self.goal), "rule": self.rule, "t": self.t}
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        options = options or {}
+        self.rule = check_rule(options["rule"]) if "rule" in options else \
+            int(self.rules[self.np_random.integers(len(self.rules))])
+        if "tape" in options:
+            tape = check_goal(options["tape"], self.L)  # same shape/binary checks as a goal
+            if np.array_equal(tape, self.goal):
+                raise ValueError("initial tape must differ from the goal tape")
+            self.tape = tape.copy()
+        else:
+            self.tape = initial_tape(self.np_random, self.L, self.goal)
+        self.t = 0
+        return self._obs(), self._info()
+
+    def step(self, action):
+        self.tape = reference.transition(self.tape, int(action), self.rule)
+        self.t += 1
+        dist = reference.distance(self.tape, self.goal)
+        success = dist == 0.0
+        reward = -dist + (self.success_bonus if success else 0.0)
+        truncated = (not success) and self.t >= self.H
+        return self._obs(), float(reward), bool(success), bool(truncated), self._info()
+
+    def render(self):
+        if self.render_mode == "ansi":
+            return "".join("#" if c else "." for c in self.tape)
+        return None
+
+
+def initial_tape(rng: np.random.Generator, L: int, goal: np.ndarray) -> np.ndarray:
+    """I.i.d. Bernoulli(0.5) cells, redrawn while equal to the goal."""
+    while True:
+        tape = rng.integers(0, 2, size=L, dtype=np.uint8)
+        if not np.array_equal(tape, goal):
+            return tape

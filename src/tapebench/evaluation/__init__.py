@@ -1,0 +1,1 @@
+"""The evaluation contract: common-random-number episodes, policy rollouts, per-episode records."""

@@ -1,0 +1,63 @@
+"""Common random numbers for evaluation (SPEC §12).
+
+The initial tape of episode k of rule z on a side is a pure function of
+(eval_seed, split key, side, z, k): identical for every agent, seed, checkpoint and the oracle.
+The tape does not depend on H, so H = 32 and H = 64 evaluations are paired too.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..validation import check_goal, check_length, check_rules
+
+SIDE_CODES = {"train": 0, "test": 1, "rules": 2}
+
+
+def split_key(content_hash: str | None) -> int:
+    """Integer key of a split from its content hash (0 for an explicit rule list)."""
+    return int(content_hash[:16], 16) if content_hash else 0
+
+
+def check_side(side: str) -> str:
+    if side not in SIDE_CODES:
+        raise ValueError(f"side must be one of {sorted(SIDE_CODES)}, got {side!r}")
+    return side
+
+
+def episode_tape(eval_seed: int, key: int, side: str, rule: int, episode: int, L: int, goal) -> np.ndarray:
+    rng = np.random.default_rng(np.random.SeedSequence([int(eval_seed), int(key), SIDE_CODES[side],
+                                                        int(rule), int(episode)]))
+    while True:
+        tape = rng.integers(0, 2, size=L, dtype=np.uint8)
+        if not np.array_equal(tape, goal):
+            return tape
+
+
+@dataclass(frozen=True)
+class EpisodeSet:
+    """Rows are episodes: rule-major, episode index k = 0..E-1 within each rule."""
+
+    rules: np.ndarray      # (N,) int
+    episodes: np.ndarray   # (N,) int
+    tapes: np.ndarray      # (N, L) uint8 initial tapes
+    side: str
+    key: int
+
+    def __len__(self) -> int:
+        return len(self.rules)
+
+
+def episode_set(rules, episodes_per_rule: int, L: int, *, eval_seed: int = 0, key: int = 0,
+                side: str = "rules", goal=None) -> EpisodeSet:
+    rules = check_rules(rules)
+    L = check_length(L)
+    side = check_side(side)
+    if int(episodes_per_rule) < 1:
+        raise ValueError(f"episodes_per_rule must be >= 1, got {episodes_per_rule}")
+    goal = check_goal(goal, L)
+    rule_col = np.repeat(np.asarray(rules, dtype=np.int64), episodes_per_rule)
+    ep_col = np.tile(np.arange(episodes_per_rule, dtype=np.int64), len(rules))
+    tapes = np.stack([episode_tape(eval_seed, key, side, z, k, L, goal) for z, k in zip(rule_col, ep_col)])
+    return EpisodeSet(rule_col, ep_col, tapes, side, key)

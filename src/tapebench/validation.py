@@ -1,0 +1,81 @@
+"""Argument checks shared by every entry point: each error names the bad value and what is allowed."""
+from __future__ import annotations
+
+import numpy as np
+
+MIN_L, MAX_L = 3, 64
+NUM_RULES = 256
+
+
+def check_rule(rule) -> int:
+    if isinstance(rule, (bool, np.bool_)) or not isinstance(rule, (int, np.integer)):
+        raise ValueError(f"rule must be an integer in 0..255, got {rule!r}")
+    if not 0 <= int(rule) < NUM_RULES:
+        raise ValueError(f"rule must be in 0..255 (elementary CA, Wolfram numbering), got {rule}")
+    return int(rule)
+
+
+def check_rules(rules) -> list[int]:
+    rules = [check_rule(r) for r in rules]
+    if not rules:
+        raise ValueError("rule set must contain at least one rule in 0..255, got an empty set")
+    return rules
+
+
+def check_length(L) -> int:
+    if isinstance(L, (bool, np.bool_)) or not isinstance(L, (int, np.integer)):
+        raise ValueError(f"tape length L must be an integer in {MIN_L}..{MAX_L}, got {L!r}")
+    if not MIN_L <= int(L) <= MAX_L:
+        raise ValueError(f"tape length L must be in {MIN_L}..{MAX_L}, got {L}")
+    return int(L)
+
+
+def check_horizon(H) -> int:
+    if isinstance(H, (bool, np.bool_)) or not isinstance(H, (int, np.integer)):
+        raise ValueError(f"horizon H must be an integer >= 1, got {H!r}")
+    if int(H) < 1:
+        raise ValueError(f"horizon H must be >= 1, got {H}")
+    return int(H)
+
+
+def check_goal(goal, L: int) -> np.ndarray:
+    """Return the goal tape as uint8 (default all zeros when goal is None)."""
+    if goal is None:
+        return np.zeros(L, dtype=np.uint8)
+    arr = np.asarray(goal)
+    if arr.ndim != 1 or arr.shape[0] != L:
+        raise ValueError(f"goal tape must have length L={L}, got shape {arr.shape}")
+    if not np.all((arr == 0) | (arr == 1)):
+        bad = sorted(set(np.unique(arr).tolist()) - {0, 1})
+        raise ValueError(f"goal tape cells must be 0 or 1, got values {bad}")
+    return arr.astype(np.uint8)
+
+
+def check_action(action, L: int) -> int:
+    if isinstance(action, (bool, np.bool_)) or not isinstance(action, (int, np.integer)):
+        raise ValueError(f"action must be an integer cell index in 0..{L - 1}, got {action!r}")
+    if not 0 <= int(action) < L:
+        raise ValueError(f"action must be a cell index in 0..{L - 1}, got {action}")
+    return int(action)
+
+
+def parse_rule_list(text: str) -> list[int]:
+    """Parse '0-255', '30,110', '0-3,90' into a sorted list of unique rules."""
+    rules: set[int] = set()
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            if "-" in part:
+                lo, hi = (int(x) for x in part.split("-", 1))
+                if lo > hi:
+                    raise ValueError
+                rules.update(range(lo, hi + 1))
+            else:
+                rules.add(int(part))
+        except ValueError:
+            raise ValueError(
+                f"cannot parse rule list item {part!r} in {text!r}; use e.g. '0-255' or '30,110'"
+            ) from None
+    return sorted(check_rules(sorted(rules)))
