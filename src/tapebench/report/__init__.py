@@ -1,0 +1,1 @@
+"""Rendering: LaTeX tables through jinja2 templates (one renderer for every table) and figures."""

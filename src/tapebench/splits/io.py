@@ -1,0 +1,76 @@
+"""The split artifact: `results/splits/<name>.json`.
+
+Fields: name, train, test (sorted rule lists), types ({rule: type} for all rules in the split),
+features ({rule: [feature values]}), feature_names, params (generator parameters), unit
+("mirror_class" or "rule"), test_type_counts, provenance, and content_hash = sha256 over every
+other field (canonical JSON). Same parameters -> byte-identical file.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..utils.io import content_hash, write_json
+
+DEFAULT_SPLITS_DIR = Path("results/splits")
+
+
+@dataclass(frozen=True)
+class Split:
+    name: str
+    train: tuple[int, ...]
+    test: tuple[int, ...]
+    types: dict[int, str]
+    content_hash: str
+    params: dict = field(default_factory=dict)
+    unit: str = "mirror_class"
+
+    def side_rules(self, side: str) -> tuple[int, ...]:
+        if side == "train":
+            return self.train
+        if side == "test":
+            return self.test
+        raise ValueError(f"side must be 'train' or 'test', got {side!r}")
+
+
+def save_split(path, payload: dict) -> dict:
+    """Add the content hash to `payload` and write it atomically; returns the written dict."""
+    body = {k: v for k, v in payload.items() if k != "content_hash"}
+    body["content_hash"] = content_hash(body)
+    write_json(path, body)
+    return body
+
+
+def load_split(path) -> Split:
+    """Read and verify a split file; a malformed or tampered file raises ValueError."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"split file not found: {path}")
+    try:
+        raw = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"split file {path} is not valid JSON: {exc}") from None
+    required = ("name", "train", "test", "types", "content_hash")
+    missing = [k for k in required if k not in raw]
+    if missing:
+        raise ValueError(f"split file {path} is malformed: missing fields {missing}")
+    body = {k: v for k, v in raw.items() if k != "content_hash"}
+    if content_hash(body) != raw["content_hash"]:
+        raise ValueError(f"split file {path} failed its integrity check: content hash mismatch "
+                         f"(the file was edited after it was generated; regenerate it)")
+    return Split(name=raw["name"], train=tuple(raw["train"]), test=tuple(raw["test"]),
+                 types={int(k): v for k, v in raw["types"].items()}, content_hash=raw["content_hash"],
+                 params=raw.get("params", {}), unit=raw.get("unit", "mirror_class"))
+
+
+def resolve_split(name_or_path, splits_dir=DEFAULT_SPLITS_DIR) -> Split:
+    """Load a split by file path, or by name from `splits_dir`; unknown names list the known ones."""
+    p = Path(name_or_path)
+    if p.suffix == ".json" or p.is_file():
+        return load_split(p)
+    candidate = Path(splits_dir) / f"{name_or_path}.json"
+    if not candidate.is_file():
+        known = sorted(f.stem for f in Path(splits_dir).glob("*.json")) if Path(splits_dir).is_dir() else []
+        raise ValueError(f"unknown split name {name_or_path!r}; known splits in {splits_dir}: {known or 'none'}")
+    return load_split(candidate)
