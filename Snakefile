@@ -1,0 +1,24 @@
+# TAPE reproduction pipeline. Main job: snakemake --cores 8 results/table3.tex
+# Reduced preset:  snakemake --cores 2 --configfile config/quick.yaml results/table3.tex
+# Cluster:         snakemake --profile slurm results/table3.tex
+
+configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/splits.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/aggregate.smk"
+include: "workflow/rules/oracle.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        "results/table3.tex",
+        "results/table2.tex",
+        "results/table4.tex",
+        "results/table1.tex",
+        "results/table7.tex",

@@ -1,0 +1,1 @@
+"""Helpers the Snakemake workflow calls: config validation and per-job config slices."""

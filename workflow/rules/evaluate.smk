@@ -1,0 +1,23 @@
+# Checkpoint evaluation on the common-random-number episodes, ID (train side) and OOD (test side).
+
+
+rule evaluate:
+    input:
+        split="results/splits/{split}.json",
+        manifest="results/runs/{split}/{agent}/seed{seed}/train.json",
+    output:
+        "results/runs/{split}/{agent}/seed{seed}/eval_H{H}.parquet",
+    params:
+        slice=eval_params,
+        run_dir=lambda w: run_dir(w.split, w.agent, w.seed),
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=60,
+    log:
+        "logs/evaluate/{split}/{agent}/seed{seed}_H{H}.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "tapebench evaluate --run {params.run_dir} --split {input.split} --H {wildcards.H}"
+        " --params '{params.slice}' --out {output} > {log} 2>&1"

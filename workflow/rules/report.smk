@@ -1,0 +1,38 @@
+# LaTeX tables rendered with jinja2 by the one renderer (src/tapebench/report/render.py).
+
+
+rule render_table3:
+    input:
+        f"results/aggregate/{MAIN_SPLIT}/aggregate.parquet",
+    output:
+        "results/table3.tex",
+    params:
+        split=MAIN_SPLIT,
+        H=config["env"]["H"],
+    log:
+        "logs/report/table3.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "tapebench render table3 --aggregate {input} --split {params.split} --H {params.H}"
+        " --out {output} > {log} 2>&1"
+
+
+use rule render_table3 as render_table4 with:
+    output:
+        "results/table4.tex",
+    log:
+        "logs/report/table4.log",
+    shell:
+        "tapebench render table4 --aggregate {input} --split {params.split} --H {params.H}"
+        " --out {output} > {log} 2>&1"
+
+
+use rule render_table3 as render_table2 with:
+    output:
+        "results/table2.tex",
+    log:
+        "logs/report/table2.log",
+    shell:
+        "tapebench render table2 --aggregate {input} --split {params.split}"
+        " --out {output} > {log} 2>&1"

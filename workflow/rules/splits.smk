@@ -1,0 +1,52 @@
+# Rule features and operational types -> splits -> health gate (SPEC §2-3).
+
+
+rule rule_features:
+    output:
+        "results/rules/features.parquet",
+    params:
+        seed=config["features"]["seed"],
+        L=config["features"]["L"],
+        trials=config["features"]["trials"],
+        steps=config["features"]["steps"],
+    log:
+        "logs/rules/features.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "tapebench features --seed {params.seed} --L {params.L} --trials {params.trials}"
+        " --steps {params.steps} --out {output} > {log} 2>&1"
+
+
+rule split:
+    input:
+        features="results/rules/features.parquet",
+    output:
+        "results/splits/{split}.json",
+    params:
+        method=lambda w: config["splits"][w.split]["method"],
+        test_size=lambda w: config["splits"][w.split]["test_size"],
+        seed=lambda w: config["splits"][w.split]["seed"],
+        unit=lambda w: config["splits"][w.split]["unit"],
+        rules=lambda w: config["splits"][w.split]["rules"],
+    log:
+        "logs/splits/{split}.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "tapebench split --features {input.features} --name {wildcards.split} --method {params.method}"
+        " --test-size {params.test_size} --seed {params.seed} --unit {params.unit} --rules {params.rules}"
+        " --out {output} > {log} 2>&1"
+
+
+rule split_health:
+    input:
+        "results/splits/{split}.json",
+    output:
+        "results/splits/{split}.health.json",
+    log:
+        "logs/splits/{split}.health.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "tapebench split-health {input} --out {output} > {log} 2>&1"
