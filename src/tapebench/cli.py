@@ -8,6 +8,8 @@ import sys
 # Modules that define `register(subparsers)`; each subcommand sets `func(args) -> int | None`.
 SUBCOMMAND_MODULES = (
     "tapebench.bench",
+    "tapebench.rules.cli",
+    "tapebench.splits.cli",
 )
 
 

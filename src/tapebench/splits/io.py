@@ -3,7 +3,10 @@
 Fields: name, train, test (sorted rule lists), types ({rule: type} for all rules in the split),
 features ({rule: [feature values]}), feature_names, params (generator parameters), unit
 ("mirror_class" or "rule"), test_type_counts, provenance, and content_hash = sha256 over every
-other field (canonical JSON). Same parameters -> byte-identical file.
+other field except provenance (canonical JSON). Same parameters -> byte-identical file (within one
+code version). Provenance (code version, config slice, seed) is recorded but not hashed: the hash
+names the split's content and keys its evaluation episodes (evaluation.episodes.split_key), so it
+must not change when an unrelated commit changes the code version.
 """
 from __future__ import annotations
 
@@ -14,6 +17,11 @@ from pathlib import Path
 from ..utils.io import content_hash, write_json
 
 DEFAULT_SPLITS_DIR = Path("results/splits")
+UNHASHED_FIELDS = ("content_hash", "provenance")
+
+
+def split_content_hash(payload: dict) -> str:
+    return content_hash({k: v for k, v in payload.items() if k not in UNHASHED_FIELDS})
 
 
 @dataclass(frozen=True)
@@ -37,7 +45,7 @@ class Split:
 def save_split(path, payload: dict) -> dict:
     """Add the content hash to `payload` and write it atomically; returns the written dict."""
     body = {k: v for k, v in payload.items() if k != "content_hash"}
-    body["content_hash"] = content_hash(body)
+    body["content_hash"] = split_content_hash(body)
     write_json(path, body)
     return body
 
@@ -51,12 +59,13 @@ def load_split(path) -> Split:
         raw = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise ValueError(f"split file {path} is not valid JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"split file {path} is malformed: expected a JSON object, got {type(raw).__name__}")
     required = ("name", "train", "test", "types", "content_hash")
     missing = [k for k in required if k not in raw]
     if missing:
         raise ValueError(f"split file {path} is malformed: missing fields {missing}")
-    body = {k: v for k, v in raw.items() if k != "content_hash"}
-    if content_hash(body) != raw["content_hash"]:
+    if split_content_hash(raw) != raw["content_hash"]:
         raise ValueError(f"split file {path} failed its integrity check: content hash mismatch "
                          f"(the file was edited after it was generated; regenerate it)")
     return Split(name=raw["name"], train=tuple(raw["train"]), test=tuple(raw["test"]),

@@ -1,0 +1,1 @@
+"""Rule space: mirror equivalence, rollout features and operational types (SPEC §2, §3)."""

@@ -1,0 +1,65 @@
+"""Mirror equivalence of elementary rules (SPEC §3).
+
+Reflecting the tape (cell i -> cell L-1-i) swaps the roles of the left and right neighbour, so
+rule z on a reflected tape behaves like rule `mirror_rule(z)` on the original one:
+reflect(ca_step(x, z)) == ca_step(reflect(x), mirror_rule(z)), and the action a maps to L-1-a.
+The all-zero goal and the Bernoulli(0.5) start are reflection-invariant, so z and its mirror are the
+same task. The 256 rules form 160 mirror classes; 64 rules are their own mirror.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..validation import NUM_RULES, check_action, check_rule, check_rules
+
+
+def mirror_rule(rule: int) -> int:
+    """The rule whose truth table is `rule`'s with left and right neighbour swapped."""
+    rule = check_rule(rule)
+    mirrored = 0
+    for idx in range(8):
+        left, centre, right = (idx >> 2) & 1, (idx >> 1) & 1, idx & 1
+        swapped = 4 * right + 2 * centre + left
+        mirrored |= ((rule >> idx) & 1) << swapped
+    return mirrored
+
+
+def is_self_mirror(rule: int) -> bool:
+    return mirror_rule(rule) == check_rule(rule)
+
+
+def class_representative(rule: int) -> int:
+    """The smaller rule number of {rule, mirror(rule)} names the class."""
+    return min(check_rule(rule), mirror_rule(rule))
+
+
+def mirror_classes(rules=None) -> list[tuple[int, ...]]:
+    """Mirror classes restricted to `rules` (default all 256), sorted by representative.
+
+    A class whose mirror partner lies outside `rules` has one member here.
+    """
+    rules = sorted(set(check_rules(range(NUM_RULES) if rules is None else rules)))
+    members: dict[int, list[int]] = {}
+    for rule in rules:
+        members.setdefault(class_representative(rule), []).append(rule)
+    return [tuple(members[rep]) for rep in sorted(members)]
+
+
+def reflect_tape(tape) -> np.ndarray:
+    """Cell i -> cell L-1-i (works on (L,) tapes and on (N, L) batches)."""
+    return np.ascontiguousarray(np.asarray(tape)[..., ::-1])
+
+
+def reflect_action(action: int, L: int) -> int:
+    return L - 1 - check_action(action, L)
+
+
+def mirror_leaks(train, test) -> list[tuple[int, int]]:
+    """(test rule, train rule) pairs that are each other's mirror: the split leaks these tasks."""
+    train_set = set(check_rules(train)) if len(train) else set()
+    leaks = []
+    for rule in sorted(set(test)):
+        partner = mirror_rule(rule)
+        if partner != rule and partner in train_set:
+            leaks.append((rule, partner))
+    return leaks

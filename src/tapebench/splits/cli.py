@@ -1,0 +1,46 @@
+"""`tapebench split` and `tapebench split-health` (SPEC §3)."""
+from __future__ import annotations
+
+from ..validation import parse_rule_list
+from .generate import SPLIT_METHODS, SPLIT_UNITS, SplitParams, generate_split
+from .health import split_health
+
+
+def register(sub) -> None:
+    p = sub.add_parser("split", help="generate a train/test rule split from a features file")
+    p.add_argument("--features", required=True, help="features Parquet from `tapebench features`")
+    p.add_argument("--name", required=True, help="split name (file-safe)")
+    p.add_argument("--method", default="diverse", help=f"one of {list(SPLIT_METHODS)}")
+    p.add_argument("--test-size", type=int, default=30, help="number of test rules")
+    p.add_argument("--seed", type=int, default=0,
+                   help="random: permutation seed; diverse: 0 = start farthest from the mean, >0 = random start")
+    p.add_argument("--unit", default="mirror_class", help=f"one of {list(SPLIT_UNITS)}")
+    p.add_argument("--rules", default="0-255", help="rule space, e.g. '0-255'")
+    p.add_argument("--out", required=True, help="split JSON, e.g. results/splits/main.json")
+    p.set_defaults(func=run_split)
+
+    h = sub.add_parser("split-health", help="check a split (overlap, mirror leaks) and write a report; "
+                                            "exits non-zero when the split fails")
+    h.add_argument("split", help="split JSON file")
+    h.add_argument("--out", help="report JSON (written also when the split fails)")
+    h.set_defaults(func=run_health)
+
+
+def run_split(args) -> int:
+    params = SplitParams(name=args.name, method=args.method, test_size=args.test_size, seed=args.seed,
+                         unit=args.unit, rules=tuple(parse_rule_list(args.rules)))
+    split = generate_split(params, args.features, args.out)
+    counts = ", ".join(f"{t} {n}" for t, n in split["test_type_counts"].items())
+    print(f"wrote {args.out}: {len(split['train'])} train / {len(split['test'])} test rules "
+          f"(test: {counts}); content hash {split['content_hash'][:12]}")
+    return 0
+
+
+def run_health(args) -> int:
+    report = split_health(args.split, args.out)
+    for warning in report["warnings"]:
+        print(f"warning: {warning}")
+    sides = "; ".join(f"{side} {report['n_' + side]} ({', '.join(f'{t} {n}' for t, n in c.items())})"
+                      for side, c in report["type_counts"].items())
+    print(f"split {report['split']} ok: {sides}; mirror leaks {report['mirror_leaks']}")
+    return 0

@@ -1,0 +1,92 @@
+"""The split health gate: a split that overlaps, or (mirror-class unit) leaks a mirror pair across
+train and test, fails loudly; every split gets a short machine-readable report.
+
+Failures: hash mismatch or malformed file (from load_split), an empty side, a rule listed twice, a
+rule outside 0..255, train/test overlap, a rule without a known type, test_type_counts that do
+not match the types, and, for unit "mirror_class", any rule whose mirror is on the other side.
+For unit "rule" mirror leaks are counted and reported as a warning.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+from ..rules.features import RULE_TYPES
+from ..rules.mirror import mirror_leaks
+from ..utils.io import provenance, write_json
+from .io import load_split
+
+
+class SplitHealthError(ValueError):
+    """The split failed the gate; the message names the offending rules."""
+
+
+def _type_counts(rules, types) -> dict:
+    counts = Counter(types.get(r) for r in rules)
+    return {t: int(counts.get(t, 0)) for t in RULE_TYPES}
+
+
+def check_split_health(path) -> dict:
+    """Build the health report of the split at `path` (does not raise on failed checks)."""
+    split = load_split(path)
+    raw = json.loads(Path(path).read_text())
+    problems: list[str] = []
+    warnings: list[str] = []
+    sides = {"train": list(split.train), "test": list(split.test)}
+    for side, rules in sides.items():
+        if not rules:
+            problems.append(f"{side} side is empty")
+        bad = [r for r in rules if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < 256]
+        if bad:
+            problems.append(f"{side} lists values that are not rules in 0..255: {bad}")
+        repeated = sorted(r for r, n in Counter(rules).items() if n > 1)
+        if repeated:
+            problems.append(f"{side} lists rules more than once: {repeated}")
+    if problems:
+        raise SplitHealthError(f"split {path} is malformed: " + "; ".join(problems))
+
+    overlap = sorted(set(split.train) & set(split.test))
+    if overlap:
+        problems.append(f"train/test overlap on rules {overlap}")
+    untyped = sorted(r for r in set(split.train) | set(split.test) if split.types.get(r) not in RULE_TYPES)
+    if untyped:
+        problems.append(f"rules without a valid type (allowed {list(RULE_TYPES)}): {untyped}")
+    test_counts = _type_counts(split.test, split.types)
+    recorded = raw.get("test_type_counts")
+    if recorded is not None and recorded != test_counts:
+        problems.append(f"test_type_counts {recorded} disagree with the per-rule types {test_counts}")
+
+    leaks = mirror_leaks([r for r in split.train if r not in overlap], [r for r in split.test if r not in overlap])
+    leak_text = ", ".join(f"{t} (test) / {tr} (train)" for t, tr in leaks)
+    if leaks and split.unit == "mirror_class":
+        problems.append(f"mirror pairs split across train and test: {leak_text}")
+    elif leaks:
+        warnings.append(f"rule-level split: {len(leaks)} test rules have their mirror in train ({leak_text}); "
+                        f"these test tasks are seen in training up to reflection")
+
+    return {
+        "split": split.name,
+        "path": str(path),
+        "content_hash": split.content_hash,
+        "unit": split.unit,
+        "ok": not problems,
+        "problems": problems,
+        "warnings": warnings,
+        "n_train": len(split.train),
+        "n_test": len(split.test),
+        "type_counts": {"train": _type_counts(split.train, split.types), "test": test_counts},
+        "mirror_leaks": len(leaks),
+        "mirror_leak_pairs": [list(p) for p in leaks],
+        "provenance": provenance({"split_file": str(path), "content_hash": split.content_hash}),
+    }
+
+
+def split_health(path, out=None) -> dict:
+    """Write the report (when `out` is given), then raise SplitHealthError if the split failed."""
+    report = check_split_health(path)
+    if out is not None:
+        write_json(out, report)
+    if not report["ok"]:
+        raise SplitHealthError(f"split {path} failed the health check: " + "; ".join(report["problems"]))
+    return report
