@@ -16,6 +16,14 @@ Feature columns (FEATURE_NAMES, all in [0, 1]):
 
 Type (the paper's thresholds): stable if act < 0.06 and ent < 0.25; chaotic if act > 0.22 and
 ent > 0.55; periodic otherwise.
+
+Protocol choices (defaults L=32, 64 trials, 64 steps, seed 0, no burn-in). The types are computed,
+never hand-set; the paper's anchors (0 stable; 4, 108, 204, 90 periodic; 30, 110 chaotic) hold.
+Rule 90 is the sensitive one: on a ring of L = 2^k cells it is nilpotent (every tape is all zeros
+after L/2 steps), so averaged from t=1 over 64 steps at L=32 it has act 0.12 / ent 0.22 (periodic).
+A burn-in of >= 16 steps makes it stable; an odd L (31) makes it chaotic (act 0.50 / ent 0.98);
+L=64 keeps it periodic only narrowly (ent 0.46 < 0.55). Type counts at the defaults:
+24 stable, 63 periodic, 169 chaotic.
 """
 from __future__ import annotations
 
