@@ -62,28 +62,48 @@ def step_words(words, rule, L):
     return out
 
 
+@nb.njit(cache=True, inline="always")
+def rule_bit_mask(rule, k):
+    """All-ones word if bit k of the rule's truth table is set, else zero (no allocation)."""
+    return U64(0) - U64((rule >> k) & 1)
+
+
+@nb.njit(cache=True, inline="always")
+def step_word_rule(w, rule, L, mask):
+    return step_word_masks(w, rule_bit_mask(rule, 0), rule_bit_mask(rule, 1), rule_bit_mask(rule, 2),
+                           rule_bit_mask(rule, 3), rule_bit_mask(rule, 4), rule_bit_mask(rule, 5),
+                           rule_bit_mask(rule, 6), rule_bit_mask(rule, 7), L, mask)
+
+
 @nb.njit(cache=True)
 def step_words_rules(words, rules, L):
     """One CA step with a different rule per tape."""
     mask = length_mask(L)
     out = np.empty_like(words)
     for i in range(words.shape[0]):
-        m = rule_masks(rules[i])
-        out[i] = step_word_masks(words[i], m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7], L, mask)
+        out[i] = step_word_rule(words[i], rules[i], L, mask)
     return out
+
+
+EVOLVE_BLOCK = 512  # tapes advanced together in a small local buffer, so the inner loop vectorises
 
 
 @nb.njit(cache=True)
 def evolve_words(words, rule, L, steps):
-    """Free evolution of many tapes for `steps` CA steps (in place on a copy)."""
+    """Free evolution of many tapes for `steps` CA steps (returns a new array)."""
     m = rule_masks(rule)
+    m0, m1, m2, m3, m4, m5, m6, m7 = m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7]
     mask = length_mask(L)
     out = words.copy()
-    for i in range(out.shape[0]):
-        w = out[i]
+    block = np.empty(EVOLVE_BLOCK, dtype=np.uint64)
+    for start in range(0, out.shape[0], EVOLVE_BLOCK):
+        stop = min(out.shape[0], start + EVOLVE_BLOCK)
+        k = stop - start
+        block[:k] = out[start:stop]
         for _ in range(steps):
-            w = step_word_masks(w, m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7], L, mask)
-        out[i] = w
+            for i in range(k):
+                block[i] = step_word_masks(block[i], m0, m1, m2, m3, m4, m5, m6, m7, L, mask)
+        out[start:stop] = block[:k]
     return out
 
 
