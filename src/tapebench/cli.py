@@ -10,6 +10,7 @@ SUBCOMMAND_MODULES = (
     "tapebench.bench",
     "tapebench.rules.cli",
     "tapebench.splits.cli",
+    "tapebench.stats.cli",
 )
 
 

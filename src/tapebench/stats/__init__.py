@@ -1,0 +1,1 @@
+"""Statistics over seeds: bootstrap CIs, paired drop, method tests, and the aggregation stages."""

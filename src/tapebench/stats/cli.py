@@ -1,0 +1,100 @@
+"""`tapebench aggregate-seed`, `tapebench aggregate` and `tapebench render table2|table3|table4`."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..utils.io import provenance, read_parquet_meta, write_parquet
+
+
+def register(sub) -> None:
+    p = sub.add_parser("aggregate-seed", help="per-episode records -> per-seed values (mean of last K checkpoints)",
+                       description="Reduce per-episode evaluation records to per-seed values, learning curves "
+                                   "and per-rule values (schemas: tapebench.stats.aggregate).")
+    p.add_argument("--episodes", nargs="+", required=True, metavar="PARQUET",
+                   help="per-episode record files (with agent, seed, checkpoint columns)")
+    p.add_argument("--last-k", type=int, default=3, help="checkpoints averaged into a seed's value (default 3)")
+    p.add_argument("--out", required=True, help="per-seed Parquet")
+    p.add_argument("--curves-out", help="optional: per-checkpoint values (learning curves) Parquet")
+    p.add_argument("--per-rule-out", help="optional: per-rule values Parquet")
+    p.set_defaults(func=_aggregate_seed)
+
+    p = sub.add_parser("aggregate", help="per-seed values -> bootstrap means and CIs over seeds, paired drop",
+                       description="Bootstrap over seeds (SPEC §9): means with percentile CIs per (split, agent, "
+                                   "L, H, side, metric), the paired ID-OOD drop, and Welch/Holm diagnostics.")
+    p.add_argument("--per-seed", nargs="+", required=True, metavar="PARQUET", help="per-seed files")
+    p.add_argument("--n-resamples", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    p.add_argument("--ci", type=float, default=0.95, help="confidence level (default 0.95)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap generators (default 0)")
+    p.add_argument("--out", required=True, help="aggregate Parquet")
+    p.add_argument("--tests-out", help="optional: pairwise Welch tests (Holm-corrected) on OOD, Parquet")
+    p.set_defaults(func=_aggregate)
+
+    from ..report.tables import render_subcommands
+
+    tables = render_subcommands(sub)
+    for name, what in (("table2", "holdout length: success / final distance, ID/OOD x H"),
+                       ("table3", "ID vs OOD success, drop and OOD return with bootstrap CIs"),
+                       ("table4", "continuous metrics at one H, grouped by family")):
+        t = tables.add_parser(name, help=what, description=f"Paper {name.replace('table', 'Table ')}: {what}.")
+        t.add_argument("--aggregate", required=True, help="aggregate Parquet from `tapebench aggregate`")
+        t.add_argument("--split", required=True, help="split name as in the aggregate table")
+        if name == "table2":
+            t.add_argument("--H", type=int, nargs="+", help="evaluation horizons (default: all in the table)")
+        else:
+            t.add_argument("--H", type=int, default=32, help="evaluation horizon (default 32)")
+        t.add_argument("--L", type=int, help="tape length (needed only if the table holds several)")
+        t.add_argument("--agents", nargs="+", help="agents and their order (default: all, by display name)")
+        t.add_argument("--out", required=True, help="output .tex")
+        t.set_defaults(func=_render, table_name=name)
+
+
+def _aggregate_seed(args) -> int:
+    from .aggregate import read_tables, seed_tables
+
+    episodes = read_tables(args.episodes, "episode")
+    tables = seed_tables(episodes, last_k=args.last_k)
+    meta = provenance({"last_k": args.last_k}, None, last_k=args.last_k, inputs=_inputs(args.episodes))
+    write_parquet(args.out, tables["per_seed"], meta={**meta, "table": "per_seed"})
+    if args.curves_out:
+        write_parquet(args.curves_out, tables["curves"], meta={**meta, "table": "curves"})
+    if args.per_rule_out:
+        write_parquet(args.per_rule_out, tables["per_rule"], meta={**meta, "table": "per_rule"})
+    per_seed = tables["per_seed"]
+    print(f"aggregate-seed: {per_seed[['agent', 'H', 'seed', 'side']].drop_duplicates().shape[0]} "
+          f"(agent, H, seed, side) groups from {len(episodes)} episodes -> {args.out}")
+    return 0
+
+
+def _aggregate(args) -> int:
+    from .aggregate import aggregate_seeds, method_tests, read_tables
+
+    per_seed = read_tables(args.per_seed, "per-seed")
+    summary = aggregate_seeds(per_seed, n_resamples=args.n_resamples, ci=args.ci, seed=args.seed)
+    config = {"n_resamples": args.n_resamples, "ci": args.ci, "seed": args.seed}
+    inputs = _inputs(args.per_seed)
+    last_k = sorted({m.get("last_k") for m in map(read_parquet_meta, args.per_seed) if m.get("last_k")})
+    meta = provenance(config, args.seed, inputs=inputs, last_k=last_k[0] if len(last_k) == 1 else last_k)
+    write_parquet(args.out, summary, meta={**meta, "table": "aggregate"})
+    if args.tests_out:
+        tests = method_tests(per_seed, n_resamples=args.n_resamples, ci=args.ci, seed=args.seed)
+        write_parquet(args.tests_out, tests, meta={**meta, "table": "tests"})
+    groups = summary[["split", "agent", "L", "H"]].drop_duplicates().shape[0]
+    print(f"aggregate: {groups} (split, agent, L, H) groups, {len(summary)} rows -> {args.out}")
+    return 0
+
+
+def _render(args) -> int:
+    from ..report.tables import render_result_table
+
+    render_result_table(args.table_name, args.aggregate, args.out, split=args.split, H=args.H, L=args.L,
+                        agents=args.agents)
+    print(f"render {args.table_name}: {args.out}")
+    return 0
+
+
+def _inputs(paths) -> list[dict]:
+    out = []
+    for p in paths:
+        meta = read_parquet_meta(p) if Path(p).is_file() else {}
+        out.append({"path": str(p), "code_version": meta.get("code_version")})
+    return out

@@ -1,0 +1,130 @@
+"""Tables 2, 3, 4 rendered from a hand-made aggregate table with known numbers."""
+import re
+
+import pandas as pd
+import pytest
+
+from tapebench.report.tables import display_name, render_result_table, table3_context
+from tapebench.utils.io import write_parquet
+
+# (agent, H, side, metric) -> (mean, ci_low, ci_high); the paper's DQN / PPO rows of Table 3
+NUMBERS = {
+    ("dqn", 32, "train", "success"): (0.073, 0.072, 0.075),
+    ("dqn", 32, "test", "success"): (0.048, 0.046, 0.050),
+    ("dqn", 32, "drop", "success"): (0.0258, 0.024, 0.027),
+    ("dqn", 32, "test", "return"): (-28.914, -29.1, -28.7),
+    ("ppo", 32, "train", "success"): (0.070, 0.068, 0.072),
+    ("ppo", 32, "test", "success"): (0.042, 0.040, 0.044),
+    ("ppo", 32, "drop", "success"): (0.028, 0.026, 0.030),
+    ("ppo", 32, "test", "return"): (-29.5, -29.61, -29.38),
+    ("my_agent", 32, "train", "success"): (0.5, 0.4, 0.6),
+    ("my_agent", 32, "test", "success"): (0.25, 0.2, 0.3),
+    ("my_agent", 32, "drop", "success"): (0.25, 0.2, 0.3),
+}
+FINAL_DIST = {("dqn", "train"): 0.927, ("dqn", "test"): 0.952, ("ppo", "train"): 0.930, ("ppo", "test"): 0.958,
+              ("my_agent", "train"): 0.5, ("my_agent", "test"): 0.7}
+
+
+def aggregate_table() -> pd.DataFrame:
+    rows = []
+    for (agent, H, side, metric), (mean, low, high) in NUMBERS.items():
+        rows.append((agent, H, side, metric, mean, low, high))
+    for (agent, side), d in FINAL_DIST.items():
+        for H, shift in ((32, 0.0), (64, 0.003)):
+            rows.append((agent, H, side, "final_dist", d + shift, d - 0.01, d + 0.01))
+            rows.append((agent, H, side, "auc_dist", d + 0.007, d, d + 0.01))
+            rows.append((agent, H, side, "soft_success@0.1", 1 - d - shift, 0.0, 1.0))
+        if agent != "my_agent":  # my_agent has no H = 64 success: its cell is missing
+            succ = NUMBERS[(agent, 32, side, "success")][0]
+            rows.append((agent, 64, side, "success", succ - 0.003, succ - 0.005, succ))
+    df = pd.DataFrame(rows, columns=["agent", "H", "side", "metric", "mean", "ci_low", "ci_high"])
+    return df.assign(split="main", L=32, n=20, sd=0.01, ci=0.95, n_resamples=2000)
+
+
+def body_rows(text: str) -> list[str]:
+    body = text.split("\\midrule", 1)[1].split("\\bottomrule")[0]
+    return [line for line in body.strip().splitlines() if line.strip().endswith("\\\\") and "multicolumn" not in line]
+
+
+def assert_well_formed(text: str, n_columns: int) -> None:
+    assert text.count("{") == text.count("}")
+    for env in ("table", "tabular"):
+        assert text.count(f"\\begin{{{env}}}") == text.count(f"\\end{{{env}}}") == 1
+    spec = re.search(r"\\begin\{tabular\}\{([^}]*)\}", text).group(1)
+    assert len(spec) == n_columns
+    for line in body_rows(text):
+        assert len(re.findall(r"(?<!\\)&", line)) == n_columns - 1, line
+
+
+@pytest.fixture()
+def aggregate_path(tmp_path):
+    path = tmp_path / "aggregate.parquet"
+    write_parquet(path, aggregate_table(), meta={"last_k": 3, "config": {"n_resamples": 2000, "ci": 0.95}})
+    return path
+
+
+def test_table3_rows_and_ci_lines(aggregate_path, tmp_path):
+    text = render_result_table("table3", aggregate_path, tmp_path / "t3.tex", split="main", H=32)
+    assert "DQN & 20 & 0.073 & 0.048 & 0.026 & -28.91 \\\\" in text
+    assert " & & [0.072, 0.075] & [0.046, 0.050] & [0.024, 0.027] & [-29.10, -28.70] \\\\" in text
+    assert "PPO & 20 & 0.070 & 0.042 & 0.028 & -29.50 \\\\" in text
+    assert " & & [0.068, 0.072] & [0.040, 0.044] & [0.026, 0.030] & [-29.61, -29.38] \\\\" in text
+    # unknown agents keep their registry name, LaTeX-escaped; a missing cell is '--'
+    assert "my\\_agent & 20 & 0.500 & 0.250 & 0.250 & -- \\\\" in text
+    assert " & & [0.400, 0.600] & [0.200, 0.300] & [0.200, 0.300] & -- \\\\" in text
+    assert "over 20 seeds" in text and "95\\% CIs" in text and "2000 resamples" in text
+    assert "last 3 evaluation checkpoints" in text and "\\texttt{main}" in text and "$H=32$" in text
+    # rows ordered by display name, like the paper
+    names = [row.split(" & ")[0] for row in body_rows(text) if not row.startswith(" &")]
+    assert names == ["DQN", "my\\_agent", "PPO"]
+    assert_well_formed(text, 6)
+    assert (tmp_path / "t3.tex").read_text() == text
+
+
+def test_table3_agent_selection_and_order(aggregate_path, tmp_path):
+    text = render_result_table("table3", aggregate_path, tmp_path / "t3.tex", split="main", H=32,
+                               agents=["ppo", "dqn"])
+    assert text.index("PPO & 20") < text.index("DQN & 20") and "my\\_agent" not in text
+    with pytest.raises(ValueError, match="not in the aggregate table"):
+        render_result_table("table3", aggregate_path, tmp_path / "x.tex", split="main", H=32, agents=["sac"])
+
+
+def test_table2_holdout_length_with_best_and_second(aggregate_path, tmp_path):
+    text = render_result_table("table2", aggregate_path, tmp_path / "t2.tex", split="main")
+    rows = {row.split(" & ")[0]: row for row in body_rows(text)}
+    # columns: ID H32 succ/dist, ID H64 succ/dist, OOD H32 succ/dist, OOD H64 succ/dist
+    # (my_agent is best where present; without it in the H = 64 success column, DQN is best there)
+    assert rows["DQN"] == ("DQN & \\underline{0.073} & \\underline{0.927} & \\textbf{0.070} & \\underline{0.930} & "
+                           "\\underline{0.048} & \\underline{0.952} & \\textbf{0.045} & \\underline{0.955} \\\\")
+    assert rows["PPO"].split(" & ")[1:3] == ["0.070", "0.930"]
+    assert rows["my\\_agent"].split(" & ")[1:3] == ["\\textbf{0.500}", "\\textbf{0.500}"]
+    assert rows["my\\_agent"].split(" & ")[3] == "--"  # no H = 64 success for this agent
+    assert "\\multicolumn{2}{c}{$H=64$}" in text and "\\cmidrule(lr){6-9}" in text
+    assert_well_formed(text, 9)
+
+
+def test_table4_groups_by_family(aggregate_path, tmp_path):
+    text = render_result_table("table4", aggregate_path, tmp_path / "t4.tex", split="main", H=32)
+    assert "DQN & 0.927 & 0.952 & 0.934 & 0.959 & 0.073 & 0.048 \\\\" in text
+    assert "PPO & 0.930 & 0.958 & 0.937 & 0.965 & 0.070 & 0.042 \\\\" in text
+    order = [text.index(s) for s in ("Value-based baselines", "DQN &", "Actor--critic baselines", "PPO &",
+                                     "Other", "my\\_agent &")]
+    assert order == sorted(order)
+    assert_well_formed(text, 7)
+
+
+def test_bad_selection_is_named(aggregate_path, tmp_path):
+    with pytest.raises(ValueError, match="split 'other' is not in the aggregate.*'main'"):
+        render_result_table("table3", aggregate_path, tmp_path / "x.tex", split="other", H=32)
+    with pytest.raises(ValueError, match=r"H = \[48\].*available: \[32, 64\]"):
+        render_result_table("table3", aggregate_path, tmp_path / "x.tex", split="main", H=48)
+    with pytest.raises(FileNotFoundError, match="aggregate file not found"):
+        render_result_table("table3", tmp_path / "missing.parquet", tmp_path / "x.tex", split="main", H=32)
+    assert not (tmp_path / "x.tex").exists()
+
+
+def test_display_names_and_context():
+    assert display_name("ppo_dr") == "PPO + DR" and display_name("new_agent") == "new_agent"
+    context = table3_context(aggregate_table(), "main", 32)
+    dqn = next(r for r in context["rows"] if r["agent"] == "dqn")
+    assert (dqn["drop"]["mean"], dqn["drop"]["low"], dqn["n"]) == (0.0258, 0.024, 20)
