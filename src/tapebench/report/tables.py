@@ -224,4 +224,7 @@ def render_subcommands(sub):
     if parser is None:
         parser = sub.add_parser("render", help="render a paper table (LaTeX) from pipeline artifacts")
         parser.tables = parser.add_subparsers(dest="table", required=True, metavar="TABLE")
+    if not hasattr(parser, "tables"):
+        raise RuntimeError("a `render` command was registered without report.tables.render_subcommands; "
+                           "register render tables through it")
     return parser.tables
