@@ -5,7 +5,9 @@ rule aggregate_seed:
     input:
         episode_files,
     output:
-        "results/aggregate/{split}/{agent}_H{H}.per_seed.parquet",
+        per_seed="results/aggregate/{split}/{agent}_H{H}.per_seed.parquet",
+        curves="results/aggregate/{split}/{agent}_H{H}.curves.parquet",
+        per_rule="results/aggregate/{split}/{agent}_H{H}.per_rule.parquet",
     params:
         last_k=config["evaluation"]["last_k"],
     log:
@@ -13,7 +15,8 @@ rule aggregate_seed:
     conda:
         CONDA_ENV
     shell:
-        "tapebench aggregate-seed --episodes {input} --last-k {params.last_k} --out {output} > {log} 2>&1"
+        "tapebench aggregate-seed --episodes {input} --last-k {params.last_k} --out {output.per_seed}"
+        " --curves-out {output.curves} --per-rule-out {output.per_rule} > {log} 2>&1"
 
 
 rule aggregate:
