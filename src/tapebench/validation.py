@@ -38,16 +38,16 @@ def check_horizon(H) -> int:
     return int(H)
 
 
-def check_goal(goal, L: int) -> np.ndarray:
+def check_goal(goal, L: int, what: str = "goal tape") -> np.ndarray:
     """Return the goal tape as uint8 (default all zeros when goal is None)."""
     if goal is None:
         return np.zeros(L, dtype=np.uint8)
     arr = np.asarray(goal)
     if arr.ndim != 1 or arr.shape[0] != L:
-        raise ValueError(f"goal tape must have length L={L}, got shape {arr.shape}")
-    if not np.all((arr == 0) | (arr == 1)):
+        raise ValueError(f"{what} must have length L={L}, got shape {arr.shape}")
+    if arr.dtype.kind not in "biuf" or not np.all((arr == 0) | (arr == 1)):
         bad = sorted(set(np.unique(arr).tolist()) - {0, 1})
-        raise ValueError(f"goal tape cells must be 0 or 1, got values {bad}")
+        raise ValueError(f"{what} cells must be 0 or 1, got values {bad}")
     return arr.astype(np.uint8)
 
 
@@ -57,6 +57,24 @@ def check_action(action, L: int) -> int:
     if not 0 <= int(action) < L:
         raise ValueError(f"action must be a cell index in 0..{L - 1}, got {action}")
     return int(action)
+
+
+def check_success_bonus(bonus) -> float:
+    """The success bonus b of the reward: any finite real number."""
+    if isinstance(bonus, (bool, np.bool_)) or not isinstance(bonus, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(bonus):
+        raise ValueError(f"success_bonus must be a finite number, got {bonus!r}")
+    return float(bonus)
+
+
+def as_scalar_action(action):
+    """Unwrap a 0-d numpy array or one-element torch tensor to a Python scalar (other values pass)."""
+    if isinstance(action, np.ndarray) and action.ndim == 0:
+        return action.item()
+    if type(action).__module__ == "torch" and hasattr(action, "numel") and action.numel() == 1 \
+            and action.dim() == 0:
+        return action.item()
+    return action
 
 
 def parse_rule_list(text: str) -> list[int]:

@@ -3,6 +3,10 @@
 This is what training and evaluation use. Semantics match `TapeEnv` step for step (tested).
 Auto-reset is same-step: the returned observation of a finished row is already the next
 episode's first observation; the finished episode's last observation is in info["final_obs"].
+
+Random draws (initial tapes, rules) always come from a CPU generator seeded with `seed`, so a
+seed gives the same episodes on every device. The tapes live in a periodic padded buffer that the
+torch kernel updates in place (see `ca.torch_kernel`); `tapes` is a (N, L) view of it.
 """
 from __future__ import annotations
 
@@ -10,94 +14,149 @@ import numpy as np
 import torch
 
 from ..ca import torch_kernel
-from ..validation import check_goal, check_horizon, check_length, check_rules
+from ..validation import check_goal, check_horizon, check_length, check_rules, check_success_bonus
 
 
 class BatchedTapeEnv:
+    """N independent TAPE episodes.
+
+    Args:
+        num_envs: number of parallel tapes N (>= 1).
+        L, H, goal, success_bonus: as in `TapeEnv`.
+        rules: rule set; every reset (and auto-reset) draws a row's rule uniformly from it.
+        device: torch device of the state and of everything `step` returns.
+        seed: seed of the CPU generator that draws initial tapes and rules.
+        autoreset: reset finished rows inside `step` (same-step auto-reset).
+
+    `step(actions)` returns (obs (N, L+1) float32, reward (N,) float32, terminated (N,) bool,
+    truncated (N,) bool, info) with info["dist"] (N,) float32 normalised distance after the step,
+    info["rule"] (N,) uint8 rule of the step, info["t"] (N,) int64 steps taken in the episode, and
+    with auto-reset info["final_obs"] (N, L+1): the observation before any row was reset.
+    """
+
     def __init__(self, num_envs: int, L: int = 32, H: int = 32, rules=(30,), goal=None,
                  success_bonus: float = 1.0, device: str | torch.device = "cpu", seed: int = 0,
                  autoreset: bool = True):
-        if int(num_envs) < 1:
-            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
+            raise ValueError(f"num_envs must be an integer >= 1, got {num_envs!r}")
         self.num_envs = int(num_envs)
         self.L = check_length(L)
         self.H = check_horizon(H)
         self.device = torch.device(device)
         self.rule_set = torch.tensor(check_rules(rules), dtype=torch.uint8, device=self.device)
-        self.goal = torch.as_tensor(check_goal(goal, self.L), device=self.device)
-        self.success_bonus = float(success_bonus)
-        self.autoreset = autoreset
+        goal = check_goal(goal, self.L)
+        self.goal = torch.as_tensor(goal, device=self.device)
+        self._goal_cpu = torch.as_tensor(goal)
+        # dist count = tape . (1 - 2g) + sum(g): exact small integers in float32
+        self._goal_sign = torch.as_tensor(1.0 - 2.0 * goal, dtype=torch.float32, device=self.device)
+        self._goal_ones = float(goal.sum())
+        self.success_bonus = check_success_bonus(success_bonus)
+        self.autoreset = bool(autoreset)
         self.generator = torch.Generator(device="cpu")
         self.generator.manual_seed(int(seed))
-        self.tapes = torch.zeros(self.num_envs, self.L, dtype=torch.uint8, device=self.device)
-        self.rules = torch.zeros(self.num_envs, dtype=torch.uint8, device=self.device)
-        self.t = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
-        self._rows = torch.arange(self.num_envs, device=self.device)
+        n, L = self.num_envs, self.L
+        self._padded = torch.zeros(n, L + 2, dtype=torch.uint8, device=self.device)
+        self._plane = torch.zeros(n, L, dtype=torch.uint8, device=self.device)
+        self._scratch = torch.empty(n, L, dtype=torch.uint8, device=self.device)
+        self._row_offsets = torch_kernel.flat_row_offsets(n, L, device=self.device)
+        self.rules = torch.zeros(n, dtype=torch.uint8, device=self.device)
+        self.t = torch.zeros(n, dtype=torch.int64, device=self.device)
 
     # --- state -----------------------------------------------------------------------------
+    @property
+    def tapes(self) -> torch.Tensor:
+        """Current tapes, a (N, L) uint8 view of the padded state buffer."""
+        return torch_kernel.interior(self._padded)
+
     def observation(self) -> torch.Tensor:
-        return torch.cat([self.tapes.float(), (self.t.float() / self.H).unsqueeze(1)], dim=1)
+        obs = torch.empty(self.num_envs, self.L + 1, dtype=torch.float32, device=self.device)
+        obs[:, :self.L] = self.tapes
+        torch.div(self.t, self.H, out=obs[:, self.L])
+        return obs
 
     def distance(self) -> torch.Tensor:
         return (self.tapes != self.goal).sum(dim=1).float() / self.L
 
     def _draw_tapes(self, n: int) -> torch.Tensor:
-        goal_cpu = self.goal.cpu()
         tapes = torch.randint(0, 2, (n, self.L), generator=self.generator, dtype=torch.uint8)
-        same = (tapes == goal_cpu).all(dim=1)
+        same = (tapes == self._goal_cpu).all(dim=1)
         while same.any():
             tapes[same] = torch.randint(0, 2, (int(same.sum()), self.L), generator=self.generator,
                                         dtype=torch.uint8)
-            same = (tapes == goal_cpu).all(dim=1)
+            same = (tapes == self._goal_cpu).all(dim=1)
         return tapes.to(self.device)
 
     def _draw_rules(self, n: int) -> torch.Tensor:
         idx = torch.randint(0, len(self.rule_set), (n,), generator=self.generator)
         return self.rule_set[idx.to(self.device)]
 
-    def _reset_rows(self, mask: torch.Tensor) -> None:
-        n = int(mask.sum())
+    def _set_rows(self, rows: torch.Tensor, tapes: torch.Tensor, rules: torch.Tensor) -> None:
+        self.tapes[rows] = tapes
+        self.rules[rows] = rules
+        self._plane[rows] = rules.unsqueeze(1)
+        self.t[rows] = 0
+
+    def _reset_rows(self, rows: torch.Tensor) -> None:
+        """Start new episodes in the given rows (a 1-D index tensor)."""
+        n = rows.numel()
         if n:
-            self.tapes[mask] = self._draw_tapes(n)
-            self.rules[mask] = self._draw_rules(n)
-            self.t[mask] = 0
+            tapes = self._draw_tapes(n)
+            self._set_rows(rows, tapes, self._draw_rules(n))
 
     def reset(self, seed: int | None = None) -> torch.Tensor:
         if seed is not None:
             self.generator.manual_seed(int(seed))
-        self._reset_rows(torch.ones(self.num_envs, dtype=torch.bool, device=self.device))
+        self._reset_rows(torch.arange(self.num_envs, device=self.device))
         return self.observation()
 
     def load(self, tapes, rules) -> torch.Tensor:
         """Start episodes from explicit initial tapes (N, L) and rules (N,): evaluation uses this."""
-        tapes = torch.as_tensor(np.asarray(tapes), dtype=torch.uint8, device=self.device)
-        rules = torch.as_tensor(np.asarray(check_rules(list(np.asarray(rules).tolist()))),
+        tapes_np = np.asarray(tapes)
+        rules = torch.as_tensor(np.asarray(check_rules(list(np.asarray(rules).reshape(-1).tolist()))),
                                 dtype=torch.uint8, device=self.device)
-        if tapes.shape != (self.num_envs, self.L) or rules.shape != (self.num_envs,):
+        if tapes_np.shape != (self.num_envs, self.L) or rules.shape != (self.num_envs,):
             raise ValueError(f"load expects tapes {(self.num_envs, self.L)} and rules ({self.num_envs},), "
-                             f"got {tuple(tapes.shape)} and {tuple(rules.shape)}")
-        self.tapes, self.rules = tapes.clone(), rules.clone()
-        self.t.zero_()
+                             f"got {tuple(tapes_np.shape)} and {tuple(rules.shape)}")
+        if not np.all((tapes_np == 0) | (tapes_np == 1)):
+            bad = sorted(set(np.unique(tapes_np).tolist()) - {0, 1})
+            raise ValueError(f"load: tape cells must be 0 or 1, got values {bad}")
+        self._set_rows(torch.arange(self.num_envs, device=self.device),
+                       torch.as_tensor(tapes_np.astype(np.uint8), device=self.device), rules)
         return self.observation()
 
     # --- dynamics --------------------------------------------------------------------------
-    def step(self, actions: torch.Tensor):
-        actions = torch.as_tensor(actions, device=self.device).long()
+    def _check_actions(self, actions) -> torch.Tensor:
+        actions = torch.as_tensor(actions, device=self.device)
         if actions.shape != (self.num_envs,):
             raise ValueError(f"actions must have shape ({self.num_envs},), got {tuple(actions.shape)}")
-        if actions.numel() and (int(actions.min()) < 0 or int(actions.max()) >= self.L):
-            raise ValueError(f"actions must be cell indices in 0..{self.L - 1}, "
-                             f"got range {int(actions.min())}..{int(actions.max())}")
-        self.tapes[self._rows, actions] ^= 1
-        self.tapes = torch_kernel.ca_step(self.tapes, self.rules)
+        if actions.dtype.is_floating_point or actions.dtype.is_complex or actions.dtype == torch.bool:
+            raise ValueError(f"actions must be integer cell indices in 0..{self.L - 1}, got dtype {actions.dtype}")
+        low, high = torch.aminmax(actions)
+        low, high = int(low), int(high)  # one host sync; on CPU it costs nothing
+        if low < 0 or high >= self.L:
+            raise ValueError(f"actions must be cell indices in 0..{self.L - 1}, got range {low}..{high}")
+        return actions.long()
+
+    def step(self, actions: torch.Tensor):
+        actions = self._check_actions(actions)
+        torch_kernel.flip_padded_(self._padded, actions, self._row_offsets)
+        torch_kernel.step_padded_(self._padded, self._plane, self._scratch)
         self.t += 1
-        dist = self.distance()
+        obs = self.observation()
+        mismatches = torch.mv(obs[:, :self.L], self._goal_sign)
+        if self._goal_ones:
+            mismatches += self._goal_ones
+        dist = mismatches.div_(self.L)
         terminated = dist == 0
-        truncated = ~terminated & (self.t >= self.H)
-        reward = -dist + self.success_bonus * terminated.float()
+        truncated = (self.t >= self.H) & ~terminated
+        reward = torch.where(terminated, self.success_bonus, -dist)
         info = {"dist": dist, "rule": self.rules.clone(), "t": self.t.clone()}
-        done = terminated | truncated
         if self.autoreset:
-            info["final_obs"] = self.observation()
-            self._reset_rows(done)
-        return self.observation(), reward, terminated, truncated, info
+            info["final_obs"] = obs
+            done_rows = (terminated | truncated).nonzero().squeeze(1)
+            if done_rows.numel():
+                self._reset_rows(done_rows)
+                obs = obs.clone()
+                obs[done_rows, :self.L] = self.tapes[done_rows].float()
+                obs[done_rows, self.L] = 0.0
+        return obs, reward, terminated, truncated, info

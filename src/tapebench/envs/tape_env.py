@@ -6,7 +6,8 @@ import numpy as np
 from gymnasium import spaces
 
 from ..ca import reference
-from ..validation import check_goal, check_horizon, check_length, check_rule, check_rules
+from ..validation import (as_scalar_action, check_action, check_goal, check_horizon, check_length, check_rule,
+                          check_rules, check_success_bonus)
 
 
 class TapeEnv(gym.Env):
@@ -28,7 +29,7 @@ class TapeEnv(gym.Env):
         self.L = check_length(L)
         self.H = check_horizon(H)
         self.goal = check_goal(goal, self.L)
-        self.success_bonus = float(success_bonus)
+        self.success_bonus = check_success_bonus(success_bonus)
         self.rules = check_rules(rules) if rules is not None else [check_rule(rule)]
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
@@ -51,7 +52,7 @@ class TapeEnv(gym.Env):
         self.rule = check_rule(options["rule"]) if "rule" in options else \
             int(self.rules[self.np_random.integers(len(self.rules))])
         if "tape" in options:
-            tape = check_goal(options["tape"], self.L)  # same shape/binary checks as a goal
+            tape = check_goal(options["tape"], self.L, what="initial tape (options['tape'])")
             if np.array_equal(tape, self.goal):
                 raise ValueError("initial tape must differ from the goal tape")
             self.tape = tape.copy()
@@ -61,7 +62,8 @@ class TapeEnv(gym.Env):
         return self._obs(), self._info()
 
     def step(self, action):
-        self.tape = reference.transition(self.tape, int(action), self.rule)
+        action = check_action(as_scalar_action(action), self.L)
+        self.tape = reference.transition(self.tape, action, self.rule)
         self.t += 1
         dist = reference.distance(self.tape, self.goal)
         success = dist == 0.0
