@@ -1,8 +1,241 @@
-"""`tapebench bench ...`: benchmark commands that print figures (never timed tests)."""
+"""`tapebench bench WHAT`: benchmark commands that print figures (never timed tests).
+
+Every figure is the median of `--repeats` timed runs of `--seconds` each, and every figure has a
+baseline measured in the same run beside it, because the machines these run on are shared and noisy.
+
+Adding a benchmark: write `def bench_NAME(args) -> dict` anywhere (it prints its figures and returns
+them as a JSON-able dict) and add `"NAME": "dotted.module:function"` to `BENCHMARKS`. The target is
+imported only when run, so heavy imports stay out of CLI start-up. Options shared by all benchmarks
+are defined in `register`; read the ones you need from `args`.
+"""
 from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import platform
+import statistics
+import time
+from typing import Callable
+
+import numpy as np
+
+from .validation import check_length, check_horizon, parse_rule_list
+
+BENCHMARKS: dict[str, str] = {
+    "ca": "tapebench.bench:bench_ca",
+}
+
+KERNEL_GOAL = 2e8        # packed numba kernel, tape-steps/s on one core
+ENV_GOAL = 5e6           # BatchedTapeEnv on CPU, env steps/s with 4096 tapes
+KERNEL_BATCH = 1 << 16   # tapes per kernel call: large enough that call overhead is negligible
+EVOLVE_STEPS = 64
+ACTION_POOL = 64         # pre-drawn action batches cycled through, so the RNG is not timed
 
 
 def register(sub) -> None:
-    p = sub.add_parser("bench", help="print performance figures with a baseline measured in the same run")
-    p.add_argument("what", choices=["ca"], help="which benchmark")
-    p.set_defaults(func=lambda args: print("not built yet") or 0)
+    p = sub.add_parser("bench", help="print performance figures with a baseline measured in the same run",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("what", choices=sorted(BENCHMARKS), help="which benchmark")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
+                   help="devices for torch figures: auto = cpu, plus cuda when available (default auto)")
+    p.add_argument("--num-envs", type=int, default=4096, help="parallel tapes for environment figures")
+    p.add_argument("--seconds", type=float, default=1.0, help="length of one timed run (default 1.0)")
+    p.add_argument("--repeats", type=int, default=3, help="timed runs per figure; the median is shown")
+    p.add_argument("--L", type=int, default=32, help="tape length (default 32)")
+    p.add_argument("--H", type=int, default=32, help="horizon for environment figures (default 32)")
+    p.add_argument("--rules", default="0-255", help="rule set for environment figures (default 0-255)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads for environment figures (default: torch's own setting)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", default=None, metavar="PATH", help="also write the figures to this JSON file")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    check_options(args)
+    module_name, func_name = BENCHMARKS[args.what].split(":")
+    bench: Callable = getattr(importlib.import_module(module_name), func_name)
+    figures = bench(args)
+    if args.json:
+        from .utils.io import provenance, write_json
+
+        options = {k: v for k, v in vars(args).items() if k not in ("func", "json", "command")}
+        write_json(args.json, {"benchmark": args.what, "figures": figures,
+                               **provenance(options, args.seed, host=host_description())})
+        print(f"figures written to {args.json}")
+    return 0
+
+
+def check_options(args) -> None:
+    if args.num_envs < 1:
+        raise ValueError(f"--num-envs must be >= 1, got {args.num_envs}")
+    if not args.seconds > 0:
+        raise ValueError(f"--seconds must be > 0, got {args.seconds}")
+    if args.repeats < 1:
+        raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {args.threads}")
+    check_length(args.L)
+    check_horizon(args.H)
+    parse_rule_list(args.rules)
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError("--device cuda was asked for, but torch.cuda.is_available() is False; "
+                             "use --device cpu or auto")
+
+
+# --- measurement ---------------------------------------------------------------------------
+
+def measure(step: Callable[[], object], units_per_call: float, seconds: float, repeats: int,
+            sync: Callable[[], None] = lambda: None) -> float:
+    """Median over `repeats` runs of units processed per second; each run lasts >= `seconds`."""
+    step()
+    sync()
+    rates = []
+    for _ in range(repeats):
+        calls = 0
+        start = time.perf_counter()
+        while True:
+            step()
+            calls += 1
+            if calls % 4 == 0 and time.perf_counter() - start >= seconds:
+                break
+        sync()
+        rates.append(calls * units_per_call / (time.perf_counter() - start))
+    return statistics.median(rates)
+
+
+def host_description() -> dict:
+    import numba
+    import torch
+
+    return {"machine": platform.machine(), "processor": platform.processor() or "", "cpu_count": os.cpu_count(),
+            "python": platform.python_version(), "numpy": np.__version__, "numba": numba.__version__,
+            "torch": torch.__version__}
+
+
+def fmt(x: float) -> str:
+    return f"{x:.3g}"
+
+
+# --- naive NumPy baselines (deliberately plain; only the benchmark uses them) ----------------
+
+RULE_TABLES = ((np.arange(256)[:, None] >> np.arange(8)) & 1).astype(np.uint8)   # (256, 8)
+
+
+def numpy_ca_step(tapes: np.ndarray, rule: int) -> np.ndarray:
+    """np.roll-based CA step of a (N, L) uint8 batch under one rule."""
+    idx = (np.roll(tapes, 1, axis=1) << 2) | (tapes << 1) | np.roll(tapes, -1, axis=1)
+    return RULE_TABLES[rule][idx]
+
+
+class NumpyBatchedEnv:
+    """Naive NumPy re-statement of `BatchedTapeEnv.step` (all-zero goal, auto-reset on)."""
+
+    def __init__(self, num_envs: int, L: int, H: int, rules, seed: int):
+        self.rng = np.random.default_rng(seed)
+        self.L, self.H, self.rule_set = L, H, np.asarray(rules)
+        self.rows = np.arange(num_envs)
+        self.tapes = self._draw(num_envs)
+        self.rules = self.rng.choice(self.rule_set, num_envs)
+        self.t = np.zeros(num_envs, dtype=np.int64)
+
+    def _draw(self, n):
+        tapes = self.rng.integers(0, 2, (n, self.L), dtype=np.uint8)
+        empty = ~tapes.any(axis=1)
+        while empty.any():
+            tapes[empty] = self.rng.integers(0, 2, (int(empty.sum()), self.L), dtype=np.uint8)
+            empty = ~tapes.any(axis=1)
+        return tapes
+
+    def observation(self):
+        return np.concatenate([self.tapes.astype(np.float32), (self.t / self.H).astype(np.float32)[:, None]], 1)
+
+    def step(self, actions):
+        self.tapes[self.rows, actions] ^= 1
+        tapes = self.tapes
+        idx = (np.roll(tapes, 1, axis=1) << 2) | (tapes << 1) | np.roll(tapes, -1, axis=1)
+        self.tapes = np.take_along_axis(RULE_TABLES[self.rules], idx, axis=1)
+        self.t += 1
+        dist = self.tapes.mean(axis=1, dtype=np.float32)
+        terminated = dist == 0
+        truncated = ~terminated & (self.t >= self.H)
+        reward = -dist + terminated.astype(np.float32)
+        info = {"dist": dist, "rule": self.rules.copy(), "t": self.t.copy(), "final_obs": self.observation()}
+        done = np.flatnonzero(terminated | truncated)
+        if len(done):
+            self.tapes[done] = self._draw(len(done))
+            self.rules[done] = self.rng.choice(self.rule_set, len(done))
+            self.t[done] = 0
+        return self.observation(), reward, terminated, truncated, info
+
+
+# --- `bench ca` ----------------------------------------------------------------------------
+
+def bench_ca(args) -> dict:
+    import numba
+    import torch
+
+    from .ca import packed
+    from .envs.batched import BatchedTapeEnv
+
+    L, seconds, repeats = check_length(args.L), args.seconds, args.repeats
+    rules = parse_rule_list(args.rules)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    devices = ["cpu"] if args.device == "cpu" else ["cuda"] if args.device == "cuda" else \
+        ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    print(f"tapebench bench ca: L={L}, {os.cpu_count()} CPU cores, numpy {np.__version__}, "
+          f"numba {numba.__version__}, torch {torch.__version__}")
+    print(f"each figure: median of {repeats} runs x {seconds:g} s; on a shared machine figures are noisy, "
+          f"compare a figure with the baseline printed beside it")
+    figures: dict = {"kernel": {}, "env": {}}
+
+    # (a) packed numba kernel, one thread (the kernels have no parallel loops)
+    print(f"\n(a) CA kernel: tape-steps/s on one core, batch of {KERNEL_BATCH} tapes "
+          f"(goal >= {KERNEL_GOAL:.0e} for the numba kernel)")
+    print(f"  {'rule':>4}  {'numba step_words':>16}  {'numba evolve_words':>18}  {'numpy np.roll':>13}  "
+          f"{'speed-up':>8}  goal")
+    rng = np.random.default_rng(args.seed)
+    tapes = rng.integers(0, 2, (KERNEL_BATCH, L), dtype=np.uint8)
+    words = packed.pack(tapes)
+    for rule in (30, 110):
+        if not np.array_equal(packed.unpack(packed.step_words(words, rule, L), L), numpy_ca_step(tapes, rule)):
+            raise RuntimeError(f"NumPy baseline and numba kernel disagree for rule {rule}")
+        step = measure(lambda: packed.step_words(words, rule, L), KERNEL_BATCH, seconds, repeats)
+        evolve = measure(lambda: packed.evolve_words(words, rule, L, EVOLVE_STEPS),
+                         KERNEL_BATCH * EVOLVE_STEPS, seconds, repeats)
+        base = measure(lambda: numpy_ca_step(tapes, rule), KERNEL_BATCH, seconds, repeats)
+        met = "met" if min(step, evolve) >= KERNEL_GOAL else "MISSED"
+        print(f"  {rule:>4}  {fmt(step):>16}  {fmt(evolve):>18}  {fmt(base):>13}  {step / base:>7.0f}x  {met}")
+        figures["kernel"][str(rule)] = {"step_words": step, "evolve_words": evolve, "numpy_baseline": base}
+
+    # (b, c) batched environment
+    n, H = args.num_envs, args.H
+    print(f"\n(b) BatchedTapeEnv.step: env steps/s, {n} tapes, rules {args.rules}, H={H}, auto-reset on, "
+          f"random actions (goal >= {ENV_GOAL:.0e} on CPU)")
+    numpy_env = NumpyBatchedEnv(n, L, H, rules, args.seed)
+    np_actions = [rng.integers(0, L, n) for _ in range(ACTION_POOL)]
+    np_calls = iter(range(1 << 62))
+    base = measure(lambda: numpy_env.step(np_actions[next(np_calls) % ACTION_POOL]), n, seconds, repeats)
+    figures["env"]["numpy_baseline"] = base
+    print(f"  {'device':<18}  {'torch env':>10}  {'numpy env':>10}  {'speed-up':>8}  goal")
+    for device in devices:
+        env = BatchedTapeEnv(n, L=L, H=H, rules=rules, device=device, seed=args.seed)
+        env.reset()
+        gen = torch.Generator().manual_seed(args.seed)
+        actions = [torch.randint(0, L, (n,), generator=gen).to(device) for _ in range(ACTION_POOL)]
+        calls = iter(range(1 << 62))
+        sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+        with torch.no_grad():
+            rate = measure(lambda: env.step(actions[next(calls) % ACTION_POOL]), n, seconds, repeats, sync)
+        label = f"cpu ({torch.get_num_threads()} threads)" if device == "cpu" else torch.cuda.get_device_name()
+        met = ("met" if rate >= ENV_GOAL else "MISSED") if device == "cpu" else ""
+        print(f"  {label:<18}  {fmt(rate):>10}  {fmt(base):>10}  {rate / base:>7.1f}x  {met}")
+        figures["env"][device] = {"steps_per_s": rate, "threads": torch.get_num_threads() if device == "cpu" else None}
+    if "cuda" not in devices:
+        print("  (c) cuda: not available here")
+    return figures

@@ -16,6 +16,13 @@ def check_rule(rule) -> int:
 
 
 def check_rules(rules) -> list[int]:
+    if isinstance(rules, str):
+        raise ValueError(f"rules must be a collection of integers in 0..255, got the string {rules!r} "
+                         f"(parse_rule_list turns '0-255' or '30,110' into a list)")
+    if hasattr(rules, "tolist"):   # numpy arrays and torch tensors
+        rules = rules.tolist()
+    if not hasattr(rules, "__iter__"):
+        raise ValueError(f"rules must be a collection of integers in 0..255 (e.g. [30, 110]), got {rules!r}")
     rules = [check_rule(r) for r in rules]
     if not rules:
         raise ValueError("rule set must contain at least one rule in 0..255, got an empty set")

@@ -111,17 +111,17 @@ class BatchedTapeEnv:
 
     def load(self, tapes, rules) -> torch.Tensor:
         """Start episodes from explicit initial tapes (N, L) and rules (N,): evaluation uses this."""
-        tapes_np = np.asarray(tapes)
-        rules = torch.as_tensor(np.asarray(check_rules(list(np.asarray(rules).reshape(-1).tolist()))),
-                                dtype=torch.uint8, device=self.device)
-        if tapes_np.shape != (self.num_envs, self.L) or rules.shape != (self.num_envs,):
-            raise ValueError(f"load expects tapes {(self.num_envs, self.L)} and rules ({self.num_envs},), "
-                             f"got {tuple(tapes_np.shape)} and {tuple(rules.shape)}")
-        if not np.all((tapes_np == 0) | (tapes_np == 1)):
+        tapes_np = tapes.cpu().numpy() if isinstance(tapes, torch.Tensor) else np.asarray(tapes)
+        rules_np = rules.cpu().numpy() if isinstance(rules, torch.Tensor) else np.asarray(rules)
+        if tapes_np.shape != (self.num_envs, self.L) or rules_np.shape != (self.num_envs,):
+            raise ValueError(f"load expects tapes of shape {(self.num_envs, self.L)} and rules of shape "
+                             f"({self.num_envs},), got {tapes_np.shape} and {rules_np.shape}")
+        rules_t = torch.tensor(check_rules(rules_np), dtype=torch.uint8, device=self.device)
+        if tapes_np.dtype.kind not in "biuf" or not np.all((tapes_np == 0) | (tapes_np == 1)):
             bad = sorted(set(np.unique(tapes_np).tolist()) - {0, 1})
             raise ValueError(f"load: tape cells must be 0 or 1, got values {bad}")
         self._set_rows(torch.arange(self.num_envs, device=self.device),
-                       torch.as_tensor(tapes_np.astype(np.uint8), device=self.device), rules)
+                       torch.as_tensor(tapes_np.astype(np.uint8), device=self.device), rules_t)
         return self.observation()
 
     # --- dynamics --------------------------------------------------------------------------
