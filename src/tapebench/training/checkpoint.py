@@ -1,0 +1,113 @@
+"""Checkpoint files of a training run, written atomically.
+
+`<run>/checkpoints/step_XXXXXXX.pt` — an evaluation checkpoint: agent name, resolved
+hyperparameters, env spec, env steps trained, provenance and the greedy policy's weights
+(`agent.policy_state_dict()`): enough to rebuild the policy with `load_policy`.
+
+`<run>/resume.pt` — the full training state after the last checkpoint: agent state (networks,
+optimiser, replay buffer / partial rollout), environment state (tapes, rules, step counters and the
+env generator), the torch / numpy / python RNG states, the loop counters and the run fingerprint.
+
+Files are serialised to memory first, so the same content always gives the same bytes
+(torch.save embeds the file name in the archive otherwise).
+"""
+from __future__ import annotations
+
+import dataclasses
+import io
+import random
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..utils.io import atomic_path
+
+CHECKPOINT_DIR = "checkpoints"
+RESUME_FILE = "resume.pt"
+MANIFEST_FILE = "train.json"
+LOG_FILE = "train.log"
+FORMAT_VERSION = 1
+
+
+def checkpoint_name(env_steps: int) -> str:
+    return f"{CHECKPOINT_DIR}/step_{int(env_steps):07d}.pt"
+
+
+def save(path, obj) -> None:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(buffer.getvalue())
+
+
+def load(path, map_location="cpu"):
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint file not found: {path}")
+    # our own files: they hold numpy/python RNG states, which weights_only loading refuses
+    return torch.load(path, map_location=map_location, weights_only=False)
+
+
+# --- RNG and environment state -------------------------------------------------------------------
+def rng_state() -> dict:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def env_state(env) -> dict:
+    return {"tapes": env.tapes.cpu().clone(), "rules": env.rules.cpu().clone(), "t": env.t.cpu().clone(),
+            "generator": env.generator.get_state()}
+
+
+def load_env_state(env, state: dict) -> None:
+    """Restore through the env's public `load` (tapes, rules), then the step counters and generator."""
+    if tuple(state["tapes"].shape) != (env.num_envs, env.L):
+        raise ValueError(f"resume state has {tuple(state['tapes'].shape)} tapes, the environment "
+                         f"{(env.num_envs, env.L)}")
+    env.load(state["tapes"], state["rules"])
+    env.t.copy_(state["t"].to(env.device))
+    env.generator.set_state(state["generator"])
+
+
+# --- evaluation checkpoints ----------------------------------------------------------------------
+def policy_checkpoint(agent_name: str, config, env_spec, agent, env_steps: int, total_steps: int,
+                      seed: int, provenance: dict) -> dict:
+    return {
+        "format": FORMAT_VERSION,
+        "agent": agent_name,
+        "hyperparameters": dataclasses.asdict(config),
+        "env_spec": dataclasses.asdict(env_spec),
+        "env_steps": int(env_steps),
+        "total_steps": int(total_steps),
+        "seed": int(seed),
+        "provenance": provenance,
+        "policy": agent.policy_state_dict(),
+    }
+
+
+def build_policy_agent(payload: dict, device="cpu"):
+    """An agent (from the registry) ready to hold the policy weights of checkpoints like `payload`."""
+    from ..agents import EnvSpec, build_config, get_agent
+
+    config = build_config(payload["agent"], payload["hyperparameters"])
+    env_spec = EnvSpec(**payload["env_spec"])
+    return get_agent(payload["agent"]).make(config, env_spec, payload["total_steps"], device)
+
+
+def load_policy(path, device="cpu"):
+    """(agent with the checkpoint's greedy policy loaded, checkpoint metadata without the weights)."""
+    payload = load(path)
+    agent = build_policy_agent(payload, device)
+    agent.load_policy_state_dict(payload["policy"])
+    return agent, {k: v for k, v in payload.items() if k != "policy"}

@@ -1,0 +1,127 @@
+"""`tapebench train` and `tapebench evaluate`: the two commands the pipeline runs per seed.
+
+  tapebench train --agent dqn --split results/splits/main.json --seed 3 --params '<JSON>' \\
+      --out results/runs/main/dqn/seed3 [--device auto|cpu|cuda] [--threads 1]
+  tapebench evaluate --run results/runs/main/dqn/seed3 --split results/splits/main.json --H 32 \\
+      --params '<JSON>' --out results/runs/main/dqn/seed3/eval_H32.parquet
+
+--params is the job's config slice (JSON object):
+  {"agent": {<overrides of the agent's Config>}, "env": {"L": 32, "H": 32, "success_bonus": 1.0},
+   "training": {"total_steps": 200000, "eval_every": 10000},
+   "evaluation": {"episodes_per_rule": 20, "eval_seed": 20260101, "checkpoints": "all" | K}}
+Missing keys take the paper-protocol defaults; unknown keys are an error.
+`--rules 4` (instead of --split) trains / evaluates on an explicit rule list (fixed-z diagnostics).
+"""
+from __future__ import annotations
+
+import json
+
+from ..agents import REGISTRY
+from ..validation import parse_rule_list
+from .evaluate import DEFAULT_EPISODES_PER_RULE, DEFAULT_EVAL_SEED, evaluate_run, write_evaluation
+from .loop import PAPER_ENV, PAPER_TRAINING, RunLog, TrainSpec, train
+
+PARAM_SECTIONS = {
+    "agent": None,  # checked against the agent's Config
+    "env": tuple(PAPER_ENV),
+    "training": tuple(PAPER_TRAINING),
+    "evaluation": ("episodes_per_rule", "eval_seed", "checkpoints"),
+}
+
+
+def parse_params(text: str) -> dict:
+    try:
+        params = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--params is not valid JSON ({exc}): {text!r}") from None
+    if not isinstance(params, dict):
+        raise ValueError(f"--params must be a JSON object with keys {sorted(PARAM_SECTIONS)}, got {text!r}")
+    unknown = sorted(set(params) - set(PARAM_SECTIONS))
+    if unknown:
+        raise ValueError(f"unknown --params section(s) {unknown}; allowed: {sorted(PARAM_SECTIONS)}")
+    for section, allowed in PARAM_SECTIONS.items():
+        value = params.get(section, {})
+        if not isinstance(value, dict):
+            raise ValueError(f"--params section {section!r} must be a JSON object, got {value!r}")
+        if allowed is not None and set(value) - set(allowed):
+            raise ValueError(f"unknown key(s) {sorted(set(value) - set(allowed))} in --params section "
+                             f"{section!r}; allowed: {list(allowed)}")
+    return params
+
+
+def _rule_source(args):
+    """(split or None, rule tuple for training / None, split provenance)."""
+    if (args.split is None) == (args.rules is None):
+        raise ValueError("give exactly one of --split PATH or --rules LIST")
+    if args.split is not None:
+        from ..splits.io import load_split
+
+        split = load_split(args.split)
+        return split, {"name": split.name, "content_hash": split.content_hash}
+    return None, None
+
+
+def run_train(args) -> int:
+    params = parse_params(args.params)
+    split, split_info = _rule_source(args)
+    rules = tuple(split.train) if split is not None else tuple(parse_rule_list(args.rules))
+    env = {**PAPER_ENV, **params.get("env", {})}
+    training = {**PAPER_TRAINING, **params.get("training", {})}
+    spec = TrainSpec(agent=args.agent, rules=rules, seed=args.seed, hyperparameters=params.get("agent", {}),
+                     L=env["L"], H=env["H"], success_bonus=float(env["success_bonus"]),
+                     total_steps=training["total_steps"], eval_every=training["eval_every"], split=split_info)
+    config_slice = {k: params[k] for k in ("agent", "env", "training") if k in params}
+    if split is None:
+        config_slice["rules"] = list(rules)
+    train(spec, args.out, device=args.device, threads=args.threads, config_slice=config_slice, quiet=args.quiet)
+    return 0
+
+
+def run_evaluate(args) -> int:
+    from pathlib import Path
+
+    params = parse_params(args.params)
+    split, _ = _rule_source(args)
+    rules = tuple(parse_rule_list(args.rules)) if split is None else None
+    env, evaluation = params.get("env", {}), params.get("evaluation", {})
+    log = RunLog(Path(args.run) / f"evaluate_H{args.H}.log", f"evaluate H={args.H}", args.quiet)
+    records, summary = evaluate_run(
+        args.run, args.H, split=split, rules=rules,
+        episodes_per_rule=evaluation.get("episodes_per_rule", DEFAULT_EPISODES_PER_RULE),
+        eval_seed=evaluation.get("eval_seed", DEFAULT_EVAL_SEED), checkpoints=evaluation.get("checkpoints", "all"),
+        success_bonus=float(env.get("success_bonus", PAPER_ENV["success_bonus"])), L=env.get("L"),
+        device=args.device, threads=args.threads, log=log)
+    config_slice = {k: params[k] for k in ("env", "evaluation") if k in params}
+    config_slice["H"] = args.H
+    if rules is not None:
+        config_slice["rules"] = list(rules)
+    write_evaluation(args.out, records, summary, config_slice, int(records["seed"].iloc[0]), split)
+    log(f"wrote {len(records)} episode records ({len(summary['checkpoints'])} checkpoints) to {args.out}")
+    return 0
+
+
+def _common(p) -> None:
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--split", help="split file (results/splits/<name>.json)")
+    where.add_argument("--rules", help="explicit rule list instead of a split, e.g. '4' or '0,4,108'")
+    p.add_argument("--params", default="{}", help="the job's config slice as a JSON object (see module doc)")
+    p.add_argument("--device", default="auto", help="auto (cuda if available) | cpu | cuda[:N]")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    p.add_argument("--quiet", action="store_true", help="log to the run's log file only, not stderr")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("train", help="train one agent for one seed, with resumable checkpoints",
+                       description=__doc__.split("\n\n")[0])
+    p.add_argument("--agent", required=True, help=f"registered agent: {', '.join(sorted(REGISTRY))}")
+    p.add_argument("--seed", type=int, default=0, help="training seed (default 0)")
+    p.add_argument("--out", required=True, help="run directory (checkpoints/, resume.pt, train.log, train.json)")
+    _common(p)
+    p.set_defaults(func=run_train)
+
+    p = sub.add_parser("evaluate", help="evaluate a run's checkpoints on the CRN episodes, write Parquet")
+    p.add_argument("--run", required=True, help="run directory written by `tapebench train`")
+    p.add_argument("--H", type=int, required=True, help="evaluation horizon")
+    p.add_argument("--out", required=True, help="output Parquet file")
+    _common(p)
+    p.set_defaults(func=run_evaluate)

@@ -1,0 +1,108 @@
+"""Checkpoint evaluation on the common-random-number episodes (SPEC §6, §12).
+
+Every checkpoint of a run (or its last K) plays the greedy policy on the ID episodes (side "train",
+the split's training rules) and the OOD episodes (side "test"), or on an explicit rule list
+(side "rules"), at horizon H. One record per episode (schema: `evaluation.records`) plus the
+columns agent, seed and checkpoint (env steps trained).
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from ..evaluation.episodes import episode_set, split_key
+from ..evaluation.records import coerce_episode_frame
+from ..evaluation.runner import episode_frame, run_episodes
+from ..utils.io import provenance, write_parquet
+from . import checkpoint as ckpt
+from .loop import read_manifest, resolve_device, torch_settings
+
+DEFAULT_EVAL_SEED = 20260101
+DEFAULT_EPISODES_PER_RULE = 20
+
+
+def evaluation_sides(split=None, rules=None) -> list[tuple[str, tuple[int, ...]]]:
+    if (split is None) == (rules is None):
+        raise ValueError("evaluate needs exactly one of a split or an explicit rule list")
+    if split is not None:
+        return [("train", tuple(split.train)), ("test", tuple(split.test))]
+    return [("rules", tuple(rules))]
+
+
+def select_checkpoints(manifest: dict, last: int | str | None) -> list[dict]:
+    checkpoints = manifest["checkpoints"]
+    if last in (None, "all"):
+        return checkpoints
+    if isinstance(last, bool) or not isinstance(last, int) or last < 1:
+        raise ValueError(f"evaluation.checkpoints must be 'all' or a positive integer K (the last K), got {last!r}")
+    return checkpoints[-last:]
+
+
+def evaluate_run(run_dir, H: int, *, split=None, rules=None, episodes_per_rule: int = DEFAULT_EPISODES_PER_RULE,
+                 eval_seed: int = DEFAULT_EVAL_SEED, checkpoints: int | str | None = "all",
+                 success_bonus: float = 1.0, L: int | None = None, device="cpu", threads: int | None = 1,
+                 log=None) -> tuple[pd.DataFrame, dict]:
+    """Evaluate the run's checkpoints; returns (episode records, summary for the Parquet metadata)."""
+    run_dir = Path(run_dir)
+    manifest = read_manifest(run_dir)
+    if manifest is None:
+        raise FileNotFoundError(f"no finished training run in {run_dir}: {ckpt.MANIFEST_FILE} is missing "
+                                f"(run `tapebench train` first)")
+    if split is not None and manifest.get("split") and manifest["split"].get("content_hash") != split.content_hash:
+        raise ValueError(f"run {run_dir} was trained on split {manifest['split'].get('name')!r} "
+                         f"(hash {manifest['split'].get('content_hash', '')[:12]}), not on split {split.name!r} "
+                         f"(hash {split.content_hash[:12]})")
+    run_L = manifest["env"]["L"]
+    if L is not None and int(L) != run_L:
+        raise ValueError(f"env.L = {L} in the evaluation params but the run was trained at L = {run_L}")
+    selected = select_checkpoints(manifest, checkpoints)
+    device = resolve_device(device)
+    key = split_key(split.content_hash) if split is not None else 0
+    sides = [(side, episode_set(side_rules, episodes_per_rule, run_L, eval_seed=eval_seed, key=key, side=side))
+             for side, side_rules in evaluation_sides(split, rules)]
+    frames, agent, timings = [], None, []
+    with torch_settings(device, threads):
+        for entry in selected:
+            start = time.perf_counter()
+            payload = ckpt.load(run_dir / entry["file"])
+            if agent is None:
+                agent = ckpt.build_policy_agent(payload, device)
+            agent.load_policy_state_dict(payload["policy"])
+            policy = lambda obs: agent.act(obs, greedy=True)
+            for side, episodes in sides:
+                results = run_episodes(policy, episodes, H, success_bonus=success_bonus, device=device)
+                frame = episode_frame(results, episodes, H=H, split=split.name if split is not None else "",
+                                      rule_types=split.types if split is not None else None)
+                frame.insert(0, "checkpoint", int(payload["env_steps"]))
+                frame.insert(0, "seed", int(manifest["seed"]))
+                frame.insert(0, "agent", manifest["agent"])
+                frames.append(frame)
+            timings.append(time.perf_counter() - start)
+            if log is not None:
+                ok = frames[-len(sides):]
+                shown = ", ".join(f"{f['side'].iloc[0]} {f['success'].mean():.3f}" for f in ok)
+                log(f"checkpoint {payload['env_steps']}: strict success {shown} ({timings[-1]:.1f} s)")
+    records = coerce_episode_frame(pd.concat(frames, ignore_index=True), with_agent=True)
+    summary = {"checkpoints": [int(c["env_steps"]) for c in selected], "H": int(H),
+               "episodes_per_rule": int(episodes_per_rule), "eval_seed": int(eval_seed),
+               "seconds": round(sum(timings), 3), "run": {"agent": manifest["agent"], "seed": manifest["seed"],
+                                                          "fingerprint": manifest["fingerprint"],
+                                                          "code_version": manifest["provenance"]["code_version"]}}
+    return records, summary
+
+
+def write_evaluation(out, records: pd.DataFrame, summary: dict, config_slice: dict, seed: int, split=None) -> None:
+    split_info = {"name": split.name, "content_hash": split.content_hash} if split is not None else None
+    write_parquet(out, records, meta=provenance(config_slice, seed, split=split_info, evaluation=summary))
+
+
+def greedy_success(agent, rules, H: int, L: int, episodes_per_rule: int = 100, eval_seed: int = 0,
+                   device="cpu") -> float:
+    """Strict success of an agent's greedy policy on CRN episodes of `rules` (side "rules")."""
+    episodes = episode_set(rules, episodes_per_rule, L, eval_seed=eval_seed, side="rules")
+    with torch.no_grad():
+        results = run_episodes(lambda obs: agent.act(obs, greedy=True), episodes, H, device=device)
+    return float(results["success"].mean())

@@ -1,0 +1,355 @@
+"""The one training loop every agent shares (SPEC §6).
+
+* Environment: `BatchedTapeEnv` with `num_envs` rows (an agent hyperparameter); z ~ Unif(train rules)
+  at every reset; L, H and the success bonus from the env config.
+* Budget: counted in environment steps. One batched step is `num_envs` environment steps, so the
+  number of parallel environments does not change the budget.
+* Checkpoints at every `eval_every` environment steps and at the end. A checkpoint is taken after
+  the first batched step at which the env-step count reaches the target, so when `num_envs` does
+  not divide `eval_every` the checkpoint's step count is the target rounded *up* to a multiple of
+  `num_envs` (and the same holds for `total_steps`); the logged and recorded counts are the true
+  ones. All default configurations divide exactly.
+* Each checkpoint writes `checkpoints/step_XXXXXXX.pt` (greedy policy) and then `resume.pt`
+  (full training state); a killed run restarted with the same arguments resumes from `resume.pt`
+  and ends with bit-identical weights on CPU. `train.json` (the manifest) is written last.
+* Determinism: python, numpy and torch are seeded from the run seed, the environment generator
+  from a separate stream of it; on CPU `torch.use_deterministic_algorithms(True)` and a fixed
+  number of torch threads (results are bit-identical for the same thread count).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import random
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from ..agents import EnvSpec, build_config, get_agent
+from ..envs.batched import BatchedTapeEnv
+from ..utils.io import content_hash, provenance, write_json
+from ..validation import check_horizon, check_length, check_rules
+from . import checkpoint as ckpt
+
+PAPER_ENV = {"L": 32, "H": 32, "success_bonus": 1.0}
+PAPER_TRAINING = {"total_steps": 200_000, "eval_every": 10_000}
+LOG_INTERVAL_S = 30.0
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """Everything that determines a training run's numbers (the run fingerprint hashes all of it)."""
+
+    agent: str
+    rules: tuple[int, ...]                 # z ~ Unif(rules) at every reset
+    seed: int
+    hyperparameters: dict = field(default_factory=dict)   # overrides of the agent's Config
+    L: int = 32
+    H: int = 32
+    success_bonus: float = 1.0
+    total_steps: int = 200_000             # environment steps
+    eval_every: int = 10_000               # environment steps between checkpoints
+    split: dict | None = None              # {"name", "content_hash"} of the split the rules come from
+
+    def __post_init__(self):
+        object.__setattr__(self, "rules", tuple(check_rules(self.rules)))
+        check_length(self.L)
+        check_horizon(self.H)
+        for name in ("total_steps", "eval_every"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"training.{name} must be a positive integer (environment steps), got {value!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
+            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
+
+    def config(self):
+        return build_config(self.agent, self.hyperparameters)
+
+    def env_spec(self) -> EnvSpec:
+        return EnvSpec.for_tape(self.L, self.H)
+
+    def fingerprint(self) -> str:
+        body = dataclasses.asdict(self)
+        body["hyperparameters"] = dataclasses.asdict(self.config())  # defaults resolved
+        return content_hash(body)
+
+
+def checkpoint_steps(total_steps: int, eval_every: int, num_envs: int) -> list[int]:
+    """Env-step counts of the checkpoints: each multiple of eval_every (and total_steps), rounded up
+    to a multiple of num_envs."""
+    targets = list(range(eval_every, total_steps + 1, eval_every))
+    if not targets or targets[-1] != total_steps:
+        targets.append(total_steps)
+    return sorted({math.ceil(t / num_envs) * num_envs for t in targets})
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        resolved = torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {device!r}") from None
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} requested but CUDA is not available; use --device cpu or auto")
+    if resolved.type not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {device!r}")
+    return resolved
+
+
+@contextlib.contextmanager
+def torch_settings(device: torch.device, threads: int | None):
+    """Fixed thread count and deterministic algorithms on CPU, restored afterwards."""
+    previous_threads = torch.get_num_threads()
+    previous_deterministic = torch.are_deterministic_algorithms_enabled()
+    if threads is not None:
+        if int(threads) < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
+        torch.set_num_threads(int(threads))
+    if device.type == "cpu":
+        torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous_threads)
+        torch.use_deterministic_algorithms(previous_deterministic)
+
+
+def seed_everything(seed: int) -> int:
+    """Seed python, numpy and torch from `seed`; returns the (independent) environment seed."""
+    torch_seed, numpy_seed, env_seed = np.random.SeedSequence([int(seed)]).generate_state(3)
+    random.seed(int(seed))
+    np.random.seed(int(numpy_seed))
+    torch.manual_seed(int(torch_seed))
+    return int(env_seed)
+
+
+class RunLog:
+    """Timestamped lines to `<run>/train.log` (appended across resumes) and to stderr."""
+
+    def __init__(self, path: Path, prefix: str, quiet: bool = False):
+        self.path, self.prefix, self.quiet = path, prefix, quiet
+
+    def __call__(self, message: str) -> None:
+        line = f"{time.strftime('%Y-%m-%d %H:%M:%S')} [{self.prefix}] {message}"
+        with open(self.path, "a") as f:
+            f.write(line + "\n")
+        if not self.quiet:
+            print(line, file=sys.stderr, flush=True)
+
+
+class EpisodeStats:
+    """Training episodes finished so far and a window of recent ones (for log lines only)."""
+
+    def __init__(self, num_envs: int, window: int = 200):
+        self.returns = torch.zeros(num_envs, dtype=torch.float64)
+        self.recent_success: deque = deque(maxlen=window)
+        self.recent_return: deque = deque(maxlen=window)
+        self.episodes = 0
+
+    def record(self, rewards, terminated, done) -> None:
+        self.returns += rewards.double().cpu()
+        if bool(done.any()):
+            done_cpu = done.cpu()
+            self.recent_success.extend(terminated.cpu()[done_cpu].tolist())
+            self.recent_return.extend(self.returns[done_cpu].tolist())
+            self.episodes += int(done_cpu.sum())
+            self.returns[done_cpu] = 0.0
+
+    def summary(self) -> str:
+        if not self.recent_success:
+            return "episodes 0"
+        return (f"episodes {self.episodes} | success {np.mean(self.recent_success):.3f} "
+                f"| return {np.mean(self.recent_return):.2f} (last {len(self.recent_success)})")
+
+    def state_dict(self) -> dict:
+        return {"returns": self.returns, "recent_success": list(self.recent_success),
+                "recent_return": list(self.recent_return), "episodes": self.episodes}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.returns = state["returns"].clone()
+        self.recent_success.extend(state["recent_success"])
+        self.recent_return.extend(state["recent_return"])
+        self.episodes = state["episodes"]
+
+
+def read_manifest(out_dir) -> dict | None:
+    import json
+
+    path = Path(out_dir) / ckpt.MANIFEST_FILE
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return None
+
+
+def manifest_complete(manifest: dict | None, fingerprint: str, out_dir) -> bool:
+    return bool(manifest) and manifest.get("fingerprint") == fingerprint and all(
+        (Path(out_dir) / c["file"]).is_file() for c in manifest.get("checkpoints", []))
+
+
+def train(spec: TrainSpec, out_dir, *, device="cpu", threads: int | None = 1, config_slice: dict | None = None,
+          on_checkpoint: Callable[[int, int], None] | None = None, quiet: bool = False) -> dict:
+    """Train `spec.agent` into `out_dir`; resumes from `resume.pt`; returns the manifest (train.json).
+
+    `config_slice` is what provenance records as the job's config (default: the spec's fields).
+    `on_checkpoint(index, env_steps)` is called after checkpoint `index` (1-based) is on disk.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    device = resolve_device(device)
+    config = spec.config()
+    fingerprint = spec.fingerprint()
+    log = RunLog(out_dir / ckpt.LOG_FILE, f"{spec.agent} seed {spec.seed}", quiet)
+
+    manifest = read_manifest(out_dir)
+    if manifest_complete(manifest, fingerprint, out_dir):
+        log(f"{ckpt.MANIFEST_FILE} matches this configuration: nothing to do")
+        return manifest
+
+    schedule = checkpoint_steps(spec.total_steps, spec.eval_every, config.num_envs)
+    total_iterations = schedule[-1] // config.num_envs
+    checkpoint_at = {steps // config.num_envs: steps for steps in schedule}
+    config_slice = config_slice if config_slice is not None else dataclasses.asdict(spec)
+    prov = provenance(config_slice, spec.seed, agent=spec.agent, split=spec.split, fingerprint=fingerprint)
+
+    with torch_settings(device, threads):
+        env_seed = seed_everything(spec.seed)
+        env = BatchedTapeEnv(config.num_envs, L=spec.L, H=spec.H, rules=spec.rules,
+                             success_bonus=spec.success_bonus, device=device, seed=env_seed)
+        agent = get_agent(spec.agent).make(config, spec.env_spec(), schedule[-1], device)
+        stats = EpisodeStats(config.num_envs)
+        obs = env.reset()
+        iteration, checkpoints, wall_time, resumes = 0, [], 0.0, 0
+
+        resume = _load_resume(out_dir, fingerprint, log)
+        if resume is not None:
+            agent.load_state_dict(resume["agent"])
+            ckpt.load_env_state(env, resume["env"])
+            stats.load_state_dict(resume["stats"])
+            ckpt.set_rng_state(resume["rng"])
+            iteration, checkpoints = resume["iteration"], resume["checkpoints"]
+            wall_time, resumes = resume["wall_time_s"], resume["resumes"] + 1
+            obs = env.observation()
+            log(f"resuming from {ckpt.RESUME_FILE} at step {iteration * config.num_envs} "
+                f"(checkpoint {len(checkpoints)} of {len(schedule)})")
+        else:
+            _remove_stale_files(out_dir, log)
+            log(f"training {spec.agent} on {len(spec.rules)} rules, L={spec.L} H={spec.H}, "
+                f"{schedule[-1]} env steps ({config.num_envs} envs), checkpoints at {_short(schedule)}, "
+                f"device {device}, threads {torch.get_num_threads()}")
+            if schedule[-1] != spec.total_steps or any(s % spec.eval_every for s in schedule[:-1]):
+                log(f"note: num_envs={config.num_envs} does not divide the step targets; checkpoints are "
+                    f"rounded up to multiples of num_envs")
+
+        segment_start, segment_steps = time.perf_counter(), iteration * config.num_envs
+        last_log, metrics = segment_start, {}
+        while iteration < total_iterations:
+            actions = agent.act(obs)
+            next_obs, rewards, terminated, truncated, info = env.step(actions)
+            # info["final_obs"] is the observation before auto-reset: the true successor of every row
+            agent.observe(obs, actions, rewards, info["final_obs"], terminated, truncated)
+            metrics = agent.update() or metrics
+            stats.record(rewards, terminated, terminated | truncated)
+            obs = next_obs
+            iteration += 1
+            env_steps = iteration * config.num_envs
+
+            now = time.perf_counter()
+            if iteration in checkpoint_at:
+                wall_time_now = wall_time + (now - segment_start)
+                path = ckpt.checkpoint_name(env_steps)
+                ckpt.save(out_dir / path, ckpt.policy_checkpoint(spec.agent, config, spec.env_spec(), agent,
+                                                                 env_steps, schedule[-1], spec.seed, prov))
+                checkpoints.append({"env_steps": env_steps, "file": path})
+                ckpt.save(out_dir / ckpt.RESUME_FILE, {
+                    "format": ckpt.FORMAT_VERSION, "fingerprint": fingerprint, "iteration": iteration,
+                    "checkpoints": checkpoints, "agent": agent.state_dict(), "env": ckpt.env_state(env),
+                    "stats": stats.state_dict(), "rng": ckpt.rng_state(), "wall_time_s": wall_time_now,
+                    "resumes": resumes})
+                log(_progress(env_steps, schedule[-1], segment_steps, segment_start, now, stats, metrics)
+                    + f" | checkpoint {len(checkpoints)}/{len(schedule)}")
+                last_log = now
+                if on_checkpoint is not None:
+                    on_checkpoint(len(checkpoints), env_steps)
+            elif now - last_log > LOG_INTERVAL_S:
+                log(_progress(env_steps, schedule[-1], segment_steps, segment_start, now, stats, metrics))
+                last_log = now
+
+        wall_time += time.perf_counter() - segment_start
+
+    manifest = {
+        "agent": spec.agent,
+        "seed": spec.seed,
+        "fingerprint": fingerprint,
+        "split": spec.split,
+        "train_rules": list(spec.rules),
+        "env": {"L": spec.L, "H": spec.H, "success_bonus": spec.success_bonus},
+        "training": {"total_steps": spec.total_steps, "eval_every": spec.eval_every,
+                     "num_envs": config.num_envs, "env_steps": schedule[-1]},
+        "hyperparameters": dataclasses.asdict(config),
+        "checkpoints": checkpoints,
+        "device": str(device),
+        "threads": int(threads) if threads is not None else torch.get_num_threads(),
+        "resumes": resumes,
+        "wall_time_s": round(wall_time, 3),
+        "steps_per_second": round(schedule[-1] / wall_time, 1) if wall_time > 0 else None,
+        "provenance": prov,
+    }
+    write_json(out_dir / ckpt.MANIFEST_FILE, manifest)
+    log(f"done: {schedule[-1]} env steps in {wall_time:.1f} s ({manifest['steps_per_second']} steps/s, "
+        f"{resumes} resume(s)); wrote {ckpt.MANIFEST_FILE}")
+    return manifest
+
+
+def _load_resume(out_dir: Path, fingerprint: str, log) -> dict | None:
+    path = out_dir / ckpt.RESUME_FILE
+    if not path.is_file():
+        return None
+    try:
+        state = ckpt.load(path)
+    except Exception as exc:  # an unreadable file cannot be resumed from; start over
+        log(f"ignoring unreadable {ckpt.RESUME_FILE} ({type(exc).__name__}: {exc}); starting fresh")
+        return None
+    if state.get("fingerprint") != fingerprint:
+        log(f"{ckpt.RESUME_FILE} belongs to a different configuration; starting fresh")
+        return None
+    missing = [c["file"] for c in state["checkpoints"] if not (out_dir / c["file"]).is_file()]
+    if missing:
+        log(f"checkpoint files {missing} listed in {ckpt.RESUME_FILE} are gone; starting fresh")
+        return None
+    return state
+
+
+def _remove_stale_files(out_dir: Path, log) -> None:
+    """A fresh start must not leave checkpoints of an earlier configuration behind."""
+    stale = sorted((out_dir / ckpt.CHECKPOINT_DIR).glob("step_*.pt"))
+    for name in (ckpt.RESUME_FILE, ckpt.MANIFEST_FILE):
+        if (out_dir / name).exists():
+            stale.append(out_dir / name)
+    if stale:
+        log(f"removing {len(stale)} file(s) of an earlier run with a different configuration")
+        for path in stale:
+            path.unlink()
+
+
+def _progress(env_steps, total, segment_steps, segment_start, now, stats, metrics) -> str:
+    elapsed = max(now - segment_start, 1e-9)
+    rate = (env_steps - segment_steps) / elapsed
+    eta = (total - env_steps) / rate if rate > 0 else float("nan")
+    shown = " ".join(f"{k} {v:.3g}" for k, v in sorted(metrics.items()))
+    return (f"step {env_steps}/{total} ({100.0 * env_steps / total:.0f}%) | {rate:.0f} steps/s | "
+            f"eta {eta:.0f} s | {stats.summary()}" + (f" | {shown}" if shown else ""))
+
+
+def _short(values: list[int]) -> str:
+    return str(values) if len(values) <= 4 else f"[{values[0]}, {values[1]}, ..., {values[-1]}]"
