@@ -136,19 +136,22 @@ def _compare_step(tape_envs, results, batched_out):
         assert int(info["rule"][i]) == t_info["rule"] and int(info["t"][i]) == t_info["t"], i
 
 
+@pytest.mark.parametrize("goal", [None, [0, 1, 1, 0, 0, 1, 0]])
 @pytest.mark.parametrize("device", DEVICES)
-def test_batched_env_agrees_with_tape_env_step_for_step(device):
+def test_batched_env_agrees_with_tape_env_step_for_step(device, goal):
     L, H = 7, 5
+    goal_tape = np.zeros(L, dtype=np.uint8) if goal is None else np.asarray(goal, dtype=np.uint8)
     rule_set = [0, 30, 90, 110, 204, 184]
     rng = np.random.default_rng(11)
     rules = [204, 0, 30, 110, 90, 184, 204, 30]
     tapes = rng.integers(0, 2, (len(rules), L), dtype=np.uint8)
-    tapes[0] = one_hot(L, 3)     # row 0: rule 204, flipping cell 3 first succeeds
-    tapes[tapes.sum(1) == 0, 0] = 1
+    tapes[0] = goal_tape ^ one_hot(L, 3)     # row 0: rule 204, flipping cell 3 first succeeds
+    tapes[(tapes == goal_tape).all(1), 0] ^= 1
     n = len(rules)
-    batched = BatchedTapeEnv(n, L=L, H=H, rules=rule_set, device=device, seed=5, success_bonus=1.5)
+    batched = BatchedTapeEnv(n, L=L, H=H, rules=rule_set, goal=goal, device=device, seed=5,
+                             success_bonus=1.5)
     obs = batched.load(tapes, rules)
-    tape_envs = [TapeEnv(rule=r, L=L, H=H, rules=rule_set, success_bonus=1.5) for r in rules]
+    tape_envs = [TapeEnv(rule=r, L=L, H=H, rules=rule_set, goal=goal, success_bonus=1.5) for r in rules]
     for env, tape, rule, row in zip(tape_envs, tapes, rules, obs.cpu().numpy()):
         t_obs, _ = env.reset(seed=0, options={"tape": tape, "rule": rule})
         assert np.array_equal(t_obs, row)
@@ -171,7 +174,7 @@ def test_batched_env_agrees_with_tape_env_step_for_step(device):
             # auto-reset: a fresh episode at t = 0 with a rule drawn from the set
             assert int(new_rules[i]) in rule_set and int(batched.t[i]) == 0
             assert obs[i, L].item() == 0.0
-            assert not np.array_equal(new_tapes[i], np.zeros(L))
+            assert not np.array_equal(new_tapes[i], goal_tape)
             t_obs, _ = tape_envs[i].reset(options={"tape": new_tapes[i], "rule": int(new_rules[i])})
             assert np.array_equal(obs[i].cpu().numpy(), t_obs)
         assert np.array_equal(obs[~done].cpu().numpy(), info["final_obs"][~done].cpu().numpy())

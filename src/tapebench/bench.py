@@ -175,6 +175,17 @@ class NumpyBatchedEnv:
 
 # --- `bench ca` ----------------------------------------------------------------------------
 
+def env_steps_per_second(env_cls, torch, device, n, L, H, rules, seed, seconds, repeats) -> float:
+    env = env_cls(n, L=L, H=H, rules=rules, device=device, seed=seed)
+    env.reset()
+    gen = torch.Generator().manual_seed(seed)
+    actions = [torch.randint(0, L, (n,), generator=gen).to(device) for _ in range(ACTION_POOL)]
+    calls = iter(range(1 << 62))
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    with torch.no_grad():
+        return measure(lambda: env.step(actions[next(calls) % ACTION_POOL]), n, seconds, repeats, sync)
+
+
 def bench_ca(args) -> dict:
     import numba
     import torch
@@ -223,19 +234,23 @@ def bench_ca(args) -> dict:
     base = measure(lambda: numpy_env.step(np_actions[next(np_calls) % ACTION_POOL]), n, seconds, repeats)
     figures["env"]["numpy_baseline"] = base
     print(f"  {'device':<18}  {'torch env':>10}  {'numpy env':>10}  {'speed-up':>8}  goal")
-    for device in devices:
-        env = BatchedTapeEnv(n, L=L, H=H, rules=rules, device=device, seed=args.seed)
-        env.reset()
-        gen = torch.Generator().manual_seed(args.seed)
-        actions = [torch.randint(0, L, (n,), generator=gen).to(device) for _ in range(ACTION_POOL)]
-        calls = iter(range(1 << 62))
-        sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-        with torch.no_grad():
-            rate = measure(lambda: env.step(actions[next(calls) % ACTION_POOL]), n, seconds, repeats, sync)
-        label = f"cpu ({torch.get_num_threads()} threads)" if device == "cpu" else torch.cuda.get_device_name()
+    runs = [(d, None) for d in devices]
+    if "cpu" in devices and args.threads is None and torch.get_num_threads() > 1:
+        runs.insert(1, ("cpu", 1))   # the per-core figure beside torch's default thread count
+    for device, threads in runs:
+        default_threads = torch.get_num_threads()
+        if threads is not None:
+            torch.set_num_threads(threads)
+        try:
+            rate = env_steps_per_second(BatchedTapeEnv, torch, device, n, L, H, rules, args.seed, seconds, repeats)
+            used = torch.get_num_threads()
+        finally:
+            torch.set_num_threads(default_threads)
+        label = f"cpu ({used} thread{'s' if used > 1 else ''})" if device == "cpu" else torch.cuda.get_device_name()
         met = ("met" if rate >= ENV_GOAL else "MISSED") if device == "cpu" else ""
         print(f"  {label:<18}  {fmt(rate):>10}  {fmt(base):>10}  {rate / base:>7.1f}x  {met}")
-        figures["env"][device] = {"steps_per_s": rate, "threads": torch.get_num_threads() if device == "cpu" else None}
+        key = device if threads is None else f"{device}_{threads}thread"
+        figures["env"][key] = {"steps_per_s": rate, "threads": used if device == "cpu" else None}
     if "cuda" not in devices:
         print("  (c) cuda: not available here")
     return figures
