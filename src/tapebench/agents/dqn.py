@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .common import adam
+
 
 @dataclass
 class Config:
@@ -133,7 +135,7 @@ class DQNAgent:
         self.q_network = make_net()
         self.target_network = make_net()
         self.target_network.load_state_dict(self.q_network.state_dict())
-        self.optimizer = torch.optim.Adam(self.q_network.parameters(), lr=config.learning_rate)
+        self.optimizer = adam(self.q_network.parameters(), lr=config.learning_rate)
         self.replay = ReplayBuffer(config.buffer_size, env_spec.obs_dim, self.device)
         self.env_steps = 0
         self.gradient_steps = 0

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import nn
+
+from .common import adam
 from torch.distributions import Categorical
 
 
@@ -132,7 +134,7 @@ class PPOAgent:
         self.config, self.device = config, torch.device(device)
         self.network = ActorCritic(env_spec.obs_dim, env_spec.num_actions, config.hidden_size,
                                    config.hidden_layers).to(self.device)
-        self.optimizer = torch.optim.Adam(self.network.parameters(), lr=config.learning_rate, eps=1e-5)
+        self.optimizer = adam(self.network.parameters(), lr=config.learning_rate, eps=1e-5)
         self.rollout = Rollout(config.num_steps, config.num_envs, env_spec.obs_dim, self.device)
         self.num_updates = max(1, math.ceil(total_steps / (config.num_envs * config.num_steps)))
         self.updates_done = 0

@@ -1,0 +1,123 @@
+"""`tapebench bench train`: training throughput per agent on CPU, evaluation cost, and the projected
+CPU cost of the paper protocol.
+
+For each registered agent: a short real training run (the shared loop, default hyperparameters,
+z ~ Unif(--rules), --L/--H, checkpoints as in the protocol), then evaluation of its checkpoints on
+the full common-random-number episode set (every rule of --rules x 20 episodes) at H and 2H — the
+same work `tapebench evaluate` does per checkpoint. Baseline measured in the same run: the bare
+`BatchedTapeEnv` with random actions at the agent's num_envs (the ceiling for the loop).
+
+Projection (per agent): SEEDS x [ train 200k steps + EVAL_JOBS x (setup + 20 checkpoints x episodes) ].
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+
+import torch
+
+from ..agents import REGISTRY, build_config
+from ..envs.batched import BatchedTapeEnv
+from ..validation import check_horizon, check_length, parse_rule_list
+from .evaluate import evaluate_run
+from .loop import TrainSpec, resolve_device, train
+
+PROTOCOL_STEPS = 200_000
+PROTOCOL_EVAL_EVERY = 10_000
+PROTOCOL_SEEDS = 20
+EPISODES_PER_RULE = 20
+BENCH_STEPS = 20_000          # training steps timed per agent
+BENCH_EVAL_EVERY = 5_000      # -> 4 checkpoints to evaluate
+
+
+def env_baseline(num_envs: int, L: int, H: int, rules, seconds: float, device) -> float:
+    """Env steps/s of the bare batched env with random actions (no agent)."""
+    env = BatchedTapeEnv(num_envs, L=L, H=H, rules=rules, device=device, seed=0)
+    env.reset()
+    gen = torch.Generator().manual_seed(0)
+    actions = [torch.randint(0, L, (num_envs,), generator=gen).to(device) for _ in range(64)]
+    calls, start = 0, time.perf_counter()
+    with torch.no_grad():
+        while calls < 64 or time.perf_counter() - start < seconds:
+            env.step(actions[calls % 64])
+            calls += 1
+    return calls * num_envs / (time.perf_counter() - start)
+
+
+def measure_agent(agent: str, *, L: int, H: int, rules, eval_horizons, threads: int, device, seed: int = 0,
+                  steps: int = BENCH_STEPS, eval_every: int = BENCH_EVAL_EVERY) -> dict:
+    spec = TrainSpec(agent=agent, rules=tuple(rules), seed=seed, L=L, H=H, total_steps=steps, eval_every=eval_every)
+    with tempfile.TemporaryDirectory(prefix=f"tapebench-bench-{agent}-") as run_dir:
+        manifest = train(spec, run_dir, device=device, threads=threads, quiet=True)
+        figures = {"train_steps": manifest["training"]["env_steps"], "train_seconds": manifest["wall_time_s"],
+                   "train_steps_per_s": manifest["steps_per_second"], "eval": {}}
+        for eval_H in eval_horizons:
+            start = time.perf_counter()
+            _, summary = evaluate_run(run_dir, eval_H, rules=rules, episodes_per_rule=EPISODES_PER_RULE,
+                                      device=device, threads=threads)
+            total = time.perf_counter() - start
+            checkpoints = len(summary["checkpoints"])
+            figures["eval"][str(eval_H)] = {"per_checkpoint_s": summary["seconds"] / checkpoints,
+                                            "setup_s": total - summary["seconds"], "checkpoints": checkpoints}
+    return figures
+
+
+def project(figures: dict, seeds: int = PROTOCOL_SEEDS, steps: int = PROTOCOL_STEPS,
+            eval_every: int = PROTOCOL_EVAL_EVERY) -> dict:
+    """CPU-seconds of the protocol for one agent (single-threaded jobs: wall seconds = CPU seconds)."""
+    checkpoints = steps // eval_every
+    train_s = steps / figures["train_steps_per_s"]
+    eval_s = sum(e["setup_s"] + checkpoints * e["per_checkpoint_s"] for e in figures["eval"].values())
+    return {"train_s_per_seed": train_s, "eval_s_per_seed": eval_s,
+            "steps_per_s_incl_eval": steps / (train_s + eval_s),
+            "cpu_hours": seeds * (train_s + eval_s) / 3600.0}
+
+
+def bench_train(args) -> dict:
+    """Entry point for `tapebench bench train` (options: --L --H --rules --threads --device --seed)."""
+    L, H = check_length(args.L), check_horizon(args.H)
+    rules = parse_rule_list(args.rules)
+    threads = args.threads or 1
+    device = resolve_device("cpu" if args.device == "auto" else args.device)
+    horizons = (H, 2 * H)
+    agents = sorted(REGISTRY)
+    print(f"tapebench bench train: L={L}, H={H}, {len(rules)} training rules, device {device}, "
+          f"{threads} torch thread(s), {os.cpu_count()} CPU cores")
+    print(f"each agent: {BENCH_STEPS} training steps with default hyperparameters, checkpoints every "
+          f"{BENCH_EVAL_EVERY}; evaluation of each checkpoint on {len(rules)} rules x {EPISODES_PER_RULE} "
+          f"episodes at H={horizons[0]} and H={horizons[1]}; baseline: bare BatchedTapeEnv, random actions")
+    figures: dict = {}
+    header = (f"  {'agent':<6} {'envs':>4} {'env only':>10} {'train':>8} {'incl. eval':>10} "
+              f"{'eval/ckpt H' + str(horizons[0]):>14} {'eval/ckpt H' + str(horizons[1]):>14}")
+    rows = []
+    for agent in agents:
+        num_envs = build_config(agent, {}).num_envs
+        torch.set_num_threads(threads)
+        baseline = env_baseline(num_envs, L, H, rules, 1.0, device)
+        measured = measure_agent(agent, L=L, H=H, rules=rules, eval_horizons=horizons, threads=threads,
+                                 device=device, seed=args.seed)
+        projection = project(measured)
+        figures[agent] = {**measured, "num_envs": num_envs, "env_baseline_steps_per_s": baseline,
+                          "protocol": projection}
+        rows.append(f"  {agent:<6} {num_envs:>4} {baseline:>10.0f} {measured['train_steps_per_s']:>8.0f} "
+                    f"{projection['steps_per_s_incl_eval']:>10.0f} "
+                    + " ".join(f"{measured['eval'][str(h)]['per_checkpoint_s']:>13.2f}s" for h in horizons))
+    print("\nenv steps/s (env only = baseline; train = shared loop incl. checkpoint writes; incl. eval = "
+          f"protocol ratio of {PROTOCOL_STEPS // PROTOCOL_EVAL_EVERY} evaluated checkpoints per "
+          f"{PROTOCOL_STEPS} steps):")
+    print(header)
+    print("\n".join(rows))
+    total = sum(f["protocol"]["cpu_hours"] for f in figures.values())
+    print(f"\nprojected paper protocol ({PROTOCOL_STEPS} steps x {PROTOCOL_SEEDS} seeds, "
+          f"{PROTOCOL_STEPS // PROTOCOL_EVAL_EVERY} checkpoints x {len(rules)} rules x {EPISODES_PER_RULE} "
+          f"episodes at H={horizons[0]} and {horizons[1]}), single-threaded jobs:")
+    for agent, f in figures.items():
+        p = f["protocol"]
+        print(f"  {agent:<6} train {p['train_s_per_seed']:7.0f} s + eval {p['eval_s_per_seed']:5.0f} s per seed "
+              f"-> {p['cpu_hours']:.2f} CPU-hours")
+    mean = total / len(figures)
+    print(f"  total for these {len(figures)} agents: {total:.2f} CPU-hours; N agents of similar cost: "
+          f"~{mean:.2f} x N CPU-hours")
+    figures["total_cpu_hours"] = total
+    return figures
