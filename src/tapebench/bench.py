@@ -118,6 +118,13 @@ def host_description() -> dict:
             "torch": torch.__version__}
 
 
+def load_average() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "n/a"
+
+
 def fmt(x: float) -> str:
     return f"{x:.3g}"
 
@@ -203,7 +210,7 @@ def bench_ca(args) -> dict:
     print(f"tapebench bench ca: L={L}, {os.cpu_count()} CPU cores, numpy {np.__version__}, "
           f"numba {numba.__version__}, torch {torch.__version__}")
     print(f"each figure: median of {repeats} runs x {seconds:g} s; on a shared machine figures are noisy, "
-          f"compare a figure with the baseline printed beside it")
+          f"compare a figure with the baseline printed beside it (load average now: {load_average()})")
     figures: dict = {"kernel": {}, "env": {}}
 
     # (a) packed numba kernel, one thread (the kernels have no parallel loops)
