@@ -12,6 +12,7 @@ SUBCOMMAND_MODULES = (
     "tapebench.rules.cli",
     "tapebench.splits.cli",
     "tapebench.stats.cli",
+    "tapebench.oracle.cli",
 )
 
 

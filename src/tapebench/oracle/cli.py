@@ -1,0 +1,183 @@
+"""Oracle subcommands: mpc, exact, feasibility, oracle-gap, export-mpc-by-type, render table1|table7."""
+from __future__ import annotations
+
+import time
+
+
+def _episode_args(p, *, L: int, H: int, episodes_per_rule: int) -> None:
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--rules", help="explicit rule list, e.g. '0-255' or '0,4,108,204,30,110' (side 'rules')")
+    where.add_argument("--split", help="split name (in --splits-dir) or path to a split JSON")
+    p.add_argument("--side", help="side of the split: train (ID) or test (OOD); required with --split")
+    p.add_argument("--features", help="features Parquet giving rule types for --rules (else types are empty)")
+    p.add_argument("--splits-dir", default="results/splits", help="where split names are looked up")
+    p.add_argument("--episodes-per-rule", type=int, default=episodes_per_rule,
+                   help=f"evaluation episodes per rule (default {episodes_per_rule})")
+    p.add_argument("--L", type=int, default=L, help=f"tape length (default {L})")
+    p.add_argument("--H", type=int, default=H, help=f"episode horizon (default {H})")
+    p.add_argument("--eval-seed", type=int, default=0,
+                   help="evaluation seed of the common-random-number episodes (match the agents'; default 0)")
+    p.add_argument("--out", required=True, help="per-episode records Parquet")
+
+
+def _planner_args(p) -> None:
+    p.add_argument("--horizon", type=int, default=8, help="planning horizon: candidate sequence length (default 8)")
+    p.add_argument("--candidates", type=int, default=512, help="candidate sequences per decision (default 512)")
+    p.add_argument("--seed", type=int, default=0, help="planner seed (default 0)")
+
+
+def _protocol_kwargs(args) -> dict:
+    from ..validation import parse_rule_list
+
+    if args.split is not None and args.side is None:
+        raise ValueError("--split needs --side train or --side test")
+    return {"L": args.L, "H": args.H, "episodes_per_rule": args.episodes_per_rule, "eval_seed": args.eval_seed,
+            "split": args.split, "side": args.side,
+            "rules": parse_rule_list(args.rules) if args.rules is not None else None,
+            "features": args.features, "splits_dir": args.splits_dir}
+
+
+def register(sub) -> None:
+    p = sub.add_parser("mpc", help="true-dynamics random-shooting MPC on evaluation episodes -> records",
+                       description="Play the common-random-number evaluation episodes of a split side or a rule "
+                                   "list with random-shooting MPC (true rule) and write per-episode records.")
+    _episode_args(p, L=32, H=32, episodes_per_rule=20)
+    _planner_args(p)
+    p.set_defaults(func=_mpc)
+
+    p = sub.add_parser("exact", help="exact optimal controller (DP over all 2^L tapes, L <= 20) -> records",
+                       description="Play the evaluation episodes with the exact finite-horizon optimum: strict "
+                                   "success whenever reachable (fewest steps), else least final distance.")
+    _episode_args(p, L=16, H=16, episodes_per_rule=20)
+    p.set_defaults(func=_exact)
+
+    p = sub.add_parser("feasibility", help="exact per-rule reachability of the goal within H (L <= 20)",
+                       description="Per rule: fraction of non-goal tapes from which strict success is reachable "
+                                   "within H steps, and the distribution of the minimal number of steps.")
+    p.add_argument("--rules", default="0-255", help="rule list (default 0-255)")
+    p.add_argument("--L", type=int, default=16, help="tape length, at most 20 (default 16)")
+    p.add_argument("--H", type=int, default=16, help="horizon (default 16)")
+    p.add_argument("--out", required=True, help="feasibility Parquet")
+    p.set_defaults(func=_feasibility)
+
+    p = sub.add_parser("oracle-gap", help="MPC vs exact optimum on the same episodes, per rule / type / overall")
+    p.add_argument("--mpc", required=True, help="MPC records Parquet (tapebench mpc)")
+    p.add_argument("--exact", required=True, help="exact records Parquet (tapebench exact), same protocol")
+    p.add_argument("--out", required=True, help="comparison Parquet")
+    p.set_defaults(func=_gap)
+
+    p = sub.add_parser("export-mpc-by-type", help="MPC strict success / mean return / n by rule type -> JSON",
+                       description="Run MPC on one side of a split and write mpc_by_type_eval.json (Table 7).")
+    p.add_argument("--split", required=True, help="split name (in --splits-dir) or path to a split JSON")
+    p.add_argument("--side", default="test", help="train or test (default test)")
+    p.add_argument("--splits-dir", default="results/splits", help="where split names are looked up")
+    p.add_argument("--episodes-per-rule", type=int, default=1, help="episodes per rule (default 1)")
+    p.add_argument("--L", type=int, default=32, help="tape length (default 32)")
+    p.add_argument("--H", type=int, default=32, help="horizon (default 32)")
+    p.add_argument("--eval-seed", type=int, default=0, help="evaluation seed (default 0)")
+    _planner_args(p)
+    p.add_argument("--out", default="mpc_by_type_eval.json", help="output JSON (default mpc_by_type_eval.json)")
+    p.set_defaults(func=_by_type)
+
+    from ..report.tables import render_subcommands
+
+    tables = render_subcommands(sub)
+    t = tables.add_parser("table1", help="planning reference (MPC, exact optimum) and feasibility",
+                          description="Paper Table 1 from oracle records and the feasibility table.")
+    t.add_argument("--mpc", nargs="+", default=[], help="MPC records Parquet(s), one row each")
+    t.add_argument("--exact", nargs="*", default=[], help="exact-optimum records Parquet(s), one row each")
+    t.add_argument("--feasibility", help="feasibility Parquet (tapebench feasibility)")
+    t.add_argument("--out", required=True, help="output .tex")
+    t.set_defaults(func=_table1)
+    t = tables.add_parser("table7", help="MPC strict success by rule type",
+                          description="Paper Table 7 from mpc_by_type_eval.json.")
+    t.add_argument("--by-type", required=True, help="by-type JSON (tapebench export-mpc-by-type)")
+    t.add_argument("--out", required=True, help="output .tex")
+    t.set_defaults(func=_table7)
+
+
+def _summary_line(frame) -> str:
+    return (f"{len(frame)} episodes: success {frame['success'].mean():.3f}, final dist "
+            f"{frame['final_dist'].mean():.3f}, AUC {frame['auc_dist'].mean():.3f}, "
+            f"return {frame['return'].mean():.2f}")
+
+
+def _mpc(args) -> int:
+    from .mpc import MPCConfig
+    from .run import evaluate_oracle
+
+    config = MPCConfig(horizon=args.horizon, candidates=args.candidates, seed=args.seed)
+    start = time.perf_counter()
+    frame = evaluate_oracle("mpc", args.out, mpc=config, **_protocol_kwargs(args))
+    print(f"mpc: {_summary_line(frame)} ({time.perf_counter() - start:.1f} s) -> {args.out}")
+    return 0
+
+
+def _exact(args) -> int:
+    from .run import evaluate_oracle
+
+    start = time.perf_counter()
+    frame = evaluate_oracle("exact", args.out, **_protocol_kwargs(args))
+    print(f"exact: {_summary_line(frame)} ({time.perf_counter() - start:.1f} s) -> {args.out}")
+    return 0
+
+
+def _feasibility(args) -> int:
+    from ..utils.io import provenance, write_parquet
+    from ..validation import parse_rule_list
+    from .feasibility import feasibility_summary, feasibility_table
+
+    rules = parse_rule_list(args.rules)
+    start = time.perf_counter()
+    frame = feasibility_table(rules, args.L, args.H)
+    summary = feasibility_summary(frame)
+    write_parquet(args.out, frame, meta=provenance({"L": args.L, "H": args.H, "rules": rules, "goal": ""}, None,
+                                                   summary=summary))
+    print(f"feasibility L={args.L} H={args.H}: {summary['rules_with_solvable_tape']}/{summary['rules']} rules have "
+          f"a solvable tape (rule-wise {summary['rulewise_solvable']:.3f}); {summary['rules_fully_solvable']} are "
+          f"solvable from every tape; mean tape-wise solvable fraction {summary['mean_solvable_fraction']:.3f} "
+          f"({time.perf_counter() - start:.1f} s) -> {args.out}")
+    return 0
+
+
+def _gap(args) -> int:
+    from ..utils.io import provenance, write_parquet
+    from .gap import format_gap, oracle_gap
+
+    frame, protocol = oracle_gap(args.mpc, args.exact)
+    write_parquet(args.out, frame, meta=provenance({"mpc": str(args.mpc), "exact": str(args.exact)}, None,
+                                                   protocol=protocol))
+    print(format_gap(frame))
+    return 0
+
+
+def _by_type(args) -> int:
+    from .by_type import export_mpc_by_type
+    from .mpc import MPCConfig
+
+    payload = export_mpc_by_type(args.out, split=args.split, side=args.side,
+                                 episodes_per_rule=args.episodes_per_rule, L=args.L, H=args.H,
+                                 eval_seed=args.eval_seed, splits_dir=args.splits_dir,
+                                 mpc=MPCConfig(horizon=args.horizon, candidates=args.candidates, seed=args.seed))
+    for t, v in [*payload["by_type"].items(), ("all", payload["all"])]:
+        succ = "--" if v["success"] is None else f"{v['success']:.3f}"
+        ret = "--" if v["mean_return"] is None else f"{v['mean_return']:.2f}"
+        print(f"{t or '(untyped)':>10}: success {succ}, mean return {ret}, n = {v['n_episodes']}")
+    print(f"-> {args.out}")
+    return 0
+
+
+def _table1(args) -> int:
+    from .tables import render_table1
+
+    render_table1(args.out, args.mpc, args.feasibility, args.exact)
+    print(f"-> {args.out}")
+    return 0
+
+
+def _table7(args) -> int:
+    from .tables import render_table7
+
+    render_table7(args.out, args.by_type)
+    print(f"-> {args.out}")
+    return 0

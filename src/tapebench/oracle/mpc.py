@@ -1,0 +1,168 @@
+"""True-dynamics random-shooting MPC (SPEC §8, §12): the budgeted planning reference.
+
+At every step of an episode the planner draws `candidates` random action sequences of length
+`horizon` (truncated at the episode's remaining steps), rolls each forward with the episode's true
+rule on the packed numba kernel, scores it by its return under the episode's own reward — the sum of
+-dist after each step plus the success bonus, stopping at the first success — and executes the
+first action of the best candidate (ties: lowest candidate index). Then it replans.
+
+Candidate actions are a pure function of (planner seed, episode identity, step, candidate, depth):
+a counter-based SplitMix64 hash, no sequential generator state. So results do not depend on thread
+scheduling, on which other episodes run in the same batch, or on H (an episode played at H = 32 and
+H = 64 sees the same candidates at the same step). The episode identity is
+(evaluation seed, split key, side, rule, episode index), the same tuple that fixes its initial tape.
+
+Scores are compared exactly: a candidate's score times L is -(sum of mismatch counts) + b*L.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numba as nb
+import numpy as np
+
+from ..ca.packed import length_mask, pack, popcount, step_word_masks
+from ..evaluation.episodes import SIDE_CODES, EpisodeSet
+from ..validation import check_goal, check_horizon
+from .accounting import add_step, results_dict
+
+U64 = np.uint64
+GAMMA = np.uint64(0x9E3779B97F4A7C15)   # SplitMix64 increment
+
+
+@dataclass(frozen=True)
+class MPCConfig:
+    """Random-shooting planner budget (paper: horizon 8, 512 candidates)."""
+
+    horizon: int = 8
+    """length of each candidate action sequence (truncated at the episode's remaining steps)"""
+    candidates: int = 512
+    """random action sequences scored per decision"""
+    seed: int = 0
+    """planner seed; candidate actions are a pure function of (seed, episode identity, step)"""
+
+    def __post_init__(self):
+        for name in ("horizon", "candidates"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"MPC {name} must be an integer >= 1, got {value!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
+            raise ValueError(f"MPC seed must be an integer >= 0, got {self.seed!r}")
+
+    def as_dict(self) -> dict:
+        return {k: int(v) for k, v in asdict(self).items()}
+
+
+@nb.njit(cache=True, inline="always")
+def mix64(x):
+    """SplitMix64 output function: a bijective 64-bit mixer."""
+    x = (x ^ (x >> U64(30))) * U64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> U64(27))) * U64(0x94D049BB133111EB)
+    return x ^ (x >> U64(31))
+
+
+@nb.njit(cache=True, inline="always")
+def step_key(episode_key, t):
+    return mix64(episode_key + U64(t + 1) * GAMMA)
+
+
+@nb.njit(cache=True, inline="always")
+def candidate_action(key, counter, L):
+    """Action of candidate sequence element `counter` (= c * horizon + depth) under a step key."""
+    z = mix64(key + U64(counter + 1) * GAMMA)
+    return np.int64(((z >> U64(32)) * U64(L)) >> U64(32))
+
+
+@nb.njit(cache=True)
+def candidate_actions(key, candidates, horizon, L):
+    """(candidates, horizon) actions of one decision; what the fused kernel draws on the fly."""
+    out = np.empty((candidates, horizon), dtype=np.int64)
+    for c in range(candidates):
+        for k in range(horizon):
+            out[c, k] = candidate_action(key, c * horizon + k, L)
+    return out
+
+
+def episode_keys(episodes: EpisodeSet, eval_seed: int, planner_seed: int) -> np.ndarray:
+    """One 64-bit key per episode from (planner seed, eval seed, split key, side, rule, episode)."""
+    side = SIDE_CODES[episodes.side]
+    return np.array([np.random.SeedSequence([int(planner_seed), int(eval_seed), int(episodes.key), side, int(z),
+                                             int(k)]).generate_state(1, np.uint64)[0]
+                     for z, k in zip(episodes.rules, episodes.episodes)], dtype=np.uint64)
+
+
+@nb.njit(cache=True)
+def _plan_episode(i, start, rule, key, L, H, goal, bonus32, score_bonus, horizon, candidates,
+                  metrics, steps, actions):
+    mask = length_mask(L)
+    m0, m1, m2, m3 = (U64(0) - U64(rule & 1), U64(0) - U64((rule >> 1) & 1),
+                      U64(0) - U64((rule >> 2) & 1), U64(0) - U64((rule >> 3) & 1))
+    m4, m5, m6, m7 = (U64(0) - U64((rule >> 4) & 1), U64(0) - U64((rule >> 5) & 1),
+                      U64(0) - U64((rule >> 6) & 1), U64(0) - U64((rule >> 7) & 1))
+    tapes = np.empty(candidates, dtype=np.uint64)
+    score = np.empty(candidates, dtype=np.float64)
+    alive = np.empty(candidates, dtype=np.float64)
+    s = start
+    for t in range(H):
+        k_t = step_key(key, t)
+        depth = min(horizon, H - t)
+        for c in range(candidates):
+            tapes[c] = s
+            score[c] = 0.0
+            alive[c] = 1.0
+        n_alive = candidates
+        for k in range(depth):
+            n_alive = 0
+            for c in range(candidates):
+                a = candidate_action(k_t, c * horizon + k, L)
+                w = step_word_masks(tapes[c] ^ (U64(1) << U64(a)), m0, m1, m2, m3, m4, m5, m6, m7, L, mask)
+                tapes[c] = w
+                mism = np.float64(popcount(w ^ goal))
+                hit = mism == 0.0
+                score[c] += alive[c] * (score_bonus if hit else -mism)
+                alive[c] = 0.0 if hit else alive[c]
+                n_alive += alive[c] > 0.0
+            if n_alive == 0:
+                break
+        best = 0
+        for c in range(1, candidates):
+            if score[c] > score[best]:
+                best = c
+        a = candidate_action(k_t, best * horizon, L)
+        s = step_word_masks(s ^ (U64(1) << U64(a)), m0, m1, m2, m3, m4, m5, m6, m7, L, mask)
+        actions[i, t] = a
+        mism = popcount(s ^ goal)
+        add_step(metrics, i, mism, L, bonus32)
+        steps[i] = t + 1
+        if mism == 0:
+            break
+
+
+@nb.njit(cache=True, parallel=True)
+def _plan_episodes(starts, rules, keys, L, H, goal, bonus32, score_bonus, horizon, candidates):
+    n = starts.shape[0]
+    metrics = np.zeros((n, 4), dtype=np.float64)
+    steps = np.zeros(n, dtype=np.int64)
+    actions = np.full((n, H), -1, dtype=np.int16)
+    for i in nb.prange(n):
+        _plan_episode(i, starts[i], rules[i], keys[i], L, H, goal, bonus32, score_bonus, horizon, candidates,
+                      metrics, steps, actions)
+    return metrics, steps, actions
+
+
+def run_mpc(episodes: EpisodeSet, H: int, config: MPCConfig = MPCConfig(), *, eval_seed: int = 0,
+            goal=None, success_bonus: float = 1.0) -> dict:
+    """Play every episode with random-shooting MPC; returns per-episode arrays (runner's keys + actions).
+
+    `eval_seed` must be the evaluation seed the episodes were built with (it is part of each
+    episode's identity, which keys the candidate actions).
+    """
+    H = check_horizon(H)
+    L = episodes.tapes.shape[1]
+    goal_word = pack(check_goal(goal, L))[0]
+    keys = episode_keys(episodes, eval_seed, config.seed)
+    bonus32 = np.float32(success_bonus)
+    metrics, steps, actions = _plan_episodes(pack(episodes.tapes), episodes.rules.astype(np.int64), keys, L, H,
+                                             goal_word, bonus32, float(success_bonus) * L, int(config.horizon),
+                                             int(config.candidates))
+    return results_dict(metrics, steps, actions, H)

@@ -1,0 +1,146 @@
+"""The evaluation protocol an oracle run is matched to, and the episodes it plays.
+
+An oracle artifact (per-episode records of MPC or the exact controller) records its protocol in the
+Parquet provenance under "protocol": L, H, split name and content hash, side, rule list, episodes per
+rule, evaluation seed, goal and success bonus. The episodes are the common-random-number evaluation
+episodes of `evaluation.episodes.episode_set` (SPEC §12), so an oracle plays exactly the episodes
+the learned agents play, and `oracle.normalized` can refuse to compare across protocols.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..evaluation.episodes import EpisodeSet, episode_set, split_key
+from ..evaluation.records import EPISODE_COLUMNS
+from ..splits.io import DEFAULT_SPLITS_DIR, resolve_split
+from ..utils.io import provenance, read_parquet_meta, write_parquet
+from ..validation import check_goal, check_horizon, check_length, check_rules
+
+SPLIT_SIDES = ("train", "test")
+PROTOCOL_FIELDS = ("L", "H", "split", "split_hash", "side", "rules", "episodes_per_rule", "eval_seed",
+                   "goal", "success_bonus")
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """Everything that fixes an evaluation's episodes and their scoring."""
+
+    L: int
+    H: int
+    split: str                 # split name, "" for an explicit rule list
+    split_hash: str            # split content hash, "" for an explicit rule list
+    side: str                  # "train" / "test" for a split, "rules" for an explicit list
+    rules: tuple[int, ...]
+    episodes_per_rule: int
+    eval_seed: int
+    goal: str = ""             # goal tape as a 0/1 string; "" = all zeros (the default goal)
+    success_bonus: float = 1.0
+
+    def as_dict(self) -> dict:
+        out = asdict(self)
+        out["rules"] = list(self.rules)
+        return out
+
+    def goal_tape(self) -> np.ndarray:
+        if not self.goal:
+            return np.zeros(self.L, dtype=np.uint8)
+        return check_goal(np.array([int(c) for c in self.goal], dtype=np.uint8), self.L)
+
+
+def goal_string(goal, L: int) -> str:
+    """'' for the default all-zero goal, else the goal's cells as a 0/1 string."""
+    goal = check_goal(goal, L)
+    return "" if not goal.any() else "".join(str(int(c)) for c in goal)
+
+
+def protocol_episodes(*, L: int, H: int, episodes_per_rule: int, eval_seed: int = 0, split=None,
+                      side: str | None = None, rules=None, features=None, goal=None,
+                      success_bonus: float = 1.0, splits_dir=DEFAULT_SPLITS_DIR
+                      ) -> tuple[EpisodeSet, Protocol, dict[int, str]]:
+    """Build the evaluation episodes of one side of a split, or of an explicit rule list.
+
+    Exactly one of `split` (a name or path, with `side` 'train' or 'test') and `rules` must be given.
+    Rule types come from the split; for a rule list from the features file `features` if given.
+    Returns (episodes, protocol, {rule: type}).
+    """
+    L, H = check_length(L), check_horizon(H)
+    if isinstance(episodes_per_rule, bool) or int(episodes_per_rule) < 1:
+        raise ValueError(f"episodes per rule must be an integer >= 1, got {episodes_per_rule!r}")
+    goal_text = goal_string(goal, L)
+    if (split is None) == (rules is None):
+        raise ValueError("give either a split (with --side train|test) or an explicit rule list (--rules), not "
+                         f"{'both' if split is not None else 'neither'}")
+    if split is not None:
+        if side not in SPLIT_SIDES:
+            raise ValueError(f"side must be one of {list(SPLIT_SIDES)} for a split, got {side!r}")
+        sp = resolve_split(split, splits_dir)
+        rule_list = list(sp.side_rules(side))
+        types = {int(z): sp.types.get(int(z), "") for z in rule_list}
+        name, chash, key = sp.name, sp.content_hash, split_key(sp.content_hash)
+    else:
+        if side not in (None, "rules"):
+            raise ValueError(f"an explicit rule list is evaluated on side 'rules', got side {side!r}")
+        side = "rules"
+        rule_list = check_rules(rules)
+        types = rule_types_from_features(features, rule_list) if features else {}
+        name, chash, key = "", "", 0
+    episodes = episode_set(rule_list, int(episodes_per_rule), L, eval_seed=int(eval_seed), key=key, side=side,
+                           goal=goal)
+    protocol = Protocol(L=L, H=H, split=name, split_hash=chash, side=side, rules=tuple(int(z) for z in rule_list),
+                        episodes_per_rule=int(episodes_per_rule), eval_seed=int(eval_seed), goal=goal_text,
+                        success_bonus=float(success_bonus))
+    return episodes, protocol, types
+
+
+def rule_types_from_features(path, rules) -> dict[int, str]:
+    from ..rules.features import read_features
+
+    frame, _ = read_features(path)
+    types = dict(zip(frame["rule"].astype(int), frame["type"].astype(str)))
+    missing = [z for z in rules if z not in types]
+    if missing:
+        raise ValueError(f"features file {path} has no type for rules {missing}")
+    return {int(z): types[int(z)] for z in rules}
+
+
+def write_records(path, frame: pd.DataFrame, protocol: Protocol, *, oracle: str, planner: dict,
+                  seed: int | None) -> None:
+    """Write per-episode oracle records with the protocol and planner settings in the provenance."""
+    config = {"oracle": oracle, "planner": planner, "protocol": protocol.as_dict()}
+    write_parquet(path, frame, meta=provenance(config, seed, oracle=oracle, protocol=protocol.as_dict()))
+
+
+def read_records(path) -> tuple[pd.DataFrame, dict]:
+    """Read oracle records; returns (frame, provenance). Raises if the file lacks a protocol record."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"oracle records not found: {path}")
+    meta = read_parquet_meta(path)
+    if "protocol" not in meta:
+        raise ValueError(f"{path} records no evaluation protocol in its provenance; "
+                         f"it was not written by `tapebench mpc` / `tapebench exact`")
+    frame = pd.read_parquet(path)
+    missing = [c for c in EPISODE_COLUMNS if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{path} lacks episode columns {missing}")
+    return frame, meta
+
+
+def protocol_differences(a: dict, b: dict, fields=PROTOCOL_FIELDS) -> list[str]:
+    """Human-readable list of the protocol fields where `a` and `b` differ (empty if they match)."""
+    diffs = []
+    for f in fields:
+        va, vb = a.get(f), b.get(f)
+        if f == "rules" and va is not None and vb is not None:
+            va, vb = sorted(int(x) for x in va), sorted(int(x) for x in vb)
+            if va != vb:
+                diffs.append(f"rules ({len(va)} vs {len(vb)} rules; only in one: "
+                             f"{sorted(set(va) ^ set(vb))[:10]})")
+            continue
+        if va != vb:
+            diffs.append(f"{f} ({va!r} vs {vb!r})")
+    return diffs
