@@ -25,6 +25,8 @@ from .validation import check_length, check_horizon, parse_rule_list
 BENCHMARKS: dict[str, str] = {
     "ca": "tapebench.bench:bench_ca",
     "train": "tapebench.training.bench:bench_train",
+    "mpc": "tapebench.oracle.bench:bench_mpc",
+    "dp": "tapebench.oracle.bench:bench_dp",
 }
 
 KERNEL_GOAL = 2e8        # packed numba kernel, tape-steps/s on one core
