@@ -45,3 +45,12 @@ def episode_files(wildcards):
 
 def per_seed_files(wildcards):
     return [f"results/aggregate/{wildcards.split}/{a}_H{h}.per_seed.parquet" for a in AGENTS for h in HORIZONS]
+
+
+FIXED_Z_RULES = "0,4,108,204,30,110"  # the paper's representative rules (App. B)
+FEAS = config["oracle"].get("feasibility", {"L": 16, "H": 16})
+
+
+def planner_args(wildcards=None):
+    o = config["oracle"]
+    return f"--horizon {o['horizon']} --candidates {o['candidates']} --seed {o['seed']}"

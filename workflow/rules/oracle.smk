@@ -1,0 +1,115 @@
+# Calibration (SPEC §8): true-dynamics MPC on the agents' own evaluation episodes, exact feasibility and
+# the exact optimum where the state space can be enumerated, the by-type export, Tables 1 and 7.
+
+rule mpc_split:
+    input:
+        split="results/splits/{split}.json",
+    output:
+        "results/oracle/{split}/mpc_{side}_H{H}.parquet",
+    params:
+        planner=planner_args,
+        L=config["env"]["L"],
+        episodes=config["evaluation"]["episodes_per_rule"],
+        eval_seed=config["evaluation"]["eval_seed"],
+    wildcard_constraints:
+        side="train|test",
+    threads: 2
+    log:
+        "logs/oracle/{split}/mpc_{side}_H{H}.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "tapebench mpc --split {input.split} --side {wildcards.side} --episodes-per-rule {params.episodes}"
+        " --L {params.L} --H {wildcards.H} --eval-seed {params.eval_seed} {params.planner}"
+        " --out {output} > {log} 2>&1"
+
+
+rule feasibility:
+    output:
+        "results/oracle/feasibility_L{L}_H{H}.parquet",
+    threads: 2
+    log:
+        "logs/oracle/feasibility_L{L}_H{H}.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "tapebench feasibility --rules 0-255 --L {wildcards.L} --H {wildcards.H} --out {output} > {log} 2>&1"
+
+
+rule fixed_z_oracle:
+    """MPC and the exact optimum on the same episodes of the representative rules (paper Table 6)."""
+    input:
+        features="results/rules/features.parquet",
+    output:
+        mpc="results/oracle/fixed_z_L{L}_H{H}/mpc.parquet",
+        exact="results/oracle/fixed_z_L{L}_H{H}/exact.parquet",
+        gap="results/oracle/fixed_z_L{L}_H{H}/gap.parquet",
+    params:
+        rules=FIXED_Z_RULES,
+        planner=planner_args,
+        episodes=config["evaluation"]["episodes_per_rule"],
+        eval_seed=config["evaluation"]["eval_seed"],
+    threads: 2
+    log:
+        "logs/oracle/fixed_z_L{L}_H{H}.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "(tapebench mpc --rules {params.rules} --features {input.features} --episodes-per-rule {params.episodes}"
+        " --L {wildcards.L} --H {wildcards.H} --eval-seed {params.eval_seed} {params.planner} --out {output.mpc}"
+        " && tapebench exact --rules {params.rules} --features {input.features}"
+        " --episodes-per-rule {params.episodes} --L {wildcards.L} --H {wildcards.H}"
+        " --eval-seed {params.eval_seed} --out {output.exact}"
+        " && tapebench oracle-gap --mpc {output.mpc} --exact {output.exact} --out {output.gap}) > {log} 2>&1"
+
+
+rule mpc_by_type:
+    input:
+        split="results/splits/{split}.json",
+    output:
+        "results/oracle/{split}/mpc_by_type_eval.json",
+    params:
+        planner=planner_args,
+        L=config["env"]["L"],
+        H=config["env"]["H"],
+        episodes=config["oracle"]["by_type_episodes_per_rule"],
+        eval_seed=config["evaluation"]["eval_seed"],
+    log:
+        "logs/oracle/{split}/mpc_by_type.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "tapebench export-mpc-by-type --split {input.split} --side test --episodes-per-rule {params.episodes}"
+        " --L {params.L} --H {params.H} --eval-seed {params.eval_seed} {params.planner}"
+        " --out {output} > {log} 2>&1"
+
+
+rule render_table1:
+    input:
+        mpc=expand("results/oracle/{split}/mpc_{side}_H{H}.parquet", split=MAIN_SPLIT,
+                   side=["train", "test"], H=config["env"]["H"]),
+        fixed_z_mpc=f"results/oracle/fixed_z_L{FEAS['L']}_H{FEAS['H']}/mpc.parquet",
+        exact=f"results/oracle/fixed_z_L{FEAS['L']}_H{FEAS['H']}/exact.parquet",
+        feasibility=f"results/oracle/feasibility_L{FEAS['L']}_H{FEAS['H']}.parquet",
+    output:
+        "results/table1.tex",
+    log:
+        "logs/report/table1.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "tapebench render table1 --mpc {input.mpc} {input.fixed_z_mpc} --exact {input.exact}"
+        " --feasibility {input.feasibility} --out {output} > {log} 2>&1"
+
+
+rule render_table7:
+    input:
+        f"results/oracle/{MAIN_SPLIT}/mpc_by_type_eval.json",
+    output:
+        "results/table7.tex",
+    log:
+        "logs/report/table7.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "tapebench render table7 --by-type {input} --out {output} > {log} 2>&1"

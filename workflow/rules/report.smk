@@ -18,21 +18,33 @@ rule render_table3:
         " --out {output} > {log} 2>&1"
 
 
-use rule render_table3 as render_table4 with:
+rule render_table4:
+    input:
+        f"results/aggregate/{MAIN_SPLIT}/aggregate.parquet",
     output:
         "results/table4.tex",
+    params:
+        split=MAIN_SPLIT,
+        H=config["env"]["H"],
     log:
         "logs/report/table4.log",
+    conda:
+        CONDA_ENV
     shell:
         "tapebench render table4 --aggregate {input} --split {params.split} --H {params.H}"
         " --out {output} > {log} 2>&1"
 
 
-use rule render_table3 as render_table2 with:
+rule render_table2:
+    input:
+        f"results/aggregate/{MAIN_SPLIT}/aggregate.parquet",
     output:
         "results/table2.tex",
+    params:
+        split=MAIN_SPLIT,
     log:
         "logs/report/table2.log",
+    conda:
+        CONDA_ENV
     shell:
-        "tapebench render table2 --aggregate {input} --split {params.split}"
-        " --out {output} > {log} 2>&1"
+        "tapebench render table2 --aggregate {input} --split {params.split} --out {output} > {log} 2>&1"
