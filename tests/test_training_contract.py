@@ -46,7 +46,7 @@ def split_file(tmp_path_factory):
 def train_args(agent, split_file, out, seed=3, params=None):
     return ["train", "--agent", agent, "--split", str(split_file), "--seed", str(seed), "--params",
             json.dumps(params if params is not None else SMALL[agent]), "--out", str(out), "--device", "cpu",
-            "--threads", "1", "--quiet"]
+            "--threads", "1", "--quiet", "--keep-resume"]
 
 
 def tensors_equal(a, b) -> bool:
@@ -102,6 +102,14 @@ def test_complete_run_writes_checkpoints_resume_state_and_manifest(complete_runs
     assert (out / ckpt.RESUME_FILE).is_file() and (out / ckpt.LOG_FILE).is_file()
 
 
+def test_resume_state_is_deleted_after_completion_by_default(split_file, tmp_path):
+    args = train_args("dqn", split_file, tmp_path)
+    args.remove("--keep-resume")
+    assert main(args) == 0
+    assert (tmp_path / ckpt.MANIFEST_FILE).is_file() and not (tmp_path / ckpt.RESUME_FILE).exists()
+    assert len(list((tmp_path / "checkpoints").glob("step_*.pt"))) == 4
+
+
 # --- resume --------------------------------------------------------------------------------------
 class Interrupt(Exception):
     pass
@@ -135,7 +143,12 @@ def assert_same_run(reference: Path, resumed: Path) -> None:
     ref_files = sorted(p.name for p in (reference / "checkpoints").iterdir())
     assert ref_files == sorted(p.name for p in (resumed / "checkpoints").iterdir())
     for name in ref_files:
-        assert (reference / "checkpoints" / name).read_bytes() == (resumed / "checkpoints" / name).read_bytes(), name
+        ref_bytes, new_bytes = (reference / "checkpoints" / name).read_bytes(), (resumed / "checkpoints" / name).read_bytes()
+        ref, new = ckpt.load(reference / "checkpoints" / name), ckpt.load(resumed / "checkpoints" / name)
+        ref_version, new_version = ref["provenance"].pop("code_version"), new["provenance"].pop("code_version")
+        assert tensors_equal(ref, new), name
+        # identical files too, unless the checkout changed between the two runs (shared working trees)
+        assert ref_bytes == new_bytes or ref_version != new_version, name
     ref_state, new_state = ckpt.load(reference / ckpt.RESUME_FILE), ckpt.load(resumed / ckpt.RESUME_FILE)
     for key in ("agent", "env", "rng", "iteration", "checkpoints"):
         assert tensors_equal(ref_state[key], new_state[key]), key

@@ -31,6 +31,13 @@ BENCH_STEPS = 20_000          # training steps timed per agent
 BENCH_EVAL_EVERY = 5_000      # -> 4 checkpoints to evaluate
 
 
+def _load() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "n/a"
+
+
 def env_baseline(num_envs: int, L: int, H: int, rules, seconds: float, device) -> float:
     """Env steps/s of the bare batched env with random actions (no agent)."""
     env = BatchedTapeEnv(num_envs, L=L, H=H, rules=rules, device=device, seed=0)
@@ -83,7 +90,7 @@ def bench_train(args) -> dict:
     horizons = (H, 2 * H)
     agents = sorted(REGISTRY)
     print(f"tapebench bench train: L={L}, H={H}, {len(rules)} training rules, device {device}, "
-          f"{threads} torch thread(s), {os.cpu_count()} CPU cores")
+          f"{threads} torch thread(s), {os.cpu_count()} CPU cores, load average {_load()}")
     print(f"each agent: {BENCH_STEPS} training steps with default hyperparameters, checkpoints every "
           f"{BENCH_EVAL_EVERY}; evaluation of each checkpoint on {len(rules)} rules x {EPISODES_PER_RULE} "
           f"episodes at H={horizons[0]} and H={horizons[1]}; baseline: bare BatchedTapeEnv, random actions")

@@ -73,7 +73,8 @@ def run_train(args) -> int:
     config_slice = {k: params[k] for k in ("agent", "env", "training") if k in params}
     if split is None:
         config_slice["rules"] = list(rules)
-    train(spec, args.out, device=args.device, threads=args.threads, config_slice=config_slice, quiet=args.quiet)
+    train(spec, args.out, device=args.device, threads=args.threads, config_slice=config_slice, quiet=args.quiet,
+          keep_resume=args.keep_resume)
     return 0
 
 
@@ -116,6 +117,8 @@ def register(sub) -> None:
     p.add_argument("--agent", required=True, help=f"registered agent: {', '.join(sorted(REGISTRY))}")
     p.add_argument("--seed", type=int, default=0, help="training seed (default 0)")
     p.add_argument("--out", required=True, help="run directory (checkpoints/, resume.pt, train.log, train.json)")
+    p.add_argument("--keep-resume", action="store_true",
+                   help="keep resume.pt (full training state) after the run finishes; default: delete it")
     _common(p)
     p.set_defaults(func=run_train)
 

@@ -11,7 +11,8 @@
   ones. All default configurations divide exactly.
 * Each checkpoint writes `checkpoints/step_XXXXXXX.pt` (greedy policy) and then `resume.pt`
   (full training state); a killed run restarted with the same arguments resumes from `resume.pt`
-  and ends with bit-identical weights on CPU. `train.json` (the manifest) is written last.
+  and ends with bit-identical weights on CPU. `train.json` (the manifest) is written last; then
+  `resume.pt` is deleted unless asked to keep it. A run whose train.json matches is not redone.
 * Determinism: python, numpy and torch are seeded from the run seed, the environment generator
   from a separate stream of it; on CPU `torch.use_deterministic_algorithms(True)` and a fixed
   number of torch threads (results are bit-identical for the same thread count).
@@ -198,11 +199,14 @@ def manifest_complete(manifest: dict | None, fingerprint: str, out_dir) -> bool:
 
 
 def train(spec: TrainSpec, out_dir, *, device="cpu", threads: int | None = 1, config_slice: dict | None = None,
-          on_checkpoint: Callable[[int, int], None] | None = None, quiet: bool = False) -> dict:
+          on_checkpoint: Callable[[int, int], None] | None = None, quiet: bool = False,
+          keep_resume: bool = False) -> dict:
     """Train `spec.agent` into `out_dir`; resumes from `resume.pt`; returns the manifest (train.json).
 
     `config_slice` is what provenance records as the job's config (default: the spec's fields).
     `on_checkpoint(index, env_steps)` is called after checkpoint `index` (1-based) is on disk.
+    `resume.pt` (~30 MB with a full DQN replay buffer) is deleted once train.json is written, unless
+    `keep_resume`.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -306,6 +310,8 @@ def train(spec: TrainSpec, out_dir, *, device="cpu", threads: int | None = 1, co
         "provenance": prov,
     }
     write_json(out_dir / ckpt.MANIFEST_FILE, manifest)
+    if not keep_resume:
+        (out_dir / ckpt.RESUME_FILE).unlink(missing_ok=True)
     log(f"done: {schedule[-1]} env steps in {wall_time:.1f} s ({manifest['steps_per_second']} steps/s, "
         f"{resumes} resume(s)); wrote {ckpt.MANIFEST_FILE}")
     return manifest
