@@ -8,7 +8,7 @@ import tapebench.utils.io as uio
 from tapebench.cli import main as cli_main
 from tapebench.evaluation.episodes import episode_set, split_key
 from tapebench.evaluation.records import EPISODE_COLUMNS
-from tapebench.oracle.normalized import normalized_score
+from tapebench.oracle.normalized import evaluation_protocol, normalized_score
 from tapebench.oracle.protocol import protocol_episodes, read_records
 from tapebench.splits.io import save_split
 
@@ -129,7 +129,7 @@ def test_exact_vs_mpc_gap_and_table1(split_path, tmp_path, capsys):
     assert cli_main(["exact", *common, "--eval-seed", "1", "--out", str(other)]) == 0
     capsys.readouterr()
     assert cli_main(["oracle-gap", "--mpc", str(mpc), "--exact", str(other), "--out", str(gap)]) == 2
-    assert "different protocols: eval_seed (0 vs 1)" in capsys.readouterr().err
+    assert "different protocols: eval_seed (20260101 vs 1)" in capsys.readouterr().err
 
     feas = tmp_path / "feas.parquet"
     assert cli_main(["feasibility", "--rules", "0,30,255", "--L", "8", "--H", "8", "--out", str(feas)]) == 0
@@ -157,3 +157,28 @@ def test_oracle_normalized_score_refuses_mixed_protocols(split_path, tmp_path):
         normalized_score(0.1, {**protocol, "episodes_per_rule": 20}, [files[8], files[12]])
     with pytest.raises(ValueError, match="lacks \\['eval_seed'\\]"):
         normalized_score(0.1, {k: v for k, v in protocol.items() if k != "eval_seed"}, files[12])
+
+
+def test_oracle_cli_defaults_to_the_agents_evaluation_seed():
+    from tapebench.oracle.cli import DEFAULT_EVAL_SEED
+    from tapebench.training.evaluate import DEFAULT_EVAL_SEED as AGENTS_EVAL_SEED
+
+    assert DEFAULT_EVAL_SEED == AGENTS_EVAL_SEED
+
+
+def test_on_score_from_an_agent_evaluation_file(split_path, tmp_path):
+    oracle = tmp_path / "mpc.parquet"
+    assert cli_main(["mpc", "--split", str(split_path), "--side", "test", "--episodes-per-rule", "2",
+                     "--L", "10", "--H", "8", "--out", str(oracle)]) == 0
+    frame, meta = read_records(oracle)
+    agent = frame.assign(agent="dqn", seed=0, checkpoint=1000)
+    agent_file = tmp_path / "eval_H8.parquet"
+    split = {"name": "toy", "content_hash": meta["protocol"]["split_hash"]}
+    evaluation = {"H": 8, "episodes_per_rule": 2, "eval_seed": 20260101, "checkpoints": [1000]}
+    uio.write_parquet(agent_file, agent, meta=uio.provenance({}, 0, split=split, evaluation=evaluation))
+    protocol = evaluation_protocol(agent_file, "test")
+    assert normalized_score(0.0, protocol, oracle) == 0.0
+    p_oracle = frame["success"].mean()
+    assert normalized_score(p_oracle, protocol, oracle) == pytest.approx(100.0)
+    with pytest.raises(ValueError, match="side 'train' is not in"):
+        evaluation_protocol(agent_file, "train")

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..evaluation.episodes import episode_set, split_key
 from ..validation import check_horizon, check_length
+from .cli import DEFAULT_EVAL_SEED
 from .exact import _hypercube_min, feasibility_arrays, transition_table, value_tables
 from .mpc import GAMMA, MPCConfig, episode_keys, run_mpc
 
@@ -143,19 +144,20 @@ def bench_mpc(args) -> dict:
     config = MPCConfig(seed=args.seed)
     rules, where, key = _protocol_rules()
     side = "test" if key else "rules"
-    episodes = episode_set(rules, EPISODES_PER_RULE, L, eval_seed=0, key=key, side=side)
+    episodes = episode_set(rules, EPISODES_PER_RULE, L, eval_seed=DEFAULT_EVAL_SEED, key=key, side=side)
     threads = numba.get_num_threads()
     print(f"tapebench bench mpc: {where}; {len(rules)} rules x {EPISODES_PER_RULE} episodes = {len(episodes)}, "
           f"L={L}, H={H}, horizon {config.horizon}, {config.candidates} candidates; {os.cpu_count()} CPU cores, "
           f"numba {numba.__version__} ({threads} threads); load average {_load_avg()}")
-    run_mpc(episodes, H, config)   # compile (or load the cache) outside the timing
-    fused_s, fused = _timed(lambda: run_mpc(episodes, H, config), repeats)
+    play = lambda: run_mpc(episodes, H, config, eval_seed=DEFAULT_EVAL_SEED)
+    play()   # compile (or load the cache) outside the timing
+    fused_s, fused = _timed(play, repeats)
     numba.set_num_threads(1)
     try:
-        single_s, _ = _timed(lambda: run_mpc(episodes, H, config), repeats)
+        single_s, _ = _timed(play, repeats)
     finally:
         numba.set_num_threads(threads)
-    numpy_s, base = _timed(lambda: numpy_mpc(episodes, H, config, eval_seed=0), 1)
+    numpy_s, base = _timed(lambda: numpy_mpc(episodes, H, config, eval_seed=DEFAULT_EVAL_SEED), 1)
     identical = all(np.array_equal(fused[k], base[k]) for k in base)
     decisions = [min(config.horizon, H - t) for t in range(H)]
     work = sum(config.candidates * sum(decisions[:s]) for s in fused["steps"])   # candidate transitions

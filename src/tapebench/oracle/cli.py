@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import time
 
+DEFAULT_EVAL_SEED = 20260101   # = training.evaluate.DEFAULT_EVAL_SEED (the agents' episodes; tested)
+
 
 def _episode_args(p, *, L: int, H: int, episodes_per_rule: int) -> None:
     where = p.add_mutually_exclusive_group(required=True)
@@ -15,8 +17,9 @@ def _episode_args(p, *, L: int, H: int, episodes_per_rule: int) -> None:
                    help=f"evaluation episodes per rule (default {episodes_per_rule})")
     p.add_argument("--L", type=int, default=L, help=f"tape length (default {L})")
     p.add_argument("--H", type=int, default=H, help=f"episode horizon (default {H})")
-    p.add_argument("--eval-seed", type=int, default=0,
-                   help="evaluation seed of the common-random-number episodes (match the agents'; default 0)")
+    p.add_argument("--eval-seed", type=int, default=DEFAULT_EVAL_SEED,
+                   help=f"evaluation seed of the common-random-number episodes (default {DEFAULT_EVAL_SEED}, "
+                        f"as `tapebench evaluate`)")
     p.add_argument("--out", required=True, help="per-episode records Parquet")
 
 
@@ -74,7 +77,8 @@ def register(sub) -> None:
     p.add_argument("--episodes-per-rule", type=int, default=1, help="episodes per rule (default 1)")
     p.add_argument("--L", type=int, default=32, help="tape length (default 32)")
     p.add_argument("--H", type=int, default=32, help="horizon (default 32)")
-    p.add_argument("--eval-seed", type=int, default=0, help="evaluation seed (default 0)")
+    p.add_argument("--eval-seed", type=int, default=DEFAULT_EVAL_SEED,
+                   help=f"evaluation seed (default {DEFAULT_EVAL_SEED}, as `tapebench evaluate`)")
     _planner_args(p)
     p.add_argument("--out", default="mpc_by_type_eval.json", help="output JSON (default mpc_by_type_eval.json)")
     p.set_defaults(func=_by_type)

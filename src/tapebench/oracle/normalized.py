@@ -24,6 +24,31 @@ def oracle_success(path) -> tuple[float, dict]:
     return float(frame["success"].mean()), meta["protocol"]
 
 
+def evaluation_protocol(path, side: str) -> dict:
+    """The protocol of one side of a learned agent's evaluation file (`tapebench evaluate` records)."""
+    import pandas as pd
+
+    from ..utils.io import read_parquet_meta
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"evaluation records not found: {path}")
+    meta = read_parquet_meta(path)
+    evaluation = meta.get("evaluation")
+    if not evaluation or not all(k in evaluation for k in ("H", "episodes_per_rule", "eval_seed")):
+        raise ValueError(f"{path} records no evaluation protocol (H, episodes_per_rule, eval_seed) in its provenance")
+    frame = pd.read_parquet(path, columns=["side", "L"])
+    sides = sorted(set(frame["side"].astype(str)))
+    if side not in sides:
+        raise ValueError(f"side {side!r} is not in {path}; available: {sides}")
+    lengths = sorted(set(frame.loc[frame["side"] == side, "L"].astype(int)))
+    if len(lengths) != 1:
+        raise ValueError(f"{path} mixes tape lengths {lengths} on side {side!r}")
+    split = meta.get("split") or {}
+    return {"L": lengths[0], "H": int(evaluation["H"]), "split_hash": split.get("content_hash", ""), "side": side,
+            "episodes_per_rule": int(evaluation["episodes_per_rule"]), "eval_seed": int(evaluation["eval_seed"])}
+
+
 def normalized_score(p: float, protocol: dict, oracle_files) -> float:
     """ON(p) for a success rate `p` measured under `protocol` (a dict with at least REQUIRED_FIELDS).
 
