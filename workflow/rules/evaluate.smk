@@ -20,4 +20,4 @@ rule evaluate:
         CONDA_ENV
     shell:
         "tapebench evaluate --run {params.run_dir} --split {input.split} --H {wildcards.H}"
-        " --params '{params.slice}' --out {output} > {log} 2>&1"
+        " --params '{params.slice}' --threads {threads} --out {output} > {log} 2>&1"

@@ -19,7 +19,7 @@ rule mpc_split:
     conda:
         CONDA_ENV
     shell:
-        "tapebench mpc --split {input.split} --side {wildcards.side} --episodes-per-rule {params.episodes}"
+        "NUMBA_NUM_THREADS={threads} tapebench mpc --split {input.split} --side {wildcards.side} --episodes-per-rule {params.episodes}"
         " --L {params.L} --H {wildcards.H} --eval-seed {params.eval_seed} {params.planner}"
         " --out {output} > {log} 2>&1"
 
@@ -33,7 +33,7 @@ rule feasibility:
     conda:
         CONDA_ENV
     shell:
-        "tapebench feasibility --rules 0-255 --L {wildcards.L} --H {wildcards.H} --out {output} > {log} 2>&1"
+        "NUMBA_NUM_THREADS={threads} tapebench feasibility --rules 0-255 --L {wildcards.L} --H {wildcards.H} --out {output} > {log} 2>&1"
 
 
 rule fixed_z_oracle:
@@ -55,7 +55,7 @@ rule fixed_z_oracle:
     conda:
         CONDA_ENV
     shell:
-        "(tapebench mpc --rules {params.rules} --features {input.features} --episodes-per-rule {params.episodes}"
+        "(export NUMBA_NUM_THREADS={threads}; tapebench mpc --rules {params.rules} --features {input.features} --episodes-per-rule {params.episodes}"
         " --L {wildcards.L} --H {wildcards.H} --eval-seed {params.eval_seed} {params.planner} --out {output.mpc}"
         " && tapebench exact --rules {params.rules} --features {input.features}"
         " --episodes-per-rule {params.episodes} --L {wildcards.L} --H {wildcards.H}"
