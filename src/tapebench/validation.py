@@ -7,6 +7,15 @@ MIN_L, MAX_L = 3, 64
 NUM_RULES = 256
 
 
+def check_integer(value, name: str, minimum: int = 0, maximum: int | None = None) -> int:
+    """An integer (not a bool) in minimum..maximum; the error names `name` and the allowed range."""
+    allowed = f"in {minimum}..{maximum}" if maximum is not None else f">= {minimum}"
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
+            or value < minimum or (maximum is not None and value > maximum):
+        raise ValueError(f"{name} must be an integer {allowed}, got {value!r}")
+    return int(value)
+
+
 def check_rule(rule) -> int:
     if isinstance(rule, (bool, np.bool_)) or not isinstance(rule, (int, np.integer)):
         raise ValueError(f"rule must be an integer in 0..255, got {rule!r}")

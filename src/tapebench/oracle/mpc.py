@@ -23,7 +23,7 @@ import numpy as np
 
 from ..ca.packed import length_mask, pack, popcount, step_word_masks
 from ..evaluation.episodes import SIDE_CODES, EpisodeSet
-from ..validation import check_goal, check_horizon
+from ..validation import check_goal, check_horizon, check_integer
 from .accounting import add_step, results_dict
 
 U64 = np.uint64
@@ -43,11 +43,8 @@ class MPCConfig:
 
     def __post_init__(self):
         for name in ("horizon", "candidates"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"MPC {name} must be an integer >= 1, got {value!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
-            raise ValueError(f"MPC seed must be an integer >= 0, got {self.seed!r}")
+            check_integer(getattr(self, name), f"MPC {name}", minimum=1)
+        check_integer(self.seed, "MPC seed", minimum=0)
 
     def as_dict(self) -> dict:
         return {k: int(v) for k, v in asdict(self).items()}

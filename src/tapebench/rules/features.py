@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from ..ca.packed import pack, step_words_rules
-from ..validation import check_length, check_rules
+from ..validation import check_integer, check_length, check_rules
 from .mirror import class_representative, mirror_rule, reflect_tape
 
 FEATURE_NAMES = ("density", "density_std", "activity", "activity_2step", "entropy", "block_entropy")
@@ -58,13 +58,11 @@ class FeatureProtocol:
 
     def __post_init__(self):
         check_length(self.L)
-        for name, value, upper in (("trials", self.trials, MAX_TRIALS), ("steps", self.steps, MAX_STEPS)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= upper:
-                raise ValueError(f"{name} must be an integer in 1..{upper}, got {value!r}")
+        check_integer(self.trials, "trials", minimum=1, maximum=MAX_TRIALS)
+        check_integer(self.steps, "steps", minimum=1, maximum=MAX_STEPS)
         if self.steps < 2:
             raise ValueError(f"steps must be >= 2 (activity_2step compares x_t with x_(t-2)), got {self.steps}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
-            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
+        check_integer(self.seed, "seed", minimum=0)
 
     def as_dict(self) -> dict:
         return {k: int(v) for k, v in asdict(self).items()}

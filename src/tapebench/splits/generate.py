@@ -30,7 +30,7 @@ import pandas as pd
 from ..rules.features import RULE_TYPES, read_features
 from ..rules.mirror import mirror_classes
 from ..utils.io import provenance
-from ..validation import NUM_RULES, check_rules
+from ..validation import NUM_RULES, check_integer, check_rules
 from .io import save_split
 
 SPLIT_METHODS = ("diverse", "random")
@@ -66,12 +66,8 @@ class SplitParams:
         object.__setattr__(self, "rules", rules)
         if len(rules) < 2:
             raise ValueError(f"rule space must hold at least 2 rules to split, got {list(rules)}")
-        size = self.test_size
-        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or not 1 <= size < len(rules):
-            raise ValueError(f"test_size must be an integer in 1..{len(rules) - 1} (the rule space has "
-                             f"{len(rules)} rules and train must keep at least one), got {size!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
-            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
+        check_integer(self.test_size, "test_size", minimum=1, maximum=len(rules) - 1)  # train keeps >= 1 rule
+        check_integer(self.seed, "seed", minimum=0)
 
     def as_dict(self) -> dict:
         return {"name": self.name, "method": self.method, "test_size": int(self.test_size),

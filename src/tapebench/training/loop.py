@@ -36,7 +36,7 @@ import torch
 from ..agents import EnvSpec, build_config, get_agent
 from ..envs.batched import BatchedTapeEnv
 from ..utils.io import content_hash, provenance, write_json
-from ..validation import check_horizon, check_length, check_rules
+from ..validation import check_horizon, check_integer, check_length, check_rules
 from . import checkpoint as ckpt
 
 PAPER_ENV = {"L": 32, "H": 32, "success_bonus": 1.0}
@@ -64,11 +64,8 @@ class TrainSpec:
         check_length(self.L)
         check_horizon(self.H)
         for name in ("total_steps", "eval_every"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"training.{name} must be a positive integer (environment steps), got {value!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
-            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
+            check_integer(getattr(self, name), f"training.{name} (environment steps)", minimum=1)
+        check_integer(self.seed, "seed", minimum=0)
 
     def config(self):
         return build_config(self.agent, self.hyperparameters)
