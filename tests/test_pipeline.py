@@ -3,44 +3,14 @@ and precise partial reruns (a DQN hyperparameter change reruns only DQN's jobs a
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-TINY = REPO / "tests" / "data" / "tiny.yaml"
-
-
-def make_workdir(path: Path) -> Path:
-    """A copy of the workflow (not of results) so tests never touch the checkout's results/."""
-    for name in ("Snakefile", "workflow", "config", "envs"):
-        src = REPO / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, path / name)
-    shutil.copy(TINY, path / "tiny.yaml")
-    return path
-
-
-def snakemake(workdir: Path, *args: str, configfiles=("tiny.yaml",)) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "snakemake", "--cores", "2", *args, "--configfile", *configfiles]
-    return subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=900)
-
-
-def scheduled_jobs(dry_run_output: str) -> list[tuple[str, dict]]:
-    """(rule, wildcards) of every job in a dry run's output."""
-    jobs = []
-    for block in re.split(r"\n(?=(?:local)?rule \w+:)", dry_run_output):
-        m = re.match(r"(?:local)?rule (\w+):", block.strip())
-        if not m:
-            continue
-        wc = re.search(r"wildcards: (.*)", block)
-        wildcards = dict(kv.split("=", 1) for kv in wc.group(1).split(", ")) if wc else {}
-        jobs.append((m.group(1), wildcards))
-    return jobs
+from pipeline_helpers import REPO, make_workdir, scheduled_jobs, snakemake
 
 
 @pytest.fixture(scope="module")
