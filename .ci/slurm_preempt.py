@@ -2,12 +2,14 @@
 """Simulate preemption of a Snakemake-submitted Slurm job (test helper, stdlib only).
 
 The snakemake slurm executor names every job of a run after the run UUID (`%j`) and puts the rule in the
-comment (`%k`): `rule_<rule>` or `rule_<rule>_wildcards_<values joined by _>`; group jobs get
-`rule_<groupid>`. This script waits until a RUNNING job whose comment matches is found (optionally until
-a file, e.g. the job's checkpoint, exists), then preempts it and prints its job id.
+comment (`%k`): `rule_<rule>` or `rule_<rule>_wildcards_<wildcard values in the order of the rule's output
+pattern, joined by _>`, e.g. `rule_train_wildcards_main_dqn_0` for the pipeline's train job of split main,
+agent dqn, seed 0; group jobs get `rule_<group>_<its rules joined by _>` (not matched by --rule). This script
+waits until a RUNNING job whose comment matches is found (optionally until a file, e.g. the job's resume
+state, exists), then preempts it and prints its job id.
 
   .ci/slurm_preempt.py --list
-  .ci/slurm_preempt.py --rule train [--wildcards 0] [--wait-file results/ckpt/seed0.json] [--mode cancel]
+  .ci/slurm_preempt.py --rule train --wildcards main_dqn_0 --wait-file results/runs/main/dqn/seed0/resume.pt
 
 Modes:
   cancel   `scancel ID`: the job ends CANCELLED; a running Snakemake (profile `retries: 2`) resubmits it as a
@@ -50,7 +52,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--list", action="store_true", help="print id, state, name, comment of all known jobs")
     ap.add_argument("--rule", help="rule (or group) name as in the job comment")
-    ap.add_argument("--wildcards", help="wildcard values joined by '_' as in the comment (e.g. 0 or ppo_3)")
+    ap.add_argument("--wildcards", help="wildcard values joined by '_' as in the comment (e.g. main_dqn_0)")
     ap.add_argument("--name", help="only jobs of this Snakemake run (job name = run UUID)")
     ap.add_argument("--exclude", default="", help="comma-separated job ids to ignore (e.g. already preempted)")
     ap.add_argument("--wait-file", help="preempt only once this file exists (e.g. the first checkpoint)")
