@@ -18,12 +18,20 @@ CLUSTER=.ci/slurm_cluster.sh
 STATE_DIR="${TAPEBENCH_SLURM_DIR:-/tmp/tapebench-slurm}"
 T_BEGIN=$SECONDS
 STARTED_BY_US=0
+PYTEST_PID=
 
 log() { printf '[slurm_ci] %s\n' "$*" >&2; }
 
 cleanup() {
-    local rc=$?
+    local rc=$? i
     trap - EXIT INT TERM
+    if [[ -n "$PYTEST_PID" ]] && kill -0 "$PYTEST_PID" 2>/dev/null; then
+        # Ctrl-C for the tests' process group: pytest stops, each snakemake cancels its Slurm jobs.
+        log "interrupting the tests (process group $PYTEST_PID)"
+        kill -INT -- "-$PYTEST_PID" 2>/dev/null || true
+        for ((i = 0; i < 90; i++)); do kill -0 "$PYTEST_PID" 2>/dev/null || break; sleep 1; done
+        kill -KILL -- "-$PYTEST_PID" 2>/dev/null || true
+    fi
     if ((STARTED_BY_US)); then
         log "stopping the cluster this script started"
         if ! bash "$CLUSTER" stop; then
@@ -56,11 +64,17 @@ bash "$CLUSTER" status
 
 junit="$(mktemp -t slurm-ci-junit.XXXXXX.xml)"
 t0=$SECONDS
-set +e
+# pytest in the background, in its own process group (set -m): a signal to this script runs the trap at
+# once (not after pytest ends), and the trap can interrupt pytest and the snakemake runs it started.
+set -m
 TAPEBENCH_SLURM=1 "$PYTHON" -m pytest -m slurm -v -s --durations=0 -p no:cacheprovider --junitxml="$junit" \
-    tests/test_slurm_cluster.py tests/test_slurm_pipeline.py "$@"
+    tests/test_slurm_cluster.py tests/test_slurm_pipeline.py "$@" &
+PYTEST_PID=$!
+set +e
+wait "$PYTEST_PID"
 rc=$?
 set -e
+PYTEST_PID=
 T_TESTS=$((SECONDS - t0))
 
 skipped="$("$PYTHON" -c 'import sys, xml.etree.ElementTree as ET

@@ -93,6 +93,10 @@ stop_one() {
         while alive "$pid" && (( SECONDS - t0 < 10 )); do sleep 0.2; done
         alive "$pid" && die "$name (pid $pid) did not exit"
     fi
+    # The exited daemon is a zombie until PID 1 (its parent: it daemonized) reaps it; give it a moment.
+    t0=$SECONDS
+    while [[ -e "/proc/$pid" ]] && (( SECONDS - t0 < 5 )); do sleep 0.2; done
+    [[ -e "/proc/$pid" ]] && log "$name (pid $pid) exited; PID 1 has not reaped it yet (zombie)"
     rm -f "$DIR/pids/$name.pid"
 }
 
