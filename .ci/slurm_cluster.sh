@@ -29,6 +29,7 @@ STOP_TIMEOUT="${TAPEBENCH_SLURM_STOP_TIMEOUT:-20}"
 PYTHON="${PYTHON:-python3}"
 ETC_CONF=/etc/slurm/slurm.conf
 MARKER="# Managed by tapebench .ci/slurm_cluster.sh"
+CLUSTER_NAME=tapebench
 PKGS=(munge slurmctld slurmd slurm-client)
 PLUGIN_REQ="snakemake-executor-plugin-slurm>=2"
 # Daemons in start order; stop goes in reverse.
@@ -153,7 +154,7 @@ write_conf() {
     mem=$(( mem_total * 9 / 10 ))
     cat >"$conf" <<EOF
 $MARKER (state dir: $DIR). Regenerated on every start.
-ClusterName=tapebench
+ClusterName=$CLUSTER_NAME
 SlurmctldHost=localhost
 SlurmUser=slurm
 SlurmdUser=root
@@ -169,8 +170,11 @@ SlurmctldDebug=info
 SlurmdDebug=info
 MailProg=/bin/true
 MpiDefault=none
-# No cgroups and no systemd on the CI machines.
-ProctrackType=proctrack/linuxproc
+# No cgroups and no systemd on the CI machines. Job processes are tracked by process group: with
+# proctrack/linuxproc (parent PIDs), a process whose parent died (e.g. the snakemake inside a cancelled
+# job, stuck in its shutdown after its batch shell was killed) is reparented, escapes the job's SIGKILL
+# and lives on.
+ProctrackType=proctrack/pgid
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
@@ -285,9 +289,27 @@ cmd_stop() {
             while (( SECONDS - t0 < 30 )) && [[ -n "$(squeue -h -t R,CG,CF,PD -o %i 2>/dev/null)" ]]; do sleep 0.5; done
         fi
     fi
-    local i
+    local i strays
+    # Processes of this cluster's jobs that outlived them (they carry the cluster name in their environment).
+    strays="$(stray_job_pids)"
+    if [[ -n "$strays" ]]; then
+        log "killing processes left behind by ended jobs: $strays"
+        # shellcheck disable=SC2086
+        kill -KILL $strays 2>/dev/null || true
+    fi
     for (( i=${#DAEMONS[@]}-1; i>=0; i-- )); do stop_one "${DAEMONS[i]}"; done
     log "stopped"
+}
+
+# Live processes started by a job of this cluster (SLURM_CLUSTER_NAME in their environment), one per line.
+stray_job_pids() {
+    local file pid
+    grep -lzx "SLURM_CLUSTER_NAME=$CLUSTER_NAME" /proc/[0-9]*/environ 2>/dev/null | while read -r file; do
+        pid="${file#/proc/}"
+        pid="${pid%/environ}"
+        [[ "$pid" != "$$" && "$pid" != "$BASHPID" ]] && alive "$pid" && echo "$pid"
+    done
+    return 0
 }
 
 # ------------------------------------------------------------------------------------------------------- status
