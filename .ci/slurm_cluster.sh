@@ -19,6 +19,7 @@
 #   TAPEBENCH_SLURM_START_TIMEOUT  seconds to wait for the node to become idle (default 60)
 #   TAPEBENCH_SLURM_STOP_TIMEOUT   seconds to wait for each daemon to exit after SIGTERM (default 20)
 #   TAPEBENCH_SLURM_FORCE_CONF=1   overwrite an /etc/slurm/slurm.conf that this script did not write
+#   TAPEBENCH_SLURM_CPU_FACTOR     the node advertises this many CPUs per core (default 2; see write_conf)
 #   TAPEBENCH_SLURM_GPU_RULES      cpu-profile: rules forced to gpu=0 (default "train")
 #   PYTHON                         interpreter for the pip check and cpu-profile (default python3)
 set -euo pipefail
@@ -26,6 +27,7 @@ set -euo pipefail
 DIR="${TAPEBENCH_SLURM_DIR:-/tmp/tapebench-slurm}"
 START_TIMEOUT="${TAPEBENCH_SLURM_START_TIMEOUT:-60}"
 STOP_TIMEOUT="${TAPEBENCH_SLURM_STOP_TIMEOUT:-20}"
+CPU_FACTOR="${TAPEBENCH_SLURM_CPU_FACTOR:-2}"
 PYTHON="${PYTHON:-python3}"
 ETC_CONF=/etc/slurm/slurm.conf
 MARKER="# Managed by tapebench .ci/slurm_cluster.sh"
@@ -148,7 +150,8 @@ EOF
 # -------------------------------------------------------------------------------------------------------- start
 write_conf() {
     local cpus mem_total mem conf="$DIR/etc/slurm.conf"
-    cpus="$(nproc)"
+    [[ "$CPU_FACTOR" =~ ^[1-9][0-9]*$ ]] || die "TAPEBENCH_SLURM_CPU_FACTOR must be a positive integer, got '$CPU_FACTOR'"
+    cpus=$(( $(nproc) * CPU_FACTOR ))
     mem_total="$(slurmd -C | tr ' ' '\n' | sed -n 's/^RealMemory=//p')"
     [[ "$mem_total" =~ ^[0-9]+$ ]] || die "could not read RealMemory from 'slurmd -C'"
     mem=$(( mem_total * 9 / 10 ))
@@ -193,6 +196,10 @@ KillWait=5
 InactiveLimit=0
 SlurmdTimeout=120
 # GRES-free node: no GPUs in CI. Jobs asking for --gpus are rejected at submission.
+# The node advertises TAPEBENCH_SLURM_CPU_FACTOR x its cores (config_overrides: slurmd reports these values
+# instead of the hardware's): a pipeline's Slurm jobs spend most of their time starting Python and waiting,
+# so jobs allocated 2 CPUs (group jobs, numba) would otherwise leave a 2-core CI machine half idle.
+SlurmdParameters=config_overrides
 NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem State=UNKNOWN
 # DefMemPerCPU: without it a job with no --mem takes the whole node's memory.
 PartitionName=main Nodes=localhost Default=YES MaxTime=INFINITE State=UP DefMemPerCPU=1000
@@ -202,7 +209,7 @@ EOF
     fi
     install -d -m 0755 /etc/slurm
     install -m 0644 "$conf" "$ETC_CONF"
-    log "wrote $ETC_CONF (CPUs=$cpus RealMemory=$mem of $mem_total MB)"
+    log "wrote $ETC_CONF (CPUs=$cpus = $(nproc) cores x $CPU_FACTOR, RealMemory=$mem of $mem_total MB)"
 }
 
 start_munged() {
@@ -334,7 +341,8 @@ cmd_status() {
 # A CPU-only variant of slurm/config.yaml for machines without GPUs (CI). Derived, not copied by hand, so it
 # cannot drift from the real profile: `gpu` is set to 0 for every rule in set-resources and for the rules in
 # $TAPEBENCH_SLURM_GPU_RULES (default: train, whose rule declares gpu=config training.gpus); gpu_model/gres
-# are dropped; cores/cpus_per_task/threads/mem_mb are capped to this node; status checks start after 2 s.
+# are dropped; cores/cpus_per_task/threads are capped to this machine's cores and mem_mb to the node's memory
+# per advertised CPU; status checks start after 2 s.
 cmd_cpu_profile() {
     local out="${1:-$DIR/profile-cpu}"
     mkdir -p "$out"
@@ -344,10 +352,13 @@ src, dst, ncpu = sys.argv[1], sys.argv[2], int(sys.argv[3])
 gpu_rules = sys.argv[4].split()
 prof = yaml.safe_load(open(src))
 try:
-    node_mem = int(subprocess.check_output(["sinfo", "-h", "-n", "localhost", "-o", "%m"], text=True).split()[0])
+    node_mem, node_cpus = map(int, subprocess.check_output(
+        ["sinfo", "-h", "-n", "localhost", "-o", "%m %c"], text=True).split()[:2])
 except Exception:
-    node_mem = 4000
-cap_mem = max(500, node_mem // 2)
+    node_mem, node_cpus = 4000, 2
+# A job may ask for at most one CPU's share of the node's memory, so that memory never limits how many
+# jobs run at once (the CI jobs need far less than the real profile's requests).
+cap_mem = max(500, node_mem // max(2, node_cpus))
 def cap(res):
     res = dict(res)
     for k in ("gpu_model", "gres"):

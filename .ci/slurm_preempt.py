@@ -73,12 +73,15 @@ def main(argv=None) -> int:
     deadline = time.monotonic() + args.timeout
     target = None
     while time.monotonic() < deadline:
+        if args.wait_file is not None and not os.path.exists(args.wait_file):
+            time.sleep(0.1)  # a stat is cheap: catch the job soon after the file appears
+            continue
         running = [
             j for j in queue()
             if j["state"] == "RUNNING" and j["id"] not in exclude and matches(j, args.rule, args.wildcards)
             and (args.name is None or j["name"] == args.name)
         ]
-        if running and (args.wait_file is None or os.path.exists(args.wait_file)):
+        if running:
             target = running[0]
             break
         time.sleep(0.5)
