@@ -44,9 +44,12 @@ PREEMPTED = ("main", "dqn", 0)  # split, agent, seed of the training job cancell
 CONFIGFILES = ("tiny.yaml", "long_training.yaml")
 
 
+SKIP_WITHOUT_SLURM = pytest.mark.skipif(not slurm_available(),
+                                        reason="needs TAPEBENCH_SLURM=1 and a running Slurm cluster")
+
+
 def needs_slurm(test):
-    skip = pytest.mark.skipif(not slurm_available(), reason="needs TAPEBENCH_SLURM=1 and a running Slurm cluster")
-    return pytest.mark.slurm(skip(test))
+    return pytest.mark.slurm(SKIP_WITHOUT_SLURM(test))
 
 
 def run_dir(workdir: Path, split: str, agent: str, seed: int) -> Path:
