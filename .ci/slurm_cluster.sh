@@ -3,7 +3,8 @@
 #
 #   .ci/slurm_cluster.sh install      apt packages (munge, slurmctld, slurmd, slurm-client) + slurm executor plugin
 #   .ci/slurm_cluster.sh start        write slurm.conf, start munged/slurmctld/slurmd, wait until the node is idle
-#   .ci/slurm_cluster.sh stop         cancel this cluster's jobs, stop exactly the daemons recorded by `start`
+#   .ci/slurm_cluster.sh stop         cancel this cluster's jobs, kill processes they left behind, stop exactly
+#                                     the daemons recorded by `start`
 #   .ci/slurm_cluster.sh status       daemons, node state, queue (exit 0 only when all daemons run and node is usable)
 #   .ci/slurm_cluster.sh cpu-profile [DIR]
 #                                     write a CPU-only copy of the repo's slurm/ profile (no GPU requests,
