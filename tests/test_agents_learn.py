@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from tapebench.agents import EnvSpec, build_config, get_agent
+from tapebench.agents import EnvSpec
+from tapebench.methods import build_config, make_agent
 from tapebench.training import checkpoint as ckpt
 from tapebench.training.evaluate import greedy_success
 from tapebench.training.loop import TrainSpec, seed_everything, train
@@ -26,7 +27,7 @@ def final_success(run_dir, manifest) -> float:
 
 def untrained_success(agent_name: str, seed: int) -> float:
     seed_everything(seed)
-    agent = get_agent(agent_name).make(build_config(agent_name, {}), EnvSpec.for_tape(L, H), 1, "cpu")
+    agent = make_agent(agent_name, build_config(agent_name, {}), EnvSpec.for_tape(L, H), 1, "cpu")
     return greedy_success(agent, [RULE], H=H, L=L, episodes_per_rule=200, eval_seed=7)
 
 

@@ -65,19 +65,39 @@ def test_runner_matches_hand_rolled_loop_with_goal_bonus_and_odd_length():
         np.testing.assert_allclose(got[key], want[key], rtol=0, atol=1e-6)
 
 
-def test_runner_calls_begin_of_stateful_policies():
+def test_runner_calls_begin_and_observe_of_stateful_policies():
     calls = []
 
     class Policy:
-        def begin(self, n):
-            calls.append(n)
+        def begin(self, batch):
+            calls.append(("begin", len(batch), batch.rules))
 
-        def __call__(self, obs):
+        def act(self, obs):
             return first_one_policy(obs)
 
+        def observe(self, obs, actions, rewards, next_obs, terminated, truncated):
+            calls.append(("observe", len(actions)))
+
     episodes = episode_set([30, 110], 3, 8)
-    run_episodes(Policy(), episodes, 4, batch_size=4)
-    assert calls == [4, 2]
+    run_episodes(Policy(), episodes, 2, batch_size=4)
+    assert calls == [("begin", 4, None), ("observe", 4), ("observe", 4), ("begin", 2, None), ("observe", 2),
+                     ("observe", 2)]
+    calls.clear()
+    run_episodes(Policy(), episodes, 1, by_rule=True, reveal_rules=True)
+    assert [c[1] for c in calls] == [3, 3, 3, 3]
+    assert calls[0][2].tolist() == [30, 30, 30] and calls[2][2].tolist() == [110, 110, 110]
+
+
+def test_batching_does_not_change_results_and_keys_are_per_episode():
+    episodes = episode_set([30, 110, 4], 4, 8, eval_seed=2, side="test", key=3)
+    whole = run_episodes(first_one_policy, episodes, 8)
+    for kwargs in (dict(batch_size=5), dict(by_rule=True)):
+        parts = run_episodes(first_one_policy, episodes, 8, **kwargs)
+        for k in whole:
+            assert np.array_equal(whole[k], parts[k]), (kwargs, k)
+    alone = episode_set([110], 4, 8, eval_seed=2, side="test", key=3)
+    assert np.array_equal(alone.keys, episodes.keys[episodes.rules == 110])
+    assert len(set(episodes.keys.tolist())) == len(episodes)
 
 
 def test_episode_frame_has_the_record_schema():

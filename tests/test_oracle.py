@@ -28,7 +28,7 @@ class Replay:
 
 
 def test_mpc_on_rule_0_succeeds_at_step_1():
-    episodes = episode_set([0], 8, 32, eval_seed=3)
+    episodes = episode_set([0], 8, 32)
     out = run_mpc(episodes, 32)
     assert out["success"].all() and (out["steps"] == 1).all()
     assert np.all(out["return"] == 1.0) and np.all(out["auc_dist"] == 0.0) and np.all(out["final_dist"] == 0.0)
@@ -36,8 +36,8 @@ def test_mpc_on_rule_0_succeeds_at_step_1():
 
 def test_mpc_records_equal_the_evaluation_runner_on_the_same_actions():
     # non-power-of-two L: the float32 reward / distance accounting must match the environment's exactly
-    episodes = episode_set([4, 30, 90, 110, 204], 3, 11, eval_seed=1)
-    out = run_mpc(episodes, 9, MPCConfig(horizon=3, candidates=32), eval_seed=1, success_bonus=0.3)
+    episodes = episode_set([4, 30, 90, 110, 204], 3, 11)
+    out = run_mpc(episodes, 9, MPCConfig(horizon=3, candidates=32), success_bonus=0.3)
     replayed = run_episodes(Replay(out["actions"]), episodes, 9, success_bonus=0.3)
     for key in METRICS:
         np.testing.assert_array_equal(out[key], replayed[key], err_msg=key)
@@ -70,10 +70,10 @@ def _python_mpc_episode(tape, rule, key, H, horizon, candidates, bonus=1.0):
 
 
 def test_mpc_follows_the_spec_scoring_rule():
-    episodes = episode_set([30, 54, 110], 2, 8, eval_seed=5)
+    episodes = episode_set([30, 54, 110], 2, 8)
     config = MPCConfig(horizon=3, candidates=12, seed=7)
-    out = run_mpc(episodes, 6, config, eval_seed=5)
-    keys = episode_keys(episodes, 5, config.seed)
+    out = run_mpc(episodes, 6, config)
+    keys = episode_keys(episodes.keys, config.seed)
     for i in range(len(episodes)):
         expected = _python_mpc_episode(episodes.tapes[i], int(episodes.rules[i]), keys[i], 6, 3, 12)
         got = [int(a) for a in out["actions"][i] if a >= 0]
@@ -81,22 +81,22 @@ def test_mpc_follows_the_spec_scoring_rule():
 
 
 def test_mpc_is_deterministic_and_independent_of_batch_and_threads():
-    full = episode_set([30, 45, 110], 4, 16, eval_seed=2)
+    full = episode_set([30, 45, 110], 4, 16)
     config = MPCConfig(horizon=4, candidates=64, seed=1)
-    first = run_mpc(full, 16, config, eval_seed=2)
+    first = run_mpc(full, 16, config)
     threads = numba.get_num_threads()
     numba.set_num_threads(1)
     try:
-        single = run_mpc(full, 16, config, eval_seed=2)
+        single = run_mpc(full, 16, config)
     finally:
         numba.set_num_threads(threads)
-    sub = episode_set([45], 4, 16, eval_seed=2)
-    alone = run_mpc(sub, 16, config, eval_seed=2)
+    sub = episode_set([45], 4, 16)
+    alone = run_mpc(sub, 16, config)
     rows = full.rules == 45
     for key in (*METRICS, "actions"):
         np.testing.assert_array_equal(first[key], single[key])
         np.testing.assert_array_equal(first[key][rows], alone[key])
-    other_seed = run_mpc(full, 16, MPCConfig(horizon=4, candidates=64, seed=2), eval_seed=2)
+    other_seed = run_mpc(full, 16, MPCConfig(horizon=4, candidates=64, seed=2))
     assert not np.array_equal(first["actions"], other_seed["actions"])
 
 
@@ -153,9 +153,9 @@ def test_dp_agrees_with_brute_force_on_all_rules(L, H, reference_tables):
 def test_exact_controller_achieves_the_dp_value_and_is_never_worse_than_mpc():
     L = H = 10
     rules = list(range(0, 256, 5))
-    episodes = episode_set(rules, 3, L, eval_seed=11)
+    episodes = episode_set(rules, 3, L)
     exact = run_exact(episodes, H)
-    mpc = run_mpc(episodes, H, MPCConfig(horizon=4, candidates=32), eval_seed=11)
+    mpc = run_mpc(episodes, H, MPCConfig(horizon=4, candidates=32))
     starts = pack(episodes.tapes)
     for rule in rules:
         _, d, W = value_tables(rule, L, H)

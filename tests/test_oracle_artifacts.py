@@ -9,7 +9,7 @@ from tapebench.cli import main as cli_main
 from tapebench.evaluation.episodes import episode_set, split_key
 from tapebench.evaluation.records import EPISODE_COLUMNS
 from tapebench.oracle.normalized import evaluation_protocol, normalized_score
-from tapebench.oracle.protocol import protocol_episodes, read_records
+from tapebench.evaluation.protocol import protocol_episodes, read_records
 from tapebench.splits.io import save_split
 
 TYPES = {0: "stable", 4: "periodic", 108: "periodic", 204: "periodic", 30: "chaotic", 110: "chaotic",

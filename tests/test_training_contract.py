@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import types
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import pandas as pd
 import pytest
 import torch
 
-from tapebench import agents
+from tapebench import agents, methods
 from tapebench.cli import main
 from tapebench.evaluation.records import AGENT_COLUMNS, EPISODE_COLUMNS
 from tapebench.splits.io import save_split
@@ -246,7 +245,8 @@ def test_loop_passes_true_successor_on_episode_end(tmp_path, monkeypatch):
         made.append(Recorder(env_spec))
         return made[-1]
 
-    monkeypatch.setitem(agents.REGISTRY, "recorder", types.SimpleNamespace(Config=RecorderConfig, make=make))
+    monkeypatch.setitem(methods.registry(), "recorder", methods.Method(
+        id="recorder", display_name="Recorder", family="value_based", Config=RecorderConfig, make_agent=make))
     train(TrainSpec(agent="recorder", rules=(51,), seed=0, L=6, H=4, total_steps=60, eval_every=30), tmp_path,
           quiet=True)
     seen = made[0].seen
@@ -264,8 +264,8 @@ def test_loop_passes_true_successor_on_episode_end(tmp_path, monkeypatch):
 
 # --- agent-specific truncation handling ----------------------------------------------------------
 def test_dqn_bootstraps_on_truncation_not_on_termination():
-    agent = agents.get_agent("dqn").make(agents.build_config("dqn", {"num_envs": 2}),
-                                         agents.EnvSpec.for_tape(L, H), 100, "cpu")
+    agent = methods.make_agent("dqn", methods.build_config("dqn", {"num_envs": 2}), agents.EnvSpec.for_tape(L, H),
+                               100, "cpu")
     obs = torch.zeros(2, L + 1)
     agent.observe(obs, torch.tensor([1, 2]), torch.tensor([1.0, -0.5]), obs + 1,
                   torch.tensor([True, False]), torch.tensor([False, True]))
@@ -274,8 +274,8 @@ def test_dqn_bootstraps_on_truncation_not_on_termination():
 
 
 def test_ppo_adds_discounted_value_of_final_observation_on_truncation():
-    config = agents.build_config("ppo", {"num_envs": 2, "num_steps": 4, "num_minibatches": 2})
-    agent = agents.get_agent("ppo").make(config, agents.EnvSpec.for_tape(L, H), 100, "cpu")
+    config = methods.build_config("ppo", {"num_envs": 2, "num_steps": 4, "num_minibatches": 2})
+    agent = methods.make_agent("ppo", config, agents.EnvSpec.for_tape(L, H), 100, "cpu")
     obs, final_obs = torch.zeros(2, L + 1), torch.rand(2, L + 1)
     actions = agent.act(obs)
     agent.observe(obs, actions, torch.tensor([1.0, -0.5]), final_obs, torch.tensor([True, False]),

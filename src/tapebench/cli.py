@@ -8,6 +8,7 @@ import sys
 # Modules that define `register(subparsers)`; each subcommand sets `func(args) -> int | None`.
 SUBCOMMAND_MODULES = (
     "tapebench.training.cli",
+    "tapebench.methods.cli",
     "tapebench.bench",
     "tapebench.rules.cli",
     "tapebench.splits.cli",

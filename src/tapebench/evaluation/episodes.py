@@ -26,9 +26,22 @@ def check_side(side: str) -> str:
     return side
 
 
+def _identity(eval_seed: int, key: int, side: str, rule: int, episode: int) -> list[int]:
+    return [int(eval_seed), int(key), SIDE_CODES[side], int(rule), int(episode)]
+
+
+def episode_key(eval_seed: int, key: int, side: str, rule: int, episode: int) -> np.uint64:
+    """A 64-bit identity of one evaluation episode, for methods' per-episode randomness.
+
+    Derived from the same tuple as the initial tape but from a separate stream, so it reveals neither
+    the rule nor the tape.
+    """
+    seq = np.random.SeedSequence(_identity(eval_seed, key, side, rule, episode), spawn_key=(1,))
+    return seq.generate_state(1, np.uint64)[0]
+
+
 def episode_tape(eval_seed: int, key: int, side: str, rule: int, episode: int, L: int, goal) -> np.ndarray:
-    rng = np.random.default_rng(np.random.SeedSequence([int(eval_seed), int(key), SIDE_CODES[side],
-                                                        int(rule), int(episode)]))
+    rng = np.random.default_rng(np.random.SeedSequence(_identity(eval_seed, key, side, rule, episode)))
     while True:
         tape = rng.integers(0, 2, size=L, dtype=np.uint8)
         if not np.array_equal(tape, goal):
@@ -44,9 +57,15 @@ class EpisodeSet:
     tapes: np.ndarray      # (N, L) uint8 initial tapes
     side: str
     key: int
+    keys: np.ndarray       # (N,) uint64 episode identities (`episode_key`)
 
     def __len__(self) -> int:
         return len(self.rules)
+
+    def subset(self, rows) -> "EpisodeSet":
+        """The episodes at `rows` (a slice or index array), identities unchanged."""
+        return EpisodeSet(self.rules[rows], self.episodes[rows], self.tapes[rows], self.side, self.key,
+                          self.keys[rows])
 
 
 def episode_set(rules, episodes_per_rule: int, L: int, *, eval_seed: int = 0, key: int = 0,
@@ -60,4 +79,5 @@ def episode_set(rules, episodes_per_rule: int, L: int, *, eval_seed: int = 0, ke
     rule_col = np.repeat(np.asarray(rules, dtype=np.int64), episodes_per_rule)
     ep_col = np.tile(np.arange(episodes_per_rule, dtype=np.int64), len(rules))
     tapes = np.stack([episode_tape(eval_seed, key, side, z, k, L, goal) for z, k in zip(rule_col, ep_col)])
-    return EpisodeSet(rule_col, ep_col, tapes, side, key)
+    keys = np.array([episode_key(eval_seed, key, side, z, k) for z, k in zip(rule_col, ep_col)], dtype=np.uint64)
+    return EpisodeSet(rule_col, ep_col, tapes, side, key, keys)

@@ -1,54 +1,62 @@
-"""Run a policy on a fixed set of evaluation episodes with the batched environment."""
-from __future__ import annotations
+"""Run an evaluation policy on a fixed set of evaluation episodes with the batched environment.
 
-from typing import Callable, Protocol
+The one evaluation path: learned agents, planners, oracles and the random floor all play their
+episodes here (contract in `evaluation.policy`).
+"""
+from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 import torch
 
 from ..envs.batched import BatchedTapeEnv
+from ..validation import check_goal
 from .episodes import EpisodeSet
+from .policy import EpisodeBatch, as_policy
 from .records import coerce_episode_frame
 
 
-class Policy(Protocol):
-    """An evaluation policy: greedy actions for a batch of observations (N, L+1) -> (N,) long.
+def run_episodes(policy, episodes: EpisodeSet, H: int, *, goal=None, success_bonus: float = 1.0, device="cpu",
+                 batch_size: int | None = None, reveal_rules: bool = False, by_rule: bool = False) -> dict:
+    """Play every episode of `episodes` to termination or H steps; returns per-episode arrays.
 
-    A stateful policy may also define `begin(num_episodes)`, called once before the first step.
+    `policy` is an `EvalPolicy` (or a callable obs -> actions). Episodes are played in batches of
+    `batch_size` (default: all at once), or one batch per rule with `by_rule`; the policy's `begin`
+    is called at the start of each batch. `reveal_rules` passes the true rules to the policy (only
+    for reference methods). Results do not depend on the batching for a policy that keeps to the contract.
     """
-
-    def __call__(self, obs: torch.Tensor) -> torch.Tensor: ...
-
-
-def run_episodes(policy: Callable[[torch.Tensor], torch.Tensor], episodes: EpisodeSet, H: int, *,
-                 goal=None, success_bonus: float = 1.0, device="cpu", batch_size: int | None = None) -> dict:
-    """Play every episode of `episodes` to termination or H steps; returns per-episode arrays."""
+    policy = as_policy(policy)
     n = len(episodes)
-    batch_size = batch_size or n
-    parts = []
-    for start in range(0, n, batch_size):
-        sl = slice(start, min(n, start + batch_size))
-        parts.append(_run_batch(policy, episodes.tapes[sl], episodes.rules[sl], H, goal, success_bonus, device))
-    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    if by_rule:
+        batches = [np.flatnonzero(episodes.rules == z) for z in dict.fromkeys(episodes.rules.tolist())]
+    else:
+        size = batch_size or n
+        batches = [np.arange(start, min(n, start + size)) for start in range(0, n, size)]
+    goal = check_goal(goal, episodes.tapes.shape[1])
+    parts = [_run_batch(policy, episodes.subset(rows), H, goal, success_bonus, torch.device(device), reveal_rules)
+             for rows in batches]
+    order = np.argsort(np.concatenate(batches), kind="stable")
+    return {k: np.concatenate([p[k] for p in parts])[order] for k in parts[0]}
 
 
 @torch.no_grad()
-def _run_batch(policy, tapes, rules, H, goal, success_bonus, device) -> dict:
-    n, L = tapes.shape
-    env = BatchedTapeEnv(n, L=L, H=H, rules=sorted(set(rules.tolist())), goal=goal,
+def _run_batch(policy, episodes: EpisodeSet, H, goal, success_bonus, device, reveal_rules) -> dict:
+    n, L = episodes.tapes.shape
+    env = BatchedTapeEnv(n, L=L, H=H, rules=sorted(set(episodes.rules.tolist())), goal=goal,
                          success_bonus=success_bonus, device=device, autoreset=False)
-    obs = env.load(tapes, rules)
-    if hasattr(policy, "begin"):
-        policy.begin(n)
+    obs = env.load(episodes.tapes, episodes.rules)
+    policy.begin(EpisodeBatch(L=L, H=H, keys=episodes.keys, goal=goal, success_bonus=float(success_bonus),
+                              device=env.device, rules=episodes.rules.copy() if reveal_rules else None))
     active = torch.ones(n, dtype=torch.bool, device=env.device)
     dist_sum = torch.zeros(n, dtype=torch.float64, device=env.device)
     ret = torch.zeros(n, dtype=torch.float64, device=env.device)
     steps = torch.zeros(n, dtype=torch.int64, device=env.device)
     final_dist = env.distance().double()
     for _ in range(H):
-        actions = policy(obs)
-        obs, reward, terminated, truncated, info = env.step(actions)
+        actions = policy.act(obs)
+        next_obs, reward, terminated, truncated, info = env.step(actions)
+        policy.observe(obs, actions, reward, next_obs, terminated, truncated)
+        obs = next_obs
         dist = info["dist"].double()
         dist_sum += torch.where(active, dist, 0.0)
         ret += torch.where(active, reward.double(), 0.0)

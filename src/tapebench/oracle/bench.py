@@ -20,7 +20,6 @@ import numpy as np
 
 from ..evaluation.episodes import episode_set, split_key
 from ..validation import check_horizon, check_length
-from .cli import DEFAULT_EVAL_SEED
 from .exact import _hypercube_min, feasibility_arrays, transition_table, value_tables
 from .mpc import GAMMA, MPCConfig, episode_keys, run_mpc
 
@@ -63,11 +62,11 @@ def _numpy_step(tapes: np.ndarray, tables: np.ndarray) -> np.ndarray:
     return np.take_along_axis(tables, idx, axis=1)
 
 
-def numpy_mpc(episodes, H: int, config: MPCConfig, eval_seed: int, success_bonus: float = 1.0) -> dict:
+def numpy_mpc(episodes, H: int, config: MPCConfig, success_bonus: float = 1.0) -> dict:
     """Vectorised NumPy random-shooting MPC over (active episodes x candidates), all-zero goal."""
     n, L = episodes.tapes.shape
     C, horizon = config.candidates, config.horizon
-    keys = episode_keys(episodes, eval_seed, config.seed)
+    keys = episode_keys(episodes.keys, config.seed)
     tapes = episodes.tapes.copy()
     tables = RULE_BITS[episodes.rules]
     active = np.ones(n, dtype=bool)
@@ -144,12 +143,12 @@ def bench_mpc(args) -> dict:
     config = MPCConfig(seed=args.seed)
     rules, where, key = _protocol_rules()
     side = "test" if key else "rules"
-    episodes = episode_set(rules, EPISODES_PER_RULE, L, eval_seed=DEFAULT_EVAL_SEED, key=key, side=side)
+    episodes = episode_set(rules, EPISODES_PER_RULE, L, key=key, side=side)
     threads = numba.get_num_threads()
     print(f"tapebench bench mpc: {where}; {len(rules)} rules x {EPISODES_PER_RULE} episodes = {len(episodes)}, "
           f"L={L}, H={H}, horizon {config.horizon}, {config.candidates} candidates; {os.cpu_count()} CPU cores, "
           f"numba {numba.__version__} ({threads} threads); load average {_load_avg()}")
-    play = lambda: run_mpc(episodes, H, config, eval_seed=DEFAULT_EVAL_SEED)
+    play = lambda: run_mpc(episodes, H, config)
     play()   # compile (or load the cache) outside the timing
     fused_s, fused = _timed(play, repeats)
     numba.set_num_threads(1)
@@ -157,7 +156,7 @@ def bench_mpc(args) -> dict:
         single_s, _ = _timed(play, repeats)
     finally:
         numba.set_num_threads(threads)
-    numpy_s, base = _timed(lambda: numpy_mpc(episodes, H, config, eval_seed=DEFAULT_EVAL_SEED), 1)
+    numpy_s, base = _timed(lambda: numpy_mpc(episodes, H, config), 1)
     identical = all(np.array_equal(fused[k], base[k]) for k in base)
     decisions = [min(config.horizon, H - t) for t in range(H)]
     work = sum(config.candidates * sum(decisions[:s]) for s in fused["steps"])   # candidate transitions

@@ -19,7 +19,7 @@ import pandas as pd
 from ..utils.io import provenance, write_json
 from .gap import TYPE_ORDER
 from .mpc import MPCConfig
-from .protocol import protocol_episodes
+from ..evaluation.protocol import protocol_episodes
 from .run import play, planner_settings
 
 

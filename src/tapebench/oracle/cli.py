@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 
-DEFAULT_EVAL_SEED = 20260101   # = training.evaluate.DEFAULT_EVAL_SEED (the agents' episodes; tested)
+from ..evaluation.protocol import DEFAULT_EVAL_SEED
 
 
 def _episode_args(p, *, L: int, H: int, episodes_per_rule: int) -> None:

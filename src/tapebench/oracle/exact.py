@@ -20,6 +20,8 @@ whenever any action sequence can), then for final distance, then for time to suc
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numba as nb
 import numpy as np
 
@@ -112,18 +114,24 @@ def value_tables(rule: int, L: int, H: int, goal=None, keep_layers: bool = True)
 
 
 @nb.njit(cache=True)
+def _exact_action(s, remaining, F, d, W, L, goal):
+    """The controller's action in tape s with `remaining` steps left (lowest action among the best)."""
+    k = min(np.int64(d[s]), remaining) - 1
+    best_a, best_v = 0, 256
+    for a in range(L):
+        u = F[s ^ (1 << a)]
+        v = 0 if u == goal else np.int64(W[k, u])
+        if v < best_v:
+            best_a, best_v = a, v
+    return best_a
+
+
+@nb.njit(cache=True)
 def _control_episodes(rows, starts, F, d, W, L, H, goal, bonus32, metrics, steps, actions):
     for i in rows:
         s = starts[i]
         for t in range(H):
-            remaining = H - t
-            k = min(np.int64(d[s]), remaining) - 1
-            best_a, best_v = 0, 256
-            for a in range(L):
-                u = F[s ^ (1 << a)]
-                v = 0 if u == goal else np.int64(W[k, u])
-                if v < best_v:
-                    best_a, best_v = a, v
+            best_a = _exact_action(s, H - t, F, d, W, L, goal)
             s = F[s ^ (1 << best_a)]
             actions[i, t] = best_a
             mism = popcount(np.uint64(s) ^ np.uint64(goal))
@@ -131,6 +139,56 @@ def _control_episodes(rows, starts, F, d, W, L, H, goal, bonus32, metrics, steps
             steps[i] = t + 1
             if mism == 0:
                 break
+
+
+@nb.njit(cache=True)
+def _exact_actions(states, remaining, F, d, W, L, goal):
+    out = np.zeros(states.shape[0], dtype=np.int64)
+    for i in range(states.shape[0]):
+        out[i] = _exact_action(states[i], remaining, F, d, W, L, goal)
+    return out
+
+
+@dataclass
+class ExactConfig:
+    """The exact optimum has no hyperparameters (it needs L <= 20 and H <= 254)."""
+
+
+class ExactPolicy:
+    """The exact optimal controller as an evaluation policy (a reference method: it needs the true rule).
+
+    Value tables are built per rule, so the runner plays it one rule per batch (`Method.by_rule`);
+    a batch with several rules builds each rule's tables (2^L x (H+1) bytes each) in turn.
+    """
+
+    def begin(self, batch) -> None:
+        if batch.rules is None:
+            raise ValueError("the exact optimum is a reference method and needs each episode's true rule "
+                             "(run it with reveal_rules=True)")
+        self.L, self.H = check_exact_length(batch.L), check_exact_horizon(batch.H)
+        self.t, self.device = 0, batch.device
+        self.goal = np.uint32(pack(check_goal(batch.goal, batch.L))[0])
+        self.rules = np.asarray(batch.rules)
+        self.tables = {int(z): value_tables(int(z), self.L, self.H, batch.goal) for z in np.unique(self.rules)}
+
+    def act(self, obs):
+        import torch
+
+        states = pack(obs[:, :self.L].to(torch.uint8).cpu().numpy()).astype(np.uint32)
+        actions = np.zeros(len(states), dtype=np.int64)
+        for z, (F, d, W) in self.tables.items():
+            rows = self.rules == z
+            actions[rows] = _exact_actions(states[rows], self.H - self.t, F, d, W, self.L, self.goal)
+        return torch.from_numpy(actions).to(self.device)
+
+    def observe(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
+        self.t += 1
+
+
+def make_policy(config: ExactConfig, context) -> ExactPolicy:
+    check_exact_length(context.L)
+    check_exact_horizon(context.H)
+    return ExactPolicy()
 
 
 def run_exact(episodes: EpisodeSet, H: int, *, goal=None, success_bonus: float = 1.0) -> dict:

@@ -22,7 +22,8 @@ import numba as nb
 import numpy as np
 
 from ..ca.packed import length_mask, pack, popcount, step_word_masks
-from ..evaluation.episodes import SIDE_CODES, EpisodeSet
+from ..evaluation.episodes import EpisodeSet
+from ..evaluation.policy import step_keys
 from ..validation import check_goal, check_horizon, check_integer
 from .accounting import add_step, results_dict
 
@@ -80,52 +81,62 @@ def candidate_actions(key, candidates, horizon, L):
     return out
 
 
-def episode_keys(episodes: EpisodeSet, eval_seed: int, planner_seed: int) -> np.ndarray:
-    """One 64-bit key per episode from (planner seed, eval seed, split key, side, rule, episode)."""
-    side = SIDE_CODES[episodes.side]
-    return np.array([np.random.SeedSequence([int(planner_seed), int(eval_seed), int(episodes.key), side, int(z),
-                                             int(k)]).generate_state(1, np.uint64)[0]
-                     for z, k in zip(episodes.rules, episodes.episodes)], dtype=np.uint64)
+MPC_DOMAIN = 0x4D5043   # separates the planner's keys from other per-episode random streams of the same seed
+
+
+def episode_keys(identity_keys: np.ndarray, planner_seed: int) -> np.ndarray:
+    """One 64-bit planner key per episode from its identity (`EpisodeSet.keys`) and the planner seed."""
+    return step_keys(np.asarray(identity_keys, dtype=np.uint64), MPC_DOMAIN, int(planner_seed))
+
+
+@nb.njit(cache=True, inline="always")
+def _rule_masks(rule):
+    return (U64(0) - U64(rule & 1), U64(0) - U64((rule >> 1) & 1), U64(0) - U64((rule >> 2) & 1),
+            U64(0) - U64((rule >> 3) & 1), U64(0) - U64((rule >> 4) & 1), U64(0) - U64((rule >> 5) & 1),
+            U64(0) - U64((rule >> 6) & 1), U64(0) - U64((rule >> 7) & 1))
+
+
+@nb.njit(cache=True)
+def _plan_action(s, rule, k_t, depth, L, goal, score_bonus, horizon, candidates, tapes, score, alive):
+    """First action of the best of `candidates` random sequences of `depth` steps from tape s (one decision)."""
+    mask = length_mask(L)
+    m0, m1, m2, m3, m4, m5, m6, m7 = _rule_masks(rule)
+    for c in range(candidates):
+        tapes[c] = s
+        score[c] = 0.0
+        alive[c] = 1.0
+    for k in range(depth):
+        n_alive = 0
+        for c in range(candidates):
+            a = candidate_action(k_t, c * horizon + k, L)
+            w = step_word_masks(tapes[c] ^ (U64(1) << U64(a)), m0, m1, m2, m3, m4, m5, m6, m7, L, mask)
+            tapes[c] = w
+            mism = np.float64(popcount(w ^ goal))
+            hit = mism == 0.0
+            score[c] += alive[c] * (score_bonus if hit else -mism)
+            alive[c] = 0.0 if hit else alive[c]
+            n_alive += alive[c] > 0.0
+        if n_alive == 0:
+            break
+    best = 0
+    for c in range(1, candidates):
+        if score[c] > score[best]:
+            best = c
+    return candidate_action(k_t, best * horizon, L)
 
 
 @nb.njit(cache=True)
 def _plan_episode(i, start, rule, key, L, H, goal, bonus32, score_bonus, horizon, candidates,
                   metrics, steps, actions):
     mask = length_mask(L)
-    m0, m1, m2, m3 = (U64(0) - U64(rule & 1), U64(0) - U64((rule >> 1) & 1),
-                      U64(0) - U64((rule >> 2) & 1), U64(0) - U64((rule >> 3) & 1))
-    m4, m5, m6, m7 = (U64(0) - U64((rule >> 4) & 1), U64(0) - U64((rule >> 5) & 1),
-                      U64(0) - U64((rule >> 6) & 1), U64(0) - U64((rule >> 7) & 1))
+    m0, m1, m2, m3, m4, m5, m6, m7 = _rule_masks(rule)
     tapes = np.empty(candidates, dtype=np.uint64)
     score = np.empty(candidates, dtype=np.float64)
     alive = np.empty(candidates, dtype=np.float64)
     s = start
     for t in range(H):
-        k_t = step_key(key, t)
-        depth = min(horizon, H - t)
-        for c in range(candidates):
-            tapes[c] = s
-            score[c] = 0.0
-            alive[c] = 1.0
-        n_alive = candidates
-        for k in range(depth):
-            n_alive = 0
-            for c in range(candidates):
-                a = candidate_action(k_t, c * horizon + k, L)
-                w = step_word_masks(tapes[c] ^ (U64(1) << U64(a)), m0, m1, m2, m3, m4, m5, m6, m7, L, mask)
-                tapes[c] = w
-                mism = np.float64(popcount(w ^ goal))
-                hit = mism == 0.0
-                score[c] += alive[c] * (score_bonus if hit else -mism)
-                alive[c] = 0.0 if hit else alive[c]
-                n_alive += alive[c] > 0.0
-            if n_alive == 0:
-                break
-        best = 0
-        for c in range(1, candidates):
-            if score[c] > score[best]:
-                best = c
-        a = candidate_action(k_t, best * horizon, L)
+        a = _plan_action(s, rule, step_key(key, t), min(horizon, H - t), L, goal, score_bonus, horizon, candidates,
+                         tapes, score, alive)
         s = step_word_masks(s ^ (U64(1) << U64(a)), m0, m1, m2, m3, m4, m5, m6, m7, L, mask)
         actions[i, t] = a
         mism = popcount(s ^ goal)
@@ -147,17 +158,82 @@ def _plan_episodes(starts, rules, keys, L, H, goal, bonus32, score_bonus, horizo
     return metrics, steps, actions
 
 
-def run_mpc(episodes: EpisodeSet, H: int, config: MPCConfig = MPCConfig(), *, eval_seed: int = 0,
-            goal=None, success_bonus: float = 1.0) -> dict:
-    """Play every episode with random-shooting MPC; returns per-episode arrays (runner's keys + actions).
+@nb.njit(cache=True, parallel=True)
+def _plan_actions(states, rules, keys, active, t, H, L, goal, score_bonus, horizon, candidates):
+    """One decision for every active episode at step t (inactive rows get action 0)."""
+    n = states.shape[0]
+    out = np.zeros(n, dtype=np.int64)
+    depth = min(horizon, H - t)
+    for i in nb.prange(n):
+        if active[i]:
+            tapes = np.empty(candidates, dtype=np.uint64)
+            score = np.empty(candidates, dtype=np.float64)
+            alive = np.empty(candidates, dtype=np.float64)
+            out[i] = _plan_action(states[i], rules[i], step_key(keys[i], t), depth, L, goal, score_bonus, horizon,
+                                  candidates, tapes, score, alive)
+    return out
 
-    `eval_seed` must be the evaluation seed the episodes were built with (it is part of each
-    episode's identity, which keys the candidate actions).
+
+@dataclass
+class MPCMethodConfig:
+    """Hyperparameters of the `mpc` method (its seed is the evaluation seed stream of the pipeline)."""
+
+    horizon: int = 8
+    """length of each candidate action sequence (truncated at the episode's remaining steps)"""
+    candidates: int = 512
+    """random action sequences scored per decision"""
+
+    def check(self) -> None:
+        MPCConfig(self.horizon, self.candidates, 0)
+
+
+class MPCPolicy:
+    """Random-shooting MPC as an evaluation policy (a reference method: it needs the true rules).
+
+    Plays exactly what `run_mpc` plays on the same episodes (tested): the same decision kernel, the same
+    candidate keys, one decision per step for every episode still running.
     """
+
+    def __init__(self, config: MPCConfig = MPCConfig()):
+        self.config = config
+
+    def begin(self, batch) -> None:
+        if batch.rules is None:
+            raise ValueError("MPC is a reference method and needs each episode's true rule "
+                             "(run it with reveal_rules=True)")
+        self.L, self.H, self.t, self.device = batch.L, batch.H, 0, batch.device
+        self.rules = np.asarray(batch.rules, dtype=np.int64)
+        self.keys = episode_keys(batch.keys, self.config.seed)
+        self.goal = pack(check_goal(batch.goal, batch.L))[0]
+        self.score_bonus = float(batch.success_bonus) * batch.L
+        self.active = np.ones(len(self.rules), dtype=np.bool_)
+
+    def act(self, obs):
+        import torch
+
+        states = pack(obs[:, :self.L].to(torch.uint8).cpu().numpy())
+        actions = _plan_actions(states, self.rules, self.keys, self.active, self.t, self.H, self.L, self.goal,
+                                self.score_bonus, int(self.config.horizon), int(self.config.candidates))
+        return torch.from_numpy(actions).to(self.device)
+
+    def observe(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
+        self.active &= ~(terminated | truncated).cpu().numpy()
+        self.t += 1
+
+
+def make_policy(config: MPCMethodConfig, context) -> MPCPolicy:
+    return MPCPolicy(MPCConfig(horizon=config.horizon, candidates=config.candidates, seed=context.seed))
+
+
+def run_mpc(episodes: EpisodeSet, H: int, config: MPCConfig = MPCConfig(), *, goal=None,
+            success_bonus: float = 1.0) -> dict:
+    """Play every episode with random-shooting MPC in one fused kernel; returns per-episode arrays
+    (the runner's keys + the action log). The pipeline plays MPC through the runner (`MPCPolicy`); this
+    whole-episode kernel is the cross-check and the throughput benchmark."""
     H = check_horizon(H)
     L = episodes.tapes.shape[1]
     goal_word = pack(check_goal(goal, L))[0]
-    keys = episode_keys(episodes, eval_seed, config.seed)
+    keys = episode_keys(episodes.keys, config.seed)
     bonus32 = np.float32(success_bonus)
     metrics, steps, actions = _plan_episodes(pack(episodes.tapes), episodes.rules.astype(np.int64), keys, L, H,
                                              goal_word, bonus32, float(success_bonus) * L, int(config.horizon),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .protocol import protocol_differences, read_records
+from ..evaluation.protocol import protocol_differences, read_records
 
 REQUIRED_FIELDS = ("L", "H", "split_hash", "side", "episodes_per_rule", "eval_seed")
 OPTIONAL_FIELDS = ("goal", "success_bonus")

@@ -4,26 +4,26 @@ from __future__ import annotations
 import pandas as pd
 
 from ..evaluation.episodes import EpisodeSet
-from ..evaluation.runner import episode_frame
-from .exact import check_exact_horizon, check_exact_length, run_exact
-from .mpc import MPCConfig, run_mpc
-from .protocol import Protocol, protocol_episodes, write_records
+from ..evaluation.evaluate import play as play_method
+from ..evaluation.protocol import Protocol, protocol_episodes, write_records
+from ..methods import get_method
+from .exact import ExactPolicy, check_exact_horizon, check_exact_length
+from .mpc import MPCConfig, MPCPolicy
 
 ORACLES = ("mpc", "exact")
 
 
 def play(oracle: str, episodes: EpisodeSet, protocol: Protocol, rule_types: dict[int, str],
          mpc: MPCConfig | None = None) -> pd.DataFrame:
-    """Per-episode records (schema `evaluation.records`) of one oracle on the protocol's episodes."""
-    goal = protocol.goal_tape()
+    """Per-episode records (schema `evaluation.records`) of one oracle on the protocol's episodes, played
+    through the evaluation runner like every other method."""
     if oracle == "mpc":
-        results = run_mpc(episodes, protocol.H, mpc or MPCConfig(), eval_seed=protocol.eval_seed, goal=goal,
-                          success_bonus=protocol.success_bonus)
+        policy = MPCPolicy(mpc or MPCConfig())
     elif oracle == "exact":
-        results = run_exact(episodes, protocol.H, goal=goal, success_bonus=protocol.success_bonus)
+        policy = ExactPolicy()
     else:
         raise ValueError(f"unknown oracle {oracle!r}; choose one of {list(ORACLES)}")
-    return episode_frame(results, episodes, H=protocol.H, split=protocol.split, rule_types=rule_types)
+    return play_method(policy, get_method(oracle), episodes, protocol, rule_types)
 
 
 def planner_settings(oracle: str, mpc: MPCConfig | None) -> dict:

@@ -12,7 +12,7 @@ import pandas as pd
 from ..report.render import render_table
 from .by_type import read_by_type
 from .feasibility import feasibility_summary
-from .protocol import read_records
+from ..evaluation.protocol import read_records
 
 ORACLE_NAMES = {"mpc": "True-dynamics MPC", "exact": "Exact optimum (DP)"}
 SIDE_NAMES = {"train": "ID (train rules)", "test": "OOD (test rules)", "rules": "rule list"}

@@ -49,11 +49,12 @@ def validate_config(config: dict, schema_path) -> dict:
     if config["training"]["eval_every"] > config["training"]["total_steps"]:
         raise ConfigError(f"config key 'training.eval_every': {config['training']['eval_every']} exceeds "
                           f"training.total_steps = {config['training']['total_steps']}")
-    from ..agents import REGISTRY, check_hyperparameters
+    from ..methods import check_hyperparameters, registry
 
+    methods = registry()
     for agent, overrides in config["agents"].items():
-        if agent not in REGISTRY:
-            raise ConfigError(f"config key 'agents.{agent}': unknown agent; registered agents: {sorted(REGISTRY)}")
+        if agent not in methods:
+            raise ConfigError(f"config key 'agents.{agent}': unknown method; registered methods: {sorted(methods)}")
         try:
             check_hyperparameters(agent, overrides)
         except ValueError as exc:

@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from ..agents import REGISTRY, build_config
+from ..methods import build_config, registry
 from ..envs.batched import BatchedTapeEnv
 from ..validation import check_horizon, check_length, parse_rule_list
 from .evaluate import evaluate_run
@@ -88,7 +88,7 @@ def bench_train(args) -> dict:
     threads = args.threads or 1
     device = resolve_device("cpu" if args.device == "auto" else args.device)
     horizons = (H, 2 * H)
-    agents = sorted(REGISTRY)
+    agents = sorted(m for m, method in registry().items() if method.trains)
     print(f"tapebench bench train: L={L}, H={H}, {len(rules)} training rules, device {device}, "
           f"{threads} torch thread(s), {os.cpu_count()} CPU cores, load average {_load()}")
     print(f"each agent: {BENCH_STEPS} training steps with default hyperparameters, checkpoints every "

@@ -98,11 +98,12 @@ def policy_checkpoint(agent_name: str, config, env_spec, agent, env_steps: int, 
 
 def build_policy_agent(payload: dict, device="cpu"):
     """An agent (from the registry) ready to hold the policy weights of checkpoints like `payload`."""
-    from ..agents import EnvSpec, build_config, get_agent
+    from ..agents import EnvSpec
+    from ..methods import build_config, get_method
 
     config = build_config(payload["agent"], payload["hyperparameters"])
     env_spec = EnvSpec(**payload["env_spec"])
-    return get_agent(payload["agent"]).make(config, env_spec, payload["total_steps"], device)
+    return get_method(payload["agent"]).make_agent(config, env_spec, payload["total_steps"], device)
 
 
 def load_policy(path, device="cpu"):

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import json
 
-from ..agents import REGISTRY
+from ..evaluation.protocol import DEFAULT_EPISODES_PER_RULE, DEFAULT_EVAL_SEED
+from ..methods import registry
 from ..validation import parse_rule_list
-from .evaluate import DEFAULT_EPISODES_PER_RULE, DEFAULT_EVAL_SEED, evaluate_run, write_evaluation
+from .evaluate import evaluate_run, write_evaluation
 from .loop import PAPER_ENV, PAPER_TRAINING, RunLog, TrainSpec, train
 
 PARAM_SECTIONS = {
@@ -82,23 +83,52 @@ def run_evaluate(args) -> int:
     from pathlib import Path
 
     params = parse_params(args.params)
+    if (args.run is None) == (args.method is None):
+        raise ValueError("give --run DIR (a trained run) or --method ID --seed N (a method that does not train)")
     split, _ = _rule_source(args)
     rules = tuple(parse_rule_list(args.rules)) if split is None else None
     env, evaluation = params.get("env", {}), params.get("evaluation", {})
-    log = RunLog(Path(args.run) / f"evaluate_H{args.H}.log", f"evaluate H={args.H}", args.quiet)
-    records, summary = evaluate_run(
-        args.run, args.H, split=split, rules=rules,
-        episodes_per_rule=evaluation.get("episodes_per_rule", DEFAULT_EPISODES_PER_RULE),
-        eval_seed=evaluation.get("eval_seed", DEFAULT_EVAL_SEED), checkpoints=evaluation.get("checkpoints", "all"),
-        success_bonus=float(env.get("success_bonus", PAPER_ENV["success_bonus"])), L=env.get("L"),
-        device=args.device, threads=args.threads, log=log)
-    config_slice = {k: params[k] for k in ("env", "evaluation") if k in params}
+    common = dict(episodes_per_rule=evaluation.get("episodes_per_rule", DEFAULT_EPISODES_PER_RULE),
+                  eval_seed=evaluation.get("eval_seed", DEFAULT_EVAL_SEED),
+                  success_bonus=float(env.get("success_bonus", PAPER_ENV["success_bonus"])))
+    if args.run is not None:
+        log = RunLog(Path(args.run) / f"evaluate_H{args.H}.log", f"evaluate H={args.H}", args.quiet)
+        records, summary = evaluate_run(args.run, args.H, split=split, rules=rules,
+                                        checkpoints=evaluation.get("checkpoints", "all"), L=env.get("L"),
+                                        device=args.device, threads=args.threads, log=log, **common)
+    else:
+        log = _untrained_log(args)
+        records, summary = _evaluate_untrained(args, params, split, rules, env, common, log)
+    config_slice = {k: params[k] for k in ("agent", "env", "evaluation") if k in params}
     config_slice["H"] = args.H
     if rules is not None:
         config_slice["rules"] = list(rules)
     write_evaluation(args.out, records, summary, config_slice, int(records["seed"].iloc[0]), split)
     log(f"wrote {len(records)} episode records ({len(summary['checkpoints'])} checkpoints) to {args.out}")
     return 0
+
+
+def _untrained_log(args):
+    import sys
+    import time
+
+    def log(message: str) -> None:
+        if not args.quiet:
+            print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} [evaluate {args.method} seed {args.seed} H={args.H}] "
+                  f"{message}", file=sys.stderr, flush=True)
+    return log
+
+
+def _evaluate_untrained(args, params, split, rules, env, common, log):
+    from ..evaluation.evaluate import evaluate_untrained, side_protocols
+    from .loop import resolve_device, torch_settings
+
+    device = resolve_device(args.device)
+    sides = side_protocols(L=env.get("L", PAPER_ENV["L"]), H=args.H, split=split, rules=rules, **common)
+    train_rules = tuple(split.train) if split is not None else tuple(rules)
+    with torch_settings(device, args.threads):
+        return evaluate_untrained(args.method, params.get("agent", {}), args.seed, sides, train_rules=train_rules,
+                                  device=device, log=log)
 
 
 def _common(p) -> None:
@@ -114,7 +144,8 @@ def _common(p) -> None:
 def register(sub) -> None:
     p = sub.add_parser("train", help="train one agent for one seed, with resumable checkpoints",
                        description=__doc__.split("\n\n")[0])
-    p.add_argument("--agent", required=True, help=f"registered agent: {', '.join(sorted(REGISTRY))}")
+    p.add_argument("--agent", required=True, metavar="METHOD",
+                   help=f"a method that trains: {', '.join(sorted(m for m, x in registry().items() if x.trains))}")
     p.add_argument("--seed", type=int, default=0, help="training seed (default 0)")
     p.add_argument("--out", required=True, help="run directory (checkpoints/, resume.pt, train.log, train.json)")
     p.add_argument("--keep-resume", action="store_true",
@@ -122,8 +153,14 @@ def register(sub) -> None:
     _common(p)
     p.set_defaults(func=run_train)
 
-    p = sub.add_parser("evaluate", help="evaluate a run's checkpoints on the CRN episodes, write Parquet")
-    p.add_argument("--run", required=True, help="run directory written by `tapebench train`")
+    p = sub.add_parser("evaluate", help="evaluate a method on the common-random-number episodes, write Parquet",
+                       description="Evaluate every checkpoint of a trained run (--run), or a method that does not "
+                                   "train (--method, --seed: its random stream), on the ID and OOD episodes of a "
+                                   "split (or an explicit rule list) at horizon --H.")
+    p.add_argument("--run", help="run directory written by `tapebench train`")
+    p.add_argument("--method", help="a method that does not train: "
+                                    f"{', '.join(sorted(m for m, x in registry().items() if not x.trains))}")
+    p.add_argument("--seed", type=int, default=0, help="with --method: the method's seed (default 0)")
     p.add_argument("--H", type=int, required=True, help="evaluation horizon")
     p.add_argument("--out", required=True, help="output Parquet file")
     _common(p)

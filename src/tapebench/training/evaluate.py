@@ -1,4 +1,4 @@
-"""Checkpoint evaluation on the common-random-number episodes (SPEC §6, §12).
+"""Checkpoint evaluation on the common-random-number episodes (docs/protocol.md).
 
 Every checkpoint of a run (or its last K) plays the greedy policy on the ID episodes (side "train",
 the split's training rules) and the OOD episodes (side "test"), or on an explicit rule list
@@ -13,23 +13,16 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from ..evaluation.episodes import episode_set, split_key
+from ..evaluation.episodes import episode_set
+from ..evaluation.evaluate import play, side_protocols, with_run_columns
+from ..evaluation.policy import greedy_policy
+from ..evaluation.protocol import DEFAULT_EPISODES_PER_RULE, DEFAULT_EVAL_SEED
 from ..evaluation.records import coerce_episode_frame
-from ..evaluation.runner import episode_frame, run_episodes
+from ..evaluation.runner import run_episodes
+from ..methods import get_method
 from ..utils.io import provenance, write_parquet
 from . import checkpoint as ckpt
 from .loop import read_manifest, resolve_device, torch_settings
-
-DEFAULT_EVAL_SEED = 20260101
-DEFAULT_EPISODES_PER_RULE = 20
-
-
-def evaluation_sides(split=None, rules=None) -> list[tuple[str, tuple[int, ...]]]:
-    if (split is None) == (rules is None):
-        raise ValueError("evaluate needs exactly one of a split or an explicit rule list")
-    if split is not None:
-        return [("train", tuple(split.train)), ("test", tuple(split.test))]
-    return [("rules", tuple(rules))]
 
 
 def select_checkpoints(manifest: dict, last: int | str | None) -> list[dict]:
@@ -55,14 +48,16 @@ def evaluate_run(run_dir, H: int, *, split=None, rules=None, episodes_per_rule: 
         raise ValueError(f"run {run_dir} was trained on split {manifest['split'].get('name')!r} "
                          f"(hash {manifest['split'].get('content_hash', '')[:12]}), not on split {split.name!r} "
                          f"(hash {split.content_hash[:12]})")
+    if (split is None) == (rules is None):
+        raise ValueError("evaluate needs exactly one of a split or an explicit rule list")
     run_L = manifest["env"]["L"]
     if L is not None and int(L) != run_L:
         raise ValueError(f"env.L = {L} in the evaluation params but the run was trained at L = {run_L}")
     selected = select_checkpoints(manifest, checkpoints)
+    method = get_method(manifest["agent"])
     device = resolve_device(device)
-    key = split_key(split.content_hash) if split is not None else 0
-    sides = [(side, episode_set(side_rules, episodes_per_rule, run_L, eval_seed=eval_seed, key=key, side=side))
-             for side, side_rules in evaluation_sides(split, rules)]
+    sides = side_protocols(L=run_L, H=H, episodes_per_rule=episodes_per_rule, eval_seed=eval_seed,
+                           success_bonus=success_bonus, split=split, rules=rules)
     frames, agent, timings = [], None, []
     with torch_settings(device, threads):
         for entry in selected:
@@ -71,15 +66,9 @@ def evaluate_run(run_dir, H: int, *, split=None, rules=None, episodes_per_rule: 
             if agent is None:
                 agent = ckpt.build_policy_agent(payload, device)
             agent.load_policy_state_dict(payload["policy"])
-            policy = lambda obs: agent.act(obs, greedy=True)
-            for side, episodes in sides:
-                results = run_episodes(policy, episodes, H, success_bonus=success_bonus, device=device)
-                frame = episode_frame(results, episodes, H=H, split=split.name if split is not None else "",
-                                      rule_types=split.types if split is not None else None)
-                frame.insert(0, "checkpoint", int(payload["env_steps"]))
-                frame.insert(0, "seed", int(manifest["seed"]))
-                frame.insert(0, "agent", manifest["agent"])
-                frames.append(frame)
+            for episodes, protocol, types in sides:
+                frame = play(greedy_policy(agent), method, episodes, protocol, types, device)
+                frames.append(with_run_columns(frame, manifest["agent"], manifest["seed"], payload["env_steps"]))
             timings.append(time.perf_counter() - start)
             if log is not None:
                 ok = frames[-len(sides):]
@@ -88,9 +77,10 @@ def evaluate_run(run_dir, H: int, *, split=None, rules=None, episodes_per_rule: 
     records = coerce_episode_frame(pd.concat(frames, ignore_index=True), with_agent=True)
     summary = {"checkpoints": [int(c["env_steps"]) for c in selected], "H": int(H),
                "episodes_per_rule": int(episodes_per_rule), "eval_seed": int(eval_seed),
-               "seconds": round(sum(timings), 3), "run": {"agent": manifest["agent"], "seed": manifest["seed"],
-                                                          "fingerprint": manifest["fingerprint"],
-                                                          "code_version": manifest["provenance"]["code_version"]}}
+               "seconds": round(sum(timings), 3), "protocols": [p.as_dict() for _, p, _ in sides],
+               "run": {"agent": manifest["agent"], "seed": manifest["seed"],
+                       "fingerprint": manifest["fingerprint"],
+                       "code_version": manifest["provenance"]["code_version"]}}
     return records, summary
 
 
@@ -101,8 +91,8 @@ def write_evaluation(out, records: pd.DataFrame, summary: dict, config_slice: di
 
 def greedy_success(agent, rules, H: int, L: int, episodes_per_rule: int = 100, eval_seed: int = 0,
                    device="cpu") -> float:
-    """Strict success of an agent's greedy policy on CRN episodes of `rules` (side "rules")."""
+    """Strict success of an agent's evaluation policy on CRN episodes of `rules` (side "rules")."""
     episodes = episode_set(rules, episodes_per_rule, L, eval_seed=eval_seed, side="rules")
     with torch.no_grad():
-        results = run_episodes(lambda obs: agent.act(obs, greedy=True), episodes, H, device=device)
+        results = run_episodes(greedy_policy(agent), episodes, H, device=device)
     return float(results["success"].mean())

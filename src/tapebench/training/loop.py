@@ -33,7 +33,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ..agents import EnvSpec, build_config, get_agent
+from ..agents import EnvSpec
+from ..methods import build_config, get_method
 from ..envs.batched import BatchedTapeEnv
 from ..utils.io import content_hash, provenance, write_json
 from ..validation import check_horizon, check_integer, check_length, check_rules
@@ -66,6 +67,9 @@ class TrainSpec:
         for name in ("total_steps", "eval_every"):
             check_integer(getattr(self, name), f"training.{name} (environment steps)", minimum=1)
         check_integer(self.seed, "seed", minimum=0)
+        if not get_method(self.agent).trains:
+            raise ValueError(f"method {self.agent!r} does not train; evaluate it directly with "
+                             f"`tapebench evaluate --method {self.agent} --seed N ...`")
 
     def config(self):
         return build_config(self.agent, self.hyperparameters)
@@ -178,6 +182,11 @@ class EpisodeStats:
         self.episodes = state["episodes"]
 
 
+def training_env_arguments(method, config) -> dict:
+    """Extra BatchedTapeEnv arguments a method asks for in training (e.g. domain randomisation)."""
+    return dict(method.training_env(config)) if method.training_env is not None else {}
+
+
 def read_manifest(out_dir) -> dict | None:
     import json
 
@@ -225,9 +234,11 @@ def train(spec: TrainSpec, out_dir, *, device="cpu", threads: int | None = 1, co
 
     with torch_settings(device, threads):
         env_seed = seed_everything(spec.seed)
+        method = get_method(spec.agent)
         env = BatchedTapeEnv(config.num_envs, L=spec.L, H=spec.H, rules=spec.rules,
-                             success_bonus=spec.success_bonus, device=device, seed=env_seed)
-        agent = get_agent(spec.agent).make(config, spec.env_spec(), schedule[-1], device)
+                             success_bonus=spec.success_bonus, device=device, seed=env_seed,
+                             **training_env_arguments(method, config))
+        agent = method.make_agent(config, spec.env_spec(), schedule[-1], device)
         stats = EpisodeStats(config.num_envs)
         obs = env.reset()
         iteration, checkpoints, wall_time, resumes = 0, [], 0.0, 0

@@ -1,10 +1,10 @@
-"""The evaluation protocol an oracle run is matched to, and the episodes it plays.
+"""The evaluation protocol: one object that fixes which episodes a method plays and how they are scored.
 
-An oracle artifact (per-episode records of MPC or the exact controller) records its protocol in the
-Parquet provenance under "protocol": L, H, split name and content hash, side, rule list, episodes per
-rule, evaluation seed, goal and success bonus. The episodes are the common-random-number evaluation
-episodes of `evaluation.episodes.episode_set` (SPEC §12), so an oracle plays exactly the episodes
-the learned agents play, and `oracle.normalized` can refuse to compare across protocols.
+`Protocol` holds L, H, split name and content hash, side, rule list, episodes per rule, evaluation
+seed, goal and success bonus. Its episodes are the common-random-number evaluation episodes of
+`evaluation.episodes.episode_set`, so every method — learned agents, planners, the oracles and the
+random floor — plays exactly the same episodes. Every evaluation file records its protocol in the
+Parquet provenance under "protocol", so `oracle.normalized` can refuse to compare across protocols.
 """
 from __future__ import annotations
 
@@ -16,10 +16,12 @@ import pandas as pd
 
 from ..evaluation.episodes import EpisodeSet, episode_set, split_key
 from ..evaluation.records import EPISODE_COLUMNS
-from ..splits.io import DEFAULT_SPLITS_DIR, resolve_split
+from ..splits.io import DEFAULT_SPLITS_DIR, Split, resolve_split
 from ..utils.io import provenance, read_parquet_meta, write_parquet
 from ..validation import check_goal, check_horizon, check_length, check_rules
 
+DEFAULT_EVAL_SEED = 20260101      # evaluation seed of the paper-protocol configuration
+DEFAULT_EPISODES_PER_RULE = 20
 SPLIT_SIDES = ("train", "test")
 PROTOCOL_FIELDS = ("L", "H", "split", "split_hash", "side", "rules", "episodes_per_rule", "eval_seed",
                    "goal", "success_bonus")
@@ -63,7 +65,8 @@ def protocol_episodes(*, L: int, H: int, episodes_per_rule: int, eval_seed: int 
                       ) -> tuple[EpisodeSet, Protocol, dict[int, str]]:
     """Build the evaluation episodes of one side of a split, or of an explicit rule list.
 
-    Exactly one of `split` (a name or path, with `side` 'train' or 'test') and `rules` must be given.
+    Exactly one of `split` (a Split, a name or a path, with `side` 'train' or 'test') and `rules` must be
+    given.
     Rule types come from the split; for a rule list from the features file `features` if given.
     Returns (episodes, protocol, {rule: type}).
     """
@@ -77,7 +80,7 @@ def protocol_episodes(*, L: int, H: int, episodes_per_rule: int, eval_seed: int 
     if split is not None:
         if side not in SPLIT_SIDES:
             raise ValueError(f"side must be one of {list(SPLIT_SIDES)} for a split, got {side!r}")
-        sp = resolve_split(split, splits_dir)
+        sp = split if isinstance(split, Split) else resolve_split(split, splits_dir)
         rule_list = list(sp.side_rules(side))
         types = {int(z): sp.types.get(int(z), "") for z in rule_list}
         name, chash, key = sp.name, sp.content_hash, split_key(sp.content_hash)

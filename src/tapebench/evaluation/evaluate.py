@@ -1,0 +1,74 @@
+"""Evaluate any method on a protocol's common-random-number episodes -> per-episode records.
+
+`play` is the one place where a method's evaluation policy meets the episodes: it applies what the
+method is allowed to see (true rules only for reference methods) and how it is batched. Trained
+agents go through it once per checkpoint (`training.evaluate`), methods that do not train once per
+seed (`evaluate_untrained`), the oracle commands once (`oracle.run`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import pandas as pd
+import torch
+
+from ..methods import Method, PolicyContext, build_config, get_method
+from .episodes import EpisodeSet
+from .protocol import Protocol, protocol_episodes
+from .records import coerce_episode_frame
+from .runner import episode_frame, run_episodes
+
+
+def side_protocols(*, L: int, H: int, episodes_per_rule: int, eval_seed: int, success_bonus: float = 1.0,
+                   split=None, rules=None, features=None) -> list[tuple[EpisodeSet, Protocol, dict[int, str]]]:
+    """The ID ('train') and OOD ('test') protocols of a split, or the one protocol of a rule list."""
+    common = dict(L=L, H=H, episodes_per_rule=episodes_per_rule, eval_seed=eval_seed, success_bonus=success_bonus)
+    if split is not None:
+        return [protocol_episodes(split=split, side=side, **common) for side in ("train", "test")]
+    return [protocol_episodes(rules=rules, features=features, **common)]
+
+
+def play(policy, method: Method, episodes: EpisodeSet, protocol: Protocol, rule_types: dict[int, str],
+         device="cpu") -> pd.DataFrame:
+    """Per-episode records (schema `evaluation.records`) of one method's policy on the protocol's episodes."""
+    results = run_episodes(policy, episodes, protocol.H, goal=protocol.goal_tape(),
+                           success_bonus=protocol.success_bonus, device=device,
+                           reveal_rules=method.sees_true_rule, by_rule=method.by_rule)
+    return episode_frame(results, episodes, H=protocol.H, split=protocol.split, rule_types=rule_types)
+
+
+def with_run_columns(frame: pd.DataFrame, method_id: str, seed: int, checkpoint: int) -> pd.DataFrame:
+    frame.insert(0, "checkpoint", int(checkpoint))
+    frame.insert(0, "seed", int(seed))
+    frame.insert(0, "agent", method_id)
+    return frame
+
+
+def evaluate_untrained(method_id: str, hyperparameters: dict | None, seed: int, sides, *, train_rules=(),
+                       device="cpu", log=None) -> tuple[pd.DataFrame, dict]:
+    """Evaluate a method that does not train (seed = its random stream) on each (episodes, protocol, types).
+
+    Returns (records with agent/seed/checkpoint columns, checkpoint 0, and a summary for the provenance).
+    """
+    method = get_method(method_id)
+    if method.trains:
+        raise ValueError(f"method {method_id!r} trains: evaluate its run directory (tapebench evaluate --run)")
+    config = build_config(method_id, hyperparameters)
+    frames, start = [], time.perf_counter()
+    device = torch.device(device)
+    for episodes, protocol, types in sides:
+        context = PolicyContext(L=protocol.L, H=protocol.H, seed=int(seed), train_rules=tuple(train_rules),
+                                device=device)
+        side_start = time.perf_counter()
+        frame = play(method.make_policy(config, context), method, episodes, protocol, types, device)
+        frames.append(with_run_columns(frame, method_id, seed, 0))
+        if log is not None:
+            log(f"{method_id} seed {seed}, side {protocol.side}: strict success {frame['success'].mean():.3f} "
+                f"over {len(frame)} episodes ({time.perf_counter() - side_start:.1f} s)")
+    records = coerce_episode_frame(pd.concat(frames, ignore_index=True), with_agent=True)
+    summary = {"checkpoints": [0], "H": int(sides[0][1].H), "episodes_per_rule": int(sides[0][1].episodes_per_rule),
+               "eval_seed": int(sides[0][1].eval_seed), "seconds": round(time.perf_counter() - start, 3),
+               "method": {"id": method_id, "seed": int(seed), "hyperparameters": dataclasses.asdict(config)},
+               "protocols": [p.as_dict() for _, p, _ in sides]}
+    return records, summary

@@ -1,0 +1,250 @@
+"""The method registry: everything that produces a row in a table is one entry here.
+
+A method is a learned agent (it trains; its module follows the agent contract in `tapebench.agents`),
+or a controller that does not train (a planner, a filter, an oracle, the random floor) and only has an
+evaluation policy. Both evaluate through the one runner (`evaluation.runner`) on the same
+common-random-number episodes. docs/methods.md describes the contract and every method.
+
+Third-party packages add methods without editing this repository through the entry-point group
+`tapebench.methods`: each entry point names a `Method` (or a function returning one) whose `id` equals
+the entry point's name. See the README, "Plugging in your own method".
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import re
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any, Callable
+
+ENTRY_POINT_GROUP = "tapebench.methods"
+
+# Table families, in the order tables list them (paper Tables 2-4 group rows by family).
+FAMILIES = {
+    "value_based": "Value-based",
+    "actor_critic": "Actor--critic",
+    "augmentation": "Augmentation",
+    "task_inference": "Task inference",
+    "world_model": "World model / planning",
+    "belief": "Belief",
+    "reference": "Reference",
+}
+METHOD_ID = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class PolicyContext:
+    """What the protocol gives a method that does not train, when its evaluation policy is built."""
+
+    L: int
+    H: int
+    seed: int                          # the evaluation seed stream of this method (pipeline "seed")
+    train_rules: tuple[int, ...] = ()  # the split's training rules (e.g. the Bayes filter's candidate set)
+    device: Any = "cpu"
+
+
+@dataclass(frozen=True)
+class Method:
+    """One registry entry.
+
+    id               name in configs, paths and CLIs (lower case, digits, underscores)
+    display_name     name in tables and figures
+    family           a key of FAMILIES
+    Config           dataclass of hyperparameters, a docstring per field, all with defaults
+    make_agent       for methods that train: `make(config, env_spec, total_steps, device) -> agent`
+                     (the agent contract of `tapebench.agents`)
+    make_policy      for methods that do not train: `make_policy(config, context: PolicyContext) -> EvalPolicy`
+    sees_true_rule   reference methods (MPC, exact optimum) are given each episode's true rule
+    deterministic    its evaluation does not depend on the seed: one seed is evaluated, not `seeds`
+    by_rule          evaluate one rule per batch (the exact optimum builds value tables per rule)
+    training_env     for methods that train: `config -> dict` of extra `BatchedTapeEnv` arguments for the
+                     *training* environment only (e.g. domain randomisation); evaluation never sees them
+    summary          one line for `tapebench methods`
+    """
+
+    id: str
+    display_name: str
+    family: str
+    Config: type
+    make_agent: Callable | None = None
+    make_policy: Callable | None = None
+    sees_true_rule: bool = False
+    deterministic: bool = False
+    by_rule: bool = False
+    training_env: Callable | None = None
+    summary: str = ""
+
+    def __post_init__(self):
+        if not isinstance(self.id, str) or not METHOD_ID.match(self.id):
+            raise ValueError(f"method id must match {METHOD_ID.pattern} (it becomes a path and a Snakemake "
+                             f"wildcard), got {self.id!r}")
+        if self.family not in FAMILIES:
+            raise ValueError(f"method {self.id!r}: family must be one of {list(FAMILIES)}, got {self.family!r}")
+        if (self.make_agent is None) == (self.make_policy is None):
+            raise ValueError(f"method {self.id!r} needs exactly one of make_agent (it trains) or make_policy "
+                             f"(it does not)")
+        if not dataclasses.is_dataclass(self.Config):
+            raise ValueError(f"method {self.id!r}: Config must be a dataclass, got {self.Config!r}")
+        if self.trains and "num_envs" not in {f.name for f in dataclasses.fields(self.Config)}:
+            raise ValueError(f"method {self.id!r} trains, so its Config needs a num_envs field")
+        if self.training_env is not None and not self.trains:
+            raise ValueError(f"method {self.id!r}: training_env is only for methods that train")
+
+    @property
+    def trains(self) -> bool:
+        return self.make_agent is not None
+
+    @property
+    def family_name(self) -> str:
+        return FAMILIES[self.family]
+
+    @classmethod
+    def from_agent_module(cls, id: str, display_name: str, family: str, module, **kwargs) -> "Method":
+        """A method that trains, from a CleanRL-style module with `Config`, `make` and optional `training_env`."""
+        if isinstance(module, str):
+            module = importlib.import_module(module)
+        doc = (module.__doc__ or "").strip().splitlines()
+        return cls(id=id, display_name=display_name, family=family, Config=module.Config, make_agent=module.make,
+                   training_env=getattr(module, "training_env", None), summary=kwargs.pop("summary", doc[0] if doc else ""),
+                   **kwargs)
+
+
+def _builtin() -> list[Method]:
+    from ..agents import dqn, ppo
+    from ..oracle import exact, mpc
+    from . import random_policy
+
+    agent = Method.from_agent_module
+    return [
+        agent("dqn", "DQN", "value_based", dqn),
+        agent("ppo", "PPO", "actor_critic", ppo),
+        Method("random", "Random policy", "reference", random_policy.Config, make_policy=random_policy.make_policy,
+               summary="a uniformly random cell each step: the floor"),
+        Method("mpc", "True-dynamics MPC", "reference", mpc.MPCMethodConfig, make_policy=mpc.make_policy,
+               sees_true_rule=True, summary="random-shooting MPC with the episode's true rule (8 x 512)"),
+        Method("exact", "Exact optimum", "reference", exact.ExactConfig, make_policy=exact.make_policy,
+               sees_true_rule=True, deterministic=True, by_rule=True,
+               summary="exact finite-horizon optimum by dynamic programming over all 2^L tapes (L <= 20)"),
+    ]
+
+
+_REGISTRY: dict[str, Method] | None = None
+_PLUGIN_ORIGIN: dict[str, str] = {}
+
+
+def registry() -> dict[str, Method]:
+    """All methods: the built-in ones, then those of installed plug-ins (loaded once)."""
+    global _REGISTRY
+    if _REGISTRY is None:
+        methods = {m.id: m for m in _builtin()}
+        for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+            method = _load_plugin(ep)
+            if method.id in methods:
+                where = _PLUGIN_ORIGIN.get(method.id, "tapebench itself")
+                raise ValueError(f"plug-in entry point {ep.value!r} registers method id {method.id!r}, which "
+                                 f"{where} already registers; rename one of them")
+            methods[method.id] = method
+            _PLUGIN_ORIGIN[method.id] = ep.value
+        _REGISTRY = methods
+    return _REGISTRY
+
+
+def _load_plugin(ep) -> Method:
+    try:
+        obj = ep.load()
+    except Exception as exc:
+        raise ValueError(f"cannot load tapebench method plug-in {ep.name!r} ({ep.value}): "
+                         f"{type(exc).__name__}: {exc}") from exc
+    method = obj() if callable(obj) and not isinstance(obj, Method) else obj
+    if not isinstance(method, Method):
+        raise ValueError(f"plug-in entry point {ep.name!r} ({ep.value}) must name a tapebench.methods.Method "
+                         f"or a function returning one, got {type(method).__name__}")
+    if method.id != ep.name:
+        raise ValueError(f"plug-in entry point {ep.name!r} ({ep.value}) registers a method with id {method.id!r}; "
+                         f"the entry point name and the method id must be the same")
+    return method
+
+
+def register(method: Method) -> Method:
+    """Add a method at run time (tests, notebooks). Pipelines should use the entry-point group instead:
+    Snakemake jobs run in fresh processes that only see installed plug-ins."""
+    methods = registry()
+    if method.id in methods:
+        raise ValueError(f"method id {method.id!r} is already registered")
+    methods[method.id] = method
+    return method
+
+
+def unregister(method_id: str) -> None:
+    registry().pop(method_id, None)
+
+
+def get_method(method_id: str) -> Method:
+    """The method registered under `method_id`; unknown ids list the registered ones."""
+    methods = registry()
+    if method_id not in methods:
+        raise ValueError(f"unknown method {method_id!r}; registered methods: {sorted(methods)}")
+    return methods[method_id]
+
+
+def build_config(method_id: str, overrides: dict | None):
+    """The method's `Config` with `overrides` applied; unknown keys and wrong types name the allowed ones."""
+    method = get_method(method_id)
+    if overrides is None:
+        overrides = {}
+    if not isinstance(overrides, dict):
+        raise ValueError(f"hyperparameters of method {method_id!r} must be a mapping, got {overrides!r}")
+    fields = {f.name: f for f in dataclasses.fields(method.Config)}
+    unknown = sorted(set(overrides) - set(fields))
+    if unknown:
+        raise ValueError(f"unknown hyperparameter(s) {unknown} for method {method_id!r}; allowed: {list(fields)}")
+    for key, value in overrides.items():
+        _check_type(method_id, key, value, fields[key].type)
+    config = method.Config(**overrides)
+    if method.trains and (isinstance(config.num_envs, bool) or int(config.num_envs) < 1):
+        raise ValueError(f"hyperparameter num_envs of method {method_id!r} must be >= 1, got {config.num_envs}")
+    check = getattr(config, "check", None)
+    if check is not None:
+        check()
+    return config
+
+
+def make_agent(method_id: str, config, env_spec, total_steps: int, device="cpu"):
+    """A fresh agent of a method that trains (its registry entry's `make_agent`)."""
+    method = get_method(method_id)
+    if not method.trains:
+        raise ValueError(f"method {method_id!r} does not train; it has an evaluation policy only")
+    return method.make_agent(config, env_spec, total_steps, device)
+
+
+def check_hyperparameters(method_id: str, overrides: dict | None) -> dict:
+    """Validate overrides against the method's `Config`; returns the full resolved dict."""
+    return dataclasses.asdict(build_config(method_id, overrides))
+
+
+def display_name(method_id: str) -> str:
+    methods = registry()
+    return methods[method_id].display_name if method_id in methods else method_id
+
+
+def family_of(method_id: str) -> str:
+    """Family key of a registered method; 'reference' never for unknown ids (they sort with the learners)."""
+    methods = registry()
+    return methods[method_id].family if method_id in methods else "value_based"
+
+
+_SCALAR_TYPES = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,)}
+
+
+def _check_type(method_id: str, key: str, value, annotation) -> None:
+    name = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+    expected = _SCALAR_TYPES.get(name)
+    if expected is None:
+        return
+    if (isinstance(value, bool) and bool not in expected) or not isinstance(value, expected):
+        raise ValueError(f"hyperparameter {key!r} of method {method_id!r} must be {name}, got {value!r}")
+
+
+__all__ = ["ENTRY_POINT_GROUP", "FAMILIES", "Method", "PolicyContext", "build_config", "check_hyperparameters",
+           "display_name", "family_of", "get_method", "make_agent", "register", "registry", "unregister"]

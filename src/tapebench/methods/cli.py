@@ -1,0 +1,28 @@
+"""`tapebench methods`: list every registered method (built-in and plug-ins) and its hyperparameters."""
+from __future__ import annotations
+
+import dataclasses
+
+
+def register(sub) -> None:
+    p = sub.add_parser("methods", help="list the registered methods (agents, planners, reference rows)",
+                       description="List every method the pipeline can run: its id (the key under `agents:` in "
+                                   "the config), table name, family, whether it trains, and its hyperparameters "
+                                   "with defaults.")
+    p.add_argument("--verbose", "-v", action="store_true", help="also list each method's hyperparameters")
+    p.set_defaults(func=_list)
+
+
+def _list(args) -> int:
+    from . import FAMILIES, registry
+
+    methods = sorted(registry().values(), key=lambda m: (list(FAMILIES).index(m.family), m.id))
+    print(f"{'id':<14} {'table name':<22} {'family':<24} {'trains':<6}  summary")
+    for m in methods:
+        print(f"{m.id:<14} {m.display_name:<22} {m.family_name.replace('--', '-'):<24} "
+              f"{'yes' if m.trains else 'no':<6}  {m.summary}")
+        if args.verbose:
+            for f in dataclasses.fields(m.Config):
+                default = f.default if f.default is not dataclasses.MISSING else "(required)"
+                print(f"{'':<16}{f.name} = {default!r}")
+    return 0
