@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 import torch
 
+from agent_contract import assert_same_run, tensors_equal
 from tapebench import agents, methods
 from tapebench.cli import main
 from tapebench.evaluation.records import AGENT_COLUMNS, EPISODE_COLUMNS
@@ -46,19 +47,6 @@ def train_args(agent, split_file, out, seed=3, params=None):
     return ["train", "--agent", agent, "--split", str(split_file), "--seed", str(seed), "--params",
             json.dumps(params if params is not None else SMALL[agent]), "--out", str(out), "--device", "cpu",
             "--threads", "1", "--quiet", "--keep-resume"]
-
-
-def tensors_equal(a, b) -> bool:
-    """Deep equality of nested dicts/lists of tensors and plain values."""
-    if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
-    if isinstance(a, np.ndarray):
-        return isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(tensors_equal(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(tensors_equal(x, y) for x, y in zip(a, b))
-    return a == b
 
 
 @pytest.fixture(scope="module")
@@ -136,21 +124,6 @@ def test_resume_after_interruption_is_bit_identical(complete_runs, split_file, t
     assert "resuming from resume.pt" in (tmp_path / ckpt.LOG_FILE).read_text()
     assert_same_run(complete_runs[agent], tmp_path)
     assert json.loads((tmp_path / ckpt.MANIFEST_FILE).read_text())["resumes"] == 1
-
-
-def assert_same_run(reference: Path, resumed: Path) -> None:
-    ref_files = sorted(p.name for p in (reference / "checkpoints").iterdir())
-    assert ref_files == sorted(p.name for p in (resumed / "checkpoints").iterdir())
-    for name in ref_files:
-        ref_bytes, new_bytes = (reference / "checkpoints" / name).read_bytes(), (resumed / "checkpoints" / name).read_bytes()
-        ref, new = ckpt.load(reference / "checkpoints" / name), ckpt.load(resumed / "checkpoints" / name)
-        ref_version, new_version = ref["provenance"].pop("code_version"), new["provenance"].pop("code_version")
-        assert tensors_equal(ref, new), name
-        # identical files too, unless the checkout changed between the two runs (shared working trees)
-        assert ref_bytes == new_bytes or ref_version != new_version, name
-    ref_state, new_state = ckpt.load(reference / ckpt.RESUME_FILE), ckpt.load(resumed / ckpt.RESUME_FILE)
-    for key in ("agent", "env", "rng", "iteration", "checkpoints"):
-        assert tensors_equal(ref_state[key], new_state[key]), key
 
 
 def test_sigkilled_process_resumes_bit_identically(complete_runs, split_file, tmp_path):
