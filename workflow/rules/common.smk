@@ -1,7 +1,8 @@
 # Helpers shared by every stage: config validation, the config slices that become params, paths.
 import json
 
-from tapebench.pipeline.config import dumps, eval_slice, train_slice, validate_config
+from tapebench.methods import get_method
+from tapebench.pipeline.config import dumps, eval_slice, method_eval_slice, train_slice, validate_config
 
 validate_config(config, workflow.source_path("../schemas/config.schema.yaml"))
 
@@ -10,7 +11,9 @@ resource_scopes:
 
 
 SEEDS = list(range(config["seeds"]))
-AGENTS = sorted(config["agents"])
+METHODS = list(config["methods"])
+TRAINED = [m for m in METHODS if get_method(m).trains]
+UNTRAINED = [m for m in METHODS if not get_method(m).trains]
 HORIZONS = config["evaluation"]["horizons"]
 MAIN_SPLIT = config["main_split"]
 CONDA_ENV = "../../envs/tapebench.yaml"
@@ -21,6 +24,16 @@ wildcard_constraints:
     agent="[a-z][a-z0-9_]*",
     seed=r"\d+",
     H=r"\d+",
+
+
+def one_of(names):
+    """A wildcard constraint matching exactly these method ids (none: matches nothing)."""
+    return "|".join(names) if names else "(?!)"
+
+
+def seeds_of(method):
+    """Evaluation seeds of a method: one for deterministic methods (the exact optimum), else all."""
+    return [0] if get_method(method).deterministic else SEEDS
 
 
 def run_dir(split, agent, seed):
@@ -39,12 +52,29 @@ def eval_params(wildcards):
     return dumps(eval_slice(config))
 
 
+def method_eval_params(wildcards):
+    return dumps(method_eval_slice(config, wildcards.agent))
+
+
 def episode_files(wildcards):
-    return [f"{run_dir(wildcards.split, wildcards.agent, s)}/eval_H{wildcards.H}.parquet" for s in SEEDS]
+    return [f"{run_dir(wildcards.split, wildcards.agent, s)}/eval_H{wildcards.H}.parquet"
+            for s in seeds_of(wildcards.agent)]
+
+
+def random_per_rule_files(wildcards):
+    """The random policy's per-rule values at the training horizon, if it runs (Table 3's floor)."""
+    if "random" not in METHODS:
+        return []
+    return [f"results/aggregate/{MAIN_SPLIT}/random_H{config['env']['H']}.per_rule.parquet"]
+
+
+def random_per_rule_flag(wildcards, input):
+    files = [input.random_per_rule] if isinstance(input.random_per_rule, str) else list(input.random_per_rule)
+    return ["--random-per-rule", *files] if files else []
 
 
 def per_seed_files(wildcards):
-    return [f"results/aggregate/{wildcards.split}/{a}_H{h}.per_seed.parquet" for a in AGENTS for h in HORIZONS]
+    return [f"results/aggregate/{wildcards.split}/{a}_H{h}.per_seed.parquet" for a in METHODS for h in HORIZONS]
 
 
 FIXED_Z_RULES = "0,4,108,204,30,110"  # the paper's representative rules (App. B)

@@ -1,4 +1,5 @@
-# Checkpoint evaluation on the common-random-number episodes, ID (train side) and OOD (test side).
+# Evaluation on the common-random-number episodes, ID (train side) and OOD (test side): every checkpoint
+# of a trained run, or one seed (its own random stream) of a method that does not train.
 
 
 rule evaluate:
@@ -7,6 +8,8 @@ rule evaluate:
         manifest="results/runs/{split}/{agent}/seed{seed}/train.json",
     output:
         "results/runs/{split}/{agent}/seed{seed}/eval_H{H}.parquet",
+    wildcard_constraints:
+        agent=one_of(TRAINED),
     params:
         slice=eval_params,
         run_dir=lambda w: run_dir(w.split, w.agent, w.seed),
@@ -21,3 +24,27 @@ rule evaluate:
     shell:
         "tapebench evaluate --run {params.run_dir} --split {input.split} --H {wildcards.H}"
         " --params '{params.slice}' --threads {threads} --out {output} > {log} 2>&1"
+
+
+rule evaluate_method:
+    input:
+        split="results/splits/{split}.json",
+        health="results/splits/{split}.health.json",
+    output:
+        "results/runs/{split}/{agent}/seed{seed}/eval_H{H}.parquet",
+    wildcard_constraints:
+        agent=one_of(UNTRAINED),
+    params:
+        slice=method_eval_params,
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=60,
+    log:
+        "logs/evaluate/{split}/{agent}/seed{seed}_H{H}.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "NUMBA_NUM_THREADS={threads} tapebench evaluate --method {wildcards.agent} --seed {wildcards.seed}"
+        " --split {input.split} --H {wildcards.H} --params {params.slice:q} --threads {threads}"
+        " --out {output} > {log} 2>&1"

@@ -3,19 +3,22 @@
 
 rule render_table3:
     input:
-        f"results/aggregate/{MAIN_SPLIT}/aggregate.parquet",
+        aggregate=f"results/aggregate/{MAIN_SPLIT}/aggregate.parquet",
+        split=f"results/splits/{MAIN_SPLIT}.json",
+        random_per_rule=random_per_rule_files,
     output:
         "results/table3.tex",
     params:
         split=MAIN_SPLIT,
         H=config["env"]["H"],
+        random=random_per_rule_flag,
     log:
         "logs/report/table3.log",
     conda:
         CONDA_ENV
     shell:
-        "tapebench render table3 --aggregate {input} --split {params.split} --H {params.H}"
-        " --out {output} > {log} 2>&1"
+        "tapebench render table3 --aggregate {input.aggregate} --split {params.split:q} --H {params.H}"
+        " --split-file {input.split} {params.random:q} --out {output} > {log} 2>&1"
 
 
 rule render_table4:

@@ -52,6 +52,13 @@ def validate_config(config: dict, schema_path) -> dict:
     from ..methods import check_hyperparameters, registry
 
     methods = registry()
+    for i, method in enumerate(config["methods"]):
+        if method not in methods:
+            raise ConfigError(f"config key 'methods[{i}]': unknown method {method!r}; registered methods: "
+                              f"{sorted(methods)} (`tapebench methods` lists them)")
+        if method == "exact" and config["env"]["L"] > 20:
+            raise ConfigError(f"config key 'methods[{i}]': the exact optimum enumerates all 2^L tapes and needs "
+                              f"env.L <= 20, but env.L = {config['env']['L']}")
     for agent, overrides in config["agents"].items():
         if agent not in methods:
             raise ConfigError(f"config key 'agents.{agent}': unknown method; registered methods: {sorted(methods)}")
@@ -69,7 +76,7 @@ def dumps(obj) -> str:
 
 def train_slice(config: dict, agent: str) -> dict:
     return {
-        "agent": config["agents"][agent],
+        "agent": config["agents"].get(agent, {}),
         "env": config["env"],
         "training": {k: config["training"][k] for k in ("total_steps", "eval_every")},
     }
@@ -81,3 +88,8 @@ def eval_slice(config: dict) -> dict:
         "env": config["env"],
         "evaluation": {"episodes_per_rule": ev["episodes_per_rule"], "eval_seed": ev["eval_seed"]},
     }
+
+
+def method_eval_slice(config: dict, method: str) -> dict:
+    """The evaluation job of a method that does not train also depends on its hyperparameters."""
+    return {"agent": config["agents"].get(method, {}), **eval_slice(config)}

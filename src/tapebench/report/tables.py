@@ -2,8 +2,9 @@
 
 The aggregate table is written by `tapebench aggregate` (schema in `tapebench.stats.aggregate`); the
 LaTeX comes from the one renderer (`report.render.render_table`) and the templates
-`templates/table{2,3,4}.tex.j2`. Agents are shown by their display name (`AGENT_DISPLAY`, falling back
-to the registry name) and, by default, ordered by display name as in the paper.
+`templates/table{2,3,4}.tex.j2`. Methods are shown by their registry display name, grouped by family in the registry's family order
+(learned families first, the reference rows — random policy, true-dynamics MPC, exact optimum — last,
+under a rule), and within a family in registry order.
 """
 from __future__ import annotations
 
@@ -12,41 +13,30 @@ from pathlib import Path
 
 import pandas as pd
 
+from .. import methods
+from ..stats.aggregate import DEFAULT_REFERENCE, ON_METRIC
 from ..utils.io import read_parquet_meta
 from .render import render_table
 
-AGENT_DISPLAY = {
-    "dqn": "DQN",
-    "curl_dqn": "DQN + CURL", "dqn_curl": "DQN + CURL", "curl": "DQN + CURL",
-    "rad_dqn": "DQN + RAD", "dqn_rad": "DQN + RAD", "rad": "DQN + RAD",
-    "pearl_dqn": "PEARL-DQN", "pearl": "PEARL-DQN",
-    "rainbow": "Rainbow",
-    "ppo": "PPO",
-    "ppo_dr": "PPO + DR",
-    "rl2_a2c": "RL2-A2C", "rl2": "RL2-A2C",
-    "dreamerv3": "DreamerV3", "dreamer": "DreamerV3",
-    "planet": "PlaNet", "ensemble_mpc": "Ensemble MPC",
-    "bayes_filter": "Bayes filter", "bayes": "Bayes filter",
-    "mpc": "True-dynamics MPC", "oracle": "True-dynamics MPC",
-    "random": "Random",
-}
-FAMILIES = ("Value-based baselines", "Actor--critic baselines", "Model-based baselines",
-            "Inference baselines", "Other")
-AGENT_FAMILY = {
-    **{a: FAMILIES[0] for a in ("dqn", "curl_dqn", "dqn_curl", "curl", "rad_dqn", "dqn_rad", "rad",
-                                "pearl_dqn", "pearl", "rainbow")},
-    **{a: FAMILIES[1] for a in ("ppo", "ppo_dr", "rl2_a2c", "rl2")},
-    **{a: FAMILIES[2] for a in ("dreamerv3", "dreamer", "planet", "ensemble_mpc")},
-    **{a: FAMILIES[3] for a in ("bayes_filter", "bayes")},
-}
+REFERENCE_FAMILY = "reference"
 
 
 def display_name(agent: str) -> str:
-    return AGENT_DISPLAY.get(agent, agent)
+    return methods.display_name(agent)
 
 
 def family(agent: str) -> str:
-    return AGENT_FAMILY.get(agent, FAMILIES[-1])
+    return methods.family_of(agent)
+
+
+def grouped(order: list[str]) -> list[dict]:
+    """Agents grouped by family in the registry's family order; the reference group (not learned) last."""
+    groups = []
+    for fam, label in methods.FAMILIES.items():
+        members = [a for a in order if family(a) == fam]
+        if members:
+            groups.append({"family": label, "reference": fam == REFERENCE_FAMILY, "agents": members})
+    return groups
 
 
 def load_aggregate(path) -> tuple[pd.DataFrame, dict]:
@@ -79,7 +69,9 @@ def _select(agg: pd.DataFrame, split: str, horizons: list[int], L: int | None) -
 def _agents(data: pd.DataFrame, agents: list[str] | None) -> list[str]:
     present = sorted(data["agent"].astype(str).unique())
     if agents is None:
-        return sorted(present, key=lambda a: (display_name(a).lower(), a))
+        rank = {m: i for i, m in enumerate(methods.registry())}
+        families = list(methods.FAMILIES)
+        return sorted(present, key=lambda a: (families.index(family(a)), rank.get(a, len(rank)), a))
     unknown = [a for a in agents if a not in present]
     if unknown:
         raise ValueError(f"agent(s) {unknown} not in the aggregate table; available: {present}")
@@ -115,23 +107,66 @@ def _statistics(data: pd.DataFrame, meta: dict) -> dict:
             "last_k": last_k if isinstance(last_k, int) else None}
 
 
+def _groups_of_rows(order: list[str], make_row) -> list[dict]:
+    return [{"family": g["family"], "reference": g["reference"], "rows": [make_row(a) for a in g["agents"]]}
+            for g in grouped(order)]
+
+
+def _rows(groups: list[dict]) -> list[dict]:
+    return [r for g in groups for r in g["rows"]]
+
+
 def table3_context(agg: pd.DataFrame, split: str, H: int, L: int | None = None, agents=None,
-                   meta: dict | None = None) -> dict:
-    """Paper Table 3: n, ID success, OOD success, drop (paired), OOD return, each with a CI line."""
+                   meta: dict | None = None, test_rules: list[int] | None = None,
+                   random_per_rule: pd.DataFrame | None = None) -> dict:
+    """Paper Table 3: n, ID success, OOD success, drop (paired), OOD return, ON(p), each with a CI line.
+
+    `test_rules` (the split's OOD rules) adds the caption's floor: how many test rules any action solves;
+    `random_per_rule` (the random policy's per-rule table) adds how many the random policy solves.
+    """
     data = _select(agg, split, [H], L)
     cells = _cells(data)
-    rows = []
-    for agent in _agents(data, agents):
+
+    def make_row(agent: str) -> dict:
         row = {"agent": agent, "name": display_name(agent),
                "id": _cell(cells, agent, H, "train", "success"),
                "ood": _cell(cells, agent, H, "test", "success"),
                "drop": _cell(cells, agent, H, "drop", "success"),
-               "ood_return": _cell(cells, agent, H, "test", "return")}
+               "ood_return": _cell(cells, agent, H, "test", "return"),
+               "on": _cell(cells, agent, H, "test", ON_METRIC),
+               "is_on_reference": agent == DEFAULT_REFERENCE}
         ns = [c["n"] for c in (row["id"], row["ood"]) if c["n"] is not None]
         row["n"] = min(ns) if ns else None
-        rows.append(row)
-    return {"split": split, "L": int(data["L"].iloc[0]), "H": H, "rows": rows,
-            "seeds": _seeds_text([r["n"] for r in rows]), **_statistics(data, meta or {})}
+        return row
+
+    groups = _groups_of_rows(_agents(data, agents), make_row)
+    has_reference = any(r["is_on_reference"] for r in _rows(groups))
+    return {"split": split, "L": int(data["L"].iloc[0]), "H": H, "groups": groups,
+            "on_reference": display_name(DEFAULT_REFERENCE) if has_reference else None,
+            "floor": _floor(test_rules, random_per_rule, split, H),
+            "seeds": _seeds_text([r["n"] for r in _rows(groups)]), **_statistics(data, meta or {})}
+
+
+def _floor(test_rules, random_per_rule, split: str, H: int) -> dict | None:
+    """Test rules solved by any action (every action reaches the goal in one step from every tape) and,
+    if the random policy's per-rule values are given, test rules it solves in >= 90% of episodes."""
+    if test_rules is None:
+        return None
+    from ..rules.features import solved_by_any_action
+
+    any_action = [z for z in test_rules if solved_by_any_action(z)]
+    floor = {"n_test": len(test_rules), "any_action": any_action, "random_threshold": RANDOM_SOLVED,
+             "random_solved": None}
+    if random_per_rule is not None:
+        sel = random_per_rule[(random_per_rule["split"] == split) & (random_per_rule["H"] == H)
+                              & (random_per_rule["side"] == "test") & (random_per_rule["metric"] == "success")]
+        if not sel.empty:
+            per_rule = sel.groupby("rule")["value"].mean()
+            floor["random_solved"] = sorted(int(z) for z, v in per_rule.items() if v >= RANDOM_SOLVED)
+    return floor
+
+
+RANDOM_SOLVED = 0.9   # a rule the random policy solves this often is "trivially solved"
 
 
 def _rank_styles(values: list, higher_is_better: bool, digits: int) -> list[str]:
@@ -145,7 +180,8 @@ def _rank_styles(values: list, higher_is_better: bool, digits: int) -> list[str]
 
 def table2_context(agg: pd.DataFrame, split: str, horizons: list[int] | None = None, L: int | None = None,
                    agents=None, meta: dict | None = None, digits: int = 3) -> dict:
-    """Paper Table 2: holdout length, success / final distance for ID and OOD at each evaluation H."""
+    """Paper Table 2: holdout length, success / final distance for ID and OOD at each evaluation H.
+    Best and second best per column are marked among the learned methods (reference rows excluded)."""
     if horizons is None:
         if split not in set(agg["split"].astype(str)):
             raise ValueError(f"split {split!r} is not in the aggregate table; "
@@ -157,18 +193,22 @@ def table2_context(agg: pd.DataFrame, split: str, horizons: list[int] | None = N
     columns = [(side, H, metric) for side in ("train", "test") for H in horizons
                for metric in ("success", "final_dist")]
     grid = {agent: [_cell(cells, agent, H, side, metric) for side, H, metric in columns] for agent in order}
+    learned = [a for a in order if family(a) != REFERENCE_FAMILY]
+    for agent in order:
+        for c in grid[agent]:
+            c["style"] = ""
     for j, (_, _, metric) in enumerate(columns):
-        styles = _rank_styles([grid[a][j]["mean"] for a in order], metric == "success", digits)
-        for agent, style in zip(order, styles):
+        styles = _rank_styles([grid[a][j]["mean"] for a in learned], metric == "success", digits)
+        for agent, style in zip(learned, styles):
             grid[agent][j]["style"] = style
     per_side = 2 * len(horizons)
     side_groups = [{"label": label, "start": 2 + i * per_side, "end": 1 + (i + 1) * per_side}
                    for i, label in enumerate(("In-Distribution (ID)", "Out-of-Distribution (OOD)"))]
     horizon_groups = [{"H": H, "start": 2 + 2 * k, "end": 3 + 2 * k}
                       for k, H in enumerate(list(horizons) * 2)]
-    rows = [{"agent": a, "name": display_name(a), "cells": grid[a]} for a in order]
+    groups = _groups_of_rows(order, lambda a: {"agent": a, "name": display_name(a), "cells": grid[a]})
     ns = [c["n"] for a in order for c in grid[a]]
-    return {"split": split, "L": int(data["L"].iloc[0]), "horizons": list(horizons), "rows": rows,
+    return {"split": split, "L": int(data["L"].iloc[0]), "horizons": list(horizons), "groups": groups,
             "side_groups": side_groups, "horizon_groups": horizon_groups, "n_columns": 1 + len(columns),
             "digits": digits, "seeds": _seeds_text(ns), **_statistics(data, meta or {})}
 
@@ -179,25 +219,29 @@ def table4_context(agg: pd.DataFrame, split: str, H: int, L: int | None = None, 
     data = _select(agg, split, [H], L)
     cells = _cells(data)
     metrics = ("final_dist", "auc_dist", "soft_success@0.1")
-    groups = []
-    order = _agents(data, agents)
-    for fam in FAMILIES:
-        members = [a for a in order if family(a) == fam]
-        if members:
-            groups.append({"family": fam, "rows": [
-                {"agent": a, "name": display_name(a),
-                 "cells": [_cell(cells, a, H, side, m) for m in metrics for side in ("train", "test")]}
-                for a in members]})
+    groups = _groups_of_rows(_agents(data, agents), lambda a: {
+        "agent": a, "name": display_name(a),
+        "cells": [_cell(cells, a, H, side, m) for m in metrics for side in ("train", "test")]})
     ns = [c["n"] for g in groups for r in g["rows"] for c in r["cells"]]
     return {"split": split, "L": int(data["L"].iloc[0]), "H": H, "groups": groups,
             "seeds": _seeds_text(ns), **_statistics(data, meta or {})}
 
 
-def render_result_table(table: str, aggregate, out, *, split: str, H=None, L=None, agents=None) -> str:
-    """Render table2/table3/table4 from an aggregate Parquet to `out`; returns the LaTeX text."""
+def render_result_table(table: str, aggregate, out, *, split: str, H=None, L=None, agents=None,
+                        split_file=None, random_per_rule=None) -> str:
+    """Render table2/table3/table4 from an aggregate Parquet to `out`; returns the LaTeX text.
+
+    Table 3 only: `split_file` (the split JSON) and `random_per_rule` (the random policy's per-rule
+    Parquet) give the caption's floor."""
     agg, meta = load_aggregate(aggregate)
     if table == "table3":
-        context = table3_context(agg, split, _single_H(H), L, agents, meta)
+        test_rules = None
+        if split_file is not None:
+            from ..splits.io import load_split
+
+            test_rules = list(load_split(split_file).test)
+        per_rule = pd.read_parquet(random_per_rule) if random_per_rule is not None else None
+        context = table3_context(agg, split, _single_H(H), L, agents, meta, test_rules, per_rule)
     elif table == "table4":
         context = table4_context(agg, split, _single_H(H), L, agents, meta)
     elif table == "table2":

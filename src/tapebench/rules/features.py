@@ -68,6 +68,17 @@ class FeatureProtocol:
         return {k: int(v) for k, v in asdict(self).items()}
 
 
+def solved_by_any_action(rule: int) -> bool:
+    """Whether every action reaches the all-zero goal in one step from every tape: the rule maps every
+    neighbourhood to 0 (of the elementary rules, only rule 0). Such a test rule is solved without any
+    inference or control, so tables report how many test rules are of this kind."""
+    from ..ca.reference import ca_step
+
+    z = check_rules([rule])[0]
+    return all(ca_step(np.array(bits, dtype=np.uint8), z).sum() == 0
+               for bits in ((0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 1, 1), (1, 0, 0), (1, 0, 1), (1, 1, 0), (1, 1, 1)))
+
+
 def rule_type(activity: float, entropy: float) -> str:
     if activity < STABLE_MAX_ACTIVITY and entropy < STABLE_MAX_ENTROPY:
         return "stable"

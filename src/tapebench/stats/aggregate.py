@@ -39,6 +39,11 @@ aggregate.parquet (`--out`), one row per (split, agent, L, H, side, metric):
   ci (float) the confidence level; n_resamples (int)
 For one (split, agent, L, H) all sides and metrics use the same resampled seed indices, drawn from a
 generator seeded by (--seed, split, agent, L, H): adding or removing other agents changes no number.
+Oracle-normalised score (when the reference method, `mpc` by default, is among the agents): one more row
+per other agent with side "test" and metric "on_success" = 100 * (agent's mean OOD strict success) /
+(reference's mean OOD strict success) on the same protocol (same split, L, H, episodes); its CI resamples
+the agent's seeds and the reference's seeds independently (generator seeded by (--seed, split, agent, L,
+H, "on_success", reference)); NaN when the reference never succeeds. n is the agent's number of seeds.
 
 tests.parquet (`--tests-out`), Welch diagnostics between every pair of agents on the OOD ("test") side,
 one row per (split, L, H, metric, agent_a, agent_b), agents in sorted order:
@@ -70,6 +75,8 @@ GROUP = ["split", "agent", "L", "H", "seed", "side"]
 SUMMARY_GROUP = ["split", "agent", "L", "H"]
 ID_SIDE, OOD_SIDE, DROP_SIDE = "train", "test", "drop"
 TEST_ALPHA = 0.05
+ON_METRIC = "on_success"       # oracle-normalised OOD strict success, ON(p) = 100 p / p_reference
+DEFAULT_REFERENCE = "mpc"
 
 PER_SEED_COLUMNS = [*GROUP, "metric", "value", "k_used", "checkpoint_first", "checkpoint_last", "n_episodes"]
 AGGREGATE_COLUMNS = [*SUMMARY_GROUP, "side", "metric", "n", "mean", "sd", "ci_low", "ci_high", "ci",
@@ -227,7 +234,7 @@ def _summaries(values: np.ndarray, indices: np.ndarray, ci: float) -> dict[str, 
 
 
 def aggregate_seeds(per_seed: pd.DataFrame, n_resamples: int = DEFAULT_RESAMPLES, ci: float = DEFAULT_CI,
-                    seed: int = 0) -> pd.DataFrame:
+                    seed: int = 0, reference: str = DEFAULT_REFERENCE) -> pd.DataFrame:
     """Bootstrap summaries per (split, agent, L, H, side, metric), plus the paired ID - OOD drop."""
     if not 0.0 < ci < 1.0:
         raise ValueError(f"--ci must be in (0, 1), e.g. 0.95; got {ci!r}")
@@ -265,7 +272,36 @@ def aggregate_seeds(per_seed: pd.DataFrame, n_resamples: int = DEFAULT_RESAMPLES
                              "n": values.shape[0], **{k: float(v[j]) for k, v in summary.items()},
                              "ci": float(ci), "n_resamples": int(n_resamples)})
     out = pd.DataFrame(rows, columns=AGGREGATE_COLUMNS)
+    normalized = oracle_normalized(per_seed, reference, n_resamples, ci, seed)
+    if not normalized.empty:
+        out = pd.concat([out, normalized], ignore_index=True)
     return out.astype({"L": "int64", "H": "int64", "n": "int64", "n_resamples": "int64"})
+
+
+def oracle_normalized(per_seed: pd.DataFrame, reference: str = DEFAULT_REFERENCE,
+                      n_resamples: int = DEFAULT_RESAMPLES, ci: float = DEFAULT_CI, seed: int = 0) -> pd.DataFrame:
+    """ON(p) = 100 p / p_reference on OOD strict success per (split, agent, L, H), with a bootstrap CI."""
+    data = per_seed[(per_seed["side"] == OOD_SIDE) & (per_seed["metric"] == "success")]
+    rows = []
+    for (split, L, H), grp in data.groupby(["split", "L", "H"], sort=True):
+        samples = {a: g.sort_values("seed")["value"].to_numpy(np.float64) for a, g in grp.groupby("agent", sort=True)}
+        if reference not in samples:
+            continue
+        ref = samples[reference]
+        for agent, values in samples.items():
+            if agent == reference:
+                continue
+            gen = group_generator(seed, (split, agent, L, H, ON_METRIC, reference))
+            boot_a = values[resample_indices(len(values), n_resamples, gen)].mean(axis=1)
+            boot_r = ref[resample_indices(len(ref), n_resamples, gen)].mean(axis=1)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                boot = np.where(boot_r > 0, 100.0 * boot_a / np.where(boot_r > 0, boot_r, 1.0), np.nan)
+            mean = 100.0 * values.mean() / ref.mean() if ref.mean() > 0 else np.nan
+            low, high = (percentile_interval(boot, ci) if np.isfinite(boot).all() else (np.nan, np.nan))
+            rows.append({"split": split, "agent": agent, "L": L, "H": H, "side": OOD_SIDE, "metric": ON_METRIC,
+                         "n": len(values), "mean": float(mean), "sd": np.nan, "ci_low": float(low),
+                         "ci_high": float(high), "ci": float(ci), "n_resamples": int(n_resamples)})
+    return pd.DataFrame(rows, columns=AGGREGATE_COLUMNS)
 
 
 def _side_order(sides) -> list[str]:

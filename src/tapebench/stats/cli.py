@@ -27,6 +27,8 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap generators (default 0)")
     p.add_argument("--out", required=True, help="aggregate Parquet")
     p.add_argument("--tests-out", help="optional: pairwise Welch tests (Holm-corrected) on OOD, Parquet")
+    p.add_argument("--reference", default="mpc",
+                   help="method whose OOD success normalises ON(p) = 100 p / p_ref (default mpc; skipped if absent)")
     p.set_defaults(func=_aggregate)
 
     from ..report.tables import render_subcommands
@@ -43,7 +45,11 @@ def register(sub) -> None:
         else:
             t.add_argument("--H", type=int, default=32, help="evaluation horizon (default 32)")
         t.add_argument("--L", type=int, help="tape length (needed only if the table holds several)")
-        t.add_argument("--agents", nargs="+", help="agents and their order (default: all, by display name)")
+        t.add_argument("--agents", nargs="+", help="methods and their order (default: all, grouped by family)")
+        if name == "table3":
+            t.add_argument("--split-file", help="split JSON: the caption counts test rules solved by any action")
+            t.add_argument("--random-per-rule", help="the random policy's per-rule Parquet: the caption counts "
+                                                     "test rules it solves in >= 90%% of episodes")
         t.add_argument("--out", required=True, help="output .tex")
         t.set_defaults(func=_render, table_name=name)
 
@@ -69,8 +75,9 @@ def _aggregate(args) -> int:
     from .aggregate import aggregate_seeds, method_tests, read_tables
 
     per_seed = read_tables(args.per_seed, "per-seed")
-    summary = aggregate_seeds(per_seed, n_resamples=args.n_resamples, ci=args.ci, seed=args.seed)
-    config = {"n_resamples": args.n_resamples, "ci": args.ci, "seed": args.seed}
+    summary = aggregate_seeds(per_seed, n_resamples=args.n_resamples, ci=args.ci, seed=args.seed,
+                              reference=args.reference)
+    config = {"n_resamples": args.n_resamples, "ci": args.ci, "seed": args.seed, "reference": args.reference}
     inputs = _inputs(args.per_seed)
     last_k = sorted({m.get("last_k") for m in map(read_parquet_meta, args.per_seed) if m.get("last_k")})
     meta = provenance(config, args.seed, inputs=inputs, last_k=last_k[0] if len(last_k) == 1 else last_k)
@@ -86,8 +93,10 @@ def _aggregate(args) -> int:
 def _render(args) -> int:
     from ..report.tables import render_result_table
 
+    extra = ({"split_file": args.split_file, "random_per_rule": args.random_per_rule}
+             if args.table_name == "table3" else {})
     render_result_table(args.table_name, args.aggregate, args.out, split=args.split, H=args.H, L=args.L,
-                        agents=args.agents)
+                        agents=args.agents, **extra)
     print(f"render {args.table_name}: {args.out}")
     return 0
 
