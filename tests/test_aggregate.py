@@ -231,3 +231,33 @@ def test_cli_errors_are_clean(tmp_path, capsys):
     assert rc == 2
     assert "paired ID-OOD drop needs both sides" in capsys.readouterr().err
     assert not (tmp_path / "agg.parquet").exists()
+
+
+def _ood_success(agent: str, values) -> pd.DataFrame:
+    rows = [{"split": "main", "agent": agent, "L": 32, "H": 32, "seed": s, "side": side, "metric": "success",
+             "value": v, "k_used": 1, "checkpoint_first": 0, "checkpoint_last": 0, "n_episodes": 10}
+            for s, v in enumerate(values) for side in ("train", "test")]
+    return pd.DataFrame(rows)
+
+
+def test_oracle_normalized_score_is_the_ratio_of_means_with_an_independent_bootstrap():
+    from tapebench.stats.aggregate import ON_METRIC, oracle_normalized
+
+    agent, ref = [0.05, 0.04, 0.06, 0.03], [0.20, 0.18, 0.22]
+    per_seed = pd.concat([_ood_success("dqn", agent), _ood_success("mpc", ref)], ignore_index=True)
+    on = oracle_normalized(per_seed, "mpc", n_resamples=4000, seed=1)
+    assert on["agent"].tolist() == ["dqn"] and on["metric"].tolist() == [ON_METRIC]
+    row = on.iloc[0]
+    assert row["mean"] == pytest.approx(100 * np.mean(agent) / np.mean(ref))   # 22.5
+    assert row["n"] == 4 and row["side"] == "test"
+    assert row["ci_low"] < row["mean"] < row["ci_high"]
+    # the CI resamples both groups: wider than resampling the agent alone with the reference fixed
+    agent_only = 100 * np.percentile(np.random.default_rng(0).choice(agent, (4000, 4)).mean(1), [2.5, 97.5]) / np.mean(ref)
+    assert row["ci_high"] - row["ci_low"] > 0.9 * (agent_only[1] - agent_only[0])
+    # a reference that never succeeds gives NaN, not a division error; no reference -> no rows
+    zero = pd.concat([_ood_success("dqn", agent), _ood_success("mpc", [0.0, 0.0])], ignore_index=True)
+    assert np.isnan(oracle_normalized(zero, "mpc")["mean"].iloc[0])
+    assert oracle_normalized(_ood_success("dqn", agent), "mpc").empty
+    # it lands in the aggregate table beside the other rows
+    summary = aggregate_seeds(per_seed, n_resamples=500)
+    assert ((summary["metric"] == ON_METRIC) & (summary["agent"] == "dqn")).sum() == 1

@@ -20,9 +20,18 @@ NUMBERS = {
     ("my_agent", 32, "train", "success"): (0.5, 0.4, 0.6),
     ("my_agent", 32, "test", "success"): (0.25, 0.2, 0.3),
     ("my_agent", 32, "drop", "success"): (0.25, 0.2, 0.3),
+    ("dqn", 32, "test", "on_success"): (25.67, 20.1, 31.2),
+    ("random", 32, "train", "success"): (0.011, 0.010, 0.012),
+    ("random", 32, "test", "success"): (0.020, 0.019, 0.021),
+    ("random", 32, "drop", "success"): (-0.009, -0.010, -0.008),
+    ("random", 32, "test", "on_success"): (10.7, 9.0, 12.5),
+    ("mpc", 32, "train", "success"): (0.312, 0.31, 0.314),
+    ("mpc", 32, "test", "success"): (0.187, 0.18, 0.19),
+    ("mpc", 32, "drop", "success"): (0.125, 0.12, 0.13),
 }
 FINAL_DIST = {("dqn", "train"): 0.927, ("dqn", "test"): 0.952, ("ppo", "train"): 0.930, ("ppo", "test"): 0.958,
-              ("my_agent", "train"): 0.5, ("my_agent", "test"): 0.7}
+              ("my_agent", "train"): 0.5, ("my_agent", "test"): 0.7, ("random", "train"): 0.96,
+              ("random", "test"): 0.97, ("mpc", "train"): 0.3, ("mpc", "test"): 0.4}
 
 
 def aggregate_table() -> pd.DataFrame:
@@ -34,7 +43,7 @@ def aggregate_table() -> pd.DataFrame:
             rows.append((agent, H, side, "final_dist", d + shift, d - 0.01, d + 0.01))
             rows.append((agent, H, side, "auc_dist", d + 0.007, d, d + 0.01))
             rows.append((agent, H, side, "soft_success@0.1", 1 - d - shift, 0.0, 1.0))
-        if agent != "my_agent":  # my_agent has no H = 64 success: its cell is missing
+        if agent in ("dqn", "ppo"):  # the others have no H = 64 success: their cells are missing
             succ = NUMBERS[(agent, 32, side, "success")][0]
             rows.append((agent, 64, side, "success", succ - 0.003, succ - 0.005, succ))
     df = pd.DataFrame(rows, columns=["agent", "H", "side", "metric", "mean", "ci_low", "ci_high"])
@@ -63,28 +72,51 @@ def aggregate_path(tmp_path):
     return path
 
 
-def test_table3_rows_and_ci_lines(aggregate_path, tmp_path):
+def test_table3_rows_ci_lines_on_column_and_reference_rows(aggregate_path, tmp_path):
     text = render_result_table("table3", aggregate_path, tmp_path / "t3.tex", split="main", H=32)
-    assert "DQN & 20 & 0.073 & 0.048 & 0.026 & -28.91 \\\\" in text
-    assert " & & [0.072, 0.075] & [0.046, 0.050] & [0.024, 0.027] & [-29.10, -28.70] \\\\" in text
-    assert "PPO & 20 & 0.070 & 0.042 & 0.028 & -29.50 \\\\" in text
-    assert " & & [0.068, 0.072] & [0.040, 0.044] & [0.026, 0.030] & [-29.61, -29.38] \\\\" in text
-    # unknown agents keep their registry name, LaTeX-escaped; a missing cell is '--'
-    assert "my\\_agent & 20 & 0.500 & 0.250 & 0.250 & -- \\\\" in text
-    assert " & & [0.400, 0.600] & [0.200, 0.300] & [0.200, 0.300] & -- \\\\" in text
+    assert "DQN & 20 & 0.073 & 0.048 & 0.026 & -28.91 & 25.7 \\\\" in text
+    assert " & & [0.072, 0.075] & [0.046, 0.050] & [0.024, 0.027] & [-29.10, -28.70] & [20.1, 31.2] \\\\" in text
+    assert "PPO & 20 & 0.070 & 0.042 & 0.028 & -29.50 & -- \\\\" in text
+    assert " & & [0.068, 0.072] & [0.040, 0.044] & [0.026, 0.030] & [-29.61, -29.38] & -- \\\\" in text
+    # unregistered ids keep their name, LaTeX-escaped, in "Other"; a missing cell is '--'
+    assert "my\\_agent & 20 & 0.500 & 0.250 & 0.250 & -- & -- \\\\" in text
+    # the MPC is the ON(p) reference: 100 by definition
+    assert "True-dynamics MPC & 20 & 0.312 & 0.187 & 0.125 & -- & 100 \\\\" in text
+    assert "Random policy & 20 & 0.011 & 0.020 & -0.009 & -- & 10.7 \\\\" in text
     assert "over 20 seeds" in text and "95\\% CIs" in text and "2000 resamples" in text
     assert "last 3 evaluation checkpoints" in text and "\\texttt{main}" in text and "$H=32$" in text
-    # rows ordered by display name, like the paper
+    assert "relative to the True-dynamics MPC" in text
+    # grouped by family in registry order; references last, under a rule with a label
     names = [row.split(" & ")[0] for row in body_rows(text) if not row.startswith(" &")]
-    assert names == ["DQN", "my\\_agent", "PPO"]
-    assert_well_formed(text, 6)
+    assert names == ["DQN", "PPO", "my\\_agent", "Random policy", "True-dynamics MPC"]
+    assert text.index("Reference (not learned)") < text.index("Random policy &")
+    assert text.count("\\midrule") == 4
+    assert_well_formed(text, 7)
     assert (tmp_path / "t3.tex").read_text() == text
+
+
+def test_table3_caption_states_the_floor(aggregate_path, tmp_path):
+    from tapebench.splits.io import save_split
+
+    split = tmp_path / "s.json"
+    save_split(split, {"name": "main", "train": [4, 12, 200], "test": [0, 30, 76],
+                       "types": {}, "params": {"method": "hand"}, "unit": "rule"})
+    per_rule = pd.DataFrame({"split": "main", "agent": "random", "L": 32, "H": 32, "seed": [0, 0, 0, 1, 1, 1],
+                             "side": "test", "rule": [0, 30, 76] * 2, "type": "", "metric": "success",
+                             "value": [1.0, 0.1, 0.95, 1.0, 0.0, 0.9], "k_used": 1, "n_episodes": 20})
+    per_rule_path = tmp_path / "random.per_rule.parquet"
+    write_parquet(per_rule_path, per_rule)
+    text = render_result_table("table3", aggregate_path, tmp_path / "t3.tex", split="main", H=32,
+                               split_file=split, random_per_rule=per_rule_path)
+    assert ("Floor: 1 of the 3 test rules is solved by any action (every action reaches the goal in one step: "
+            "rule 0); the random policy succeeds in at least 90\\% of episodes on 2 of them (rules 0, 76).") in text
 
 
 def test_table3_agent_selection_and_order(aggregate_path, tmp_path):
     text = render_result_table("table3", aggregate_path, tmp_path / "t3.tex", split="main", H=32,
                                agents=["ppo", "dqn"])
-    assert text.index("PPO & 20") < text.index("DQN & 20") and "my\\_agent" not in text
+    # --agents selects rows; rows stay grouped by family (value-based before actor-critic)
+    assert text.index("DQN & 20") < text.index("PPO & 20") and "my\\_agent" not in text and "Random" not in text
     with pytest.raises(ValueError, match="not in the aggregate table"):
         render_result_table("table3", aggregate_path, tmp_path / "x.tex", split="main", H=32, agents=["sac"])
 
@@ -99,6 +131,8 @@ def test_table2_holdout_length_with_best_and_second(aggregate_path, tmp_path):
     assert rows["PPO"].split(" & ")[1:3] == ["0.070", "0.930"]
     assert rows["my\\_agent"].split(" & ")[1:3] == ["\\textbf{0.500}", "\\textbf{0.500}"]
     assert rows["my\\_agent"].split(" & ")[3] == "--"  # no H = 64 success for this agent
+    # reference rows are never marked best: the MPC's 0.312 is higher but DQN's ID H=32 success is underlined
+    assert "\\textbf" not in rows["True-dynamics MPC"] and "\\underline" not in rows["True-dynamics MPC"]
     assert "\\multicolumn{2}{c}{$H=64$}" in text and "\\cmidrule(lr){6-9}" in text
     assert_well_formed(text, 9)
 
@@ -107,8 +141,8 @@ def test_table4_groups_by_family(aggregate_path, tmp_path):
     text = render_result_table("table4", aggregate_path, tmp_path / "t4.tex", split="main", H=32)
     assert "DQN & 0.927 & 0.952 & 0.934 & 0.959 & 0.073 & 0.048 \\\\" in text
     assert "PPO & 0.930 & 0.958 & 0.937 & 0.965 & 0.070 & 0.042 \\\\" in text
-    order = [text.index(s) for s in ("Value-based baselines", "DQN &", "Actor--critic baselines", "PPO &",
-                                     "Other", "my\\_agent &")]
+    order = [text.index(s) for s in ("Value-based", "DQN &", "Actor--critic", "PPO &", "Other", "my\\_agent &",
+                                     "Reference (not learned)", "Random policy &", "True-dynamics MPC &")]
     assert order == sorted(order)
     assert_well_formed(text, 7)
 
@@ -124,7 +158,7 @@ def test_bad_selection_is_named(aggregate_path, tmp_path):
 
 
 def test_display_names_and_context():
-    assert display_name("ppo_dr") == "PPO + DR" and display_name("new_agent") == "new_agent"
+    assert display_name("mpc") == "True-dynamics MPC" and display_name("new_agent") == "new_agent"
     context = table3_context(aggregate_table(), "main", 32)
-    dqn = next(r for r in context["rows"] if r["agent"] == "dqn")
+    dqn = next(r for g in context["groups"] for r in g["rows"] if r["agent"] == "dqn")
     assert (dqn["drop"]["mean"], dqn["drop"]["low"], dqn["n"]) == (0.0258, 0.024, 20)

@@ -228,12 +228,6 @@ def display_name(method_id: str) -> str:
     return methods[method_id].display_name if method_id in methods else method_id
 
 
-def family_of(method_id: str) -> str:
-    """Family key of a registered method; 'reference' never for unknown ids (they sort with the learners)."""
-    methods = registry()
-    return methods[method_id].family if method_id in methods else "value_based"
-
-
 _SCALAR_TYPES = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,)}
 
 
@@ -247,4 +241,4 @@ def _check_type(method_id: str, key: str, value, annotation) -> None:
 
 
 __all__ = ["ENTRY_POINT_GROUP", "FAMILIES", "Method", "PolicyContext", "build_config", "check_hyperparameters",
-           "display_name", "family_of", "get_method", "make_agent", "register", "registry", "unregister"]
+           "display_name", "get_method", "make_agent", "register", "registry", "unregister"]

@@ -25,14 +25,21 @@ def display_name(agent: str) -> str:
     return methods.display_name(agent)
 
 
+OTHER_FAMILY = "other"   # ids not in the registry (e.g. a plug-in not installed where the table is rendered)
+FAMILY_ORDER = {**{f: label for f, label in methods.FAMILIES.items() if f != REFERENCE_FAMILY},
+                OTHER_FAMILY: "Other", REFERENCE_FAMILY: methods.FAMILIES[REFERENCE_FAMILY]}
+
+
 def family(agent: str) -> str:
-    return methods.family_of(agent)
+    method = methods.registry().get(agent)
+    return method.family if method is not None else OTHER_FAMILY
 
 
 def grouped(order: list[str]) -> list[dict]:
-    """Agents grouped by family in the registry's family order; the reference group (not learned) last."""
+    """Agents grouped by family in the registry's family order (unregistered ids in "Other"); the
+    reference group (not learned) last."""
     groups = []
-    for fam, label in methods.FAMILIES.items():
+    for fam, label in FAMILY_ORDER.items():
         members = [a for a in order if family(a) == fam]
         if members:
             groups.append({"family": label, "reference": fam == REFERENCE_FAMILY, "agents": members})
@@ -70,7 +77,7 @@ def _agents(data: pd.DataFrame, agents: list[str] | None) -> list[str]:
     present = sorted(data["agent"].astype(str).unique())
     if agents is None:
         rank = {m: i for i, m in enumerate(methods.registry())}
-        families = list(methods.FAMILIES)
+        families = list(FAMILY_ORDER)
         return sorted(present, key=lambda a: (families.index(family(a)), rank.get(a, len(rank)), a))
     unknown = [a for a in agents if a not in present]
     if unknown:
