@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 import re
 from dataclasses import dataclass
 from importlib import metadata
@@ -156,7 +157,7 @@ def _load_plugin(ep) -> Method:
     except Exception as exc:
         raise ValueError(f"cannot load tapebench method plug-in {ep.name!r} ({ep.value}): "
                          f"{type(exc).__name__}: {exc}") from exc
-    method = obj() if callable(obj) and not isinstance(obj, Method) else obj
+    method = obj() if inspect.isfunction(obj) else obj
     if not isinstance(method, Method):
         raise ValueError(f"plug-in entry point {ep.name!r} ({ep.value}) must name a tapebench.methods.Method "
                          f"or a function returning one, got {type(method).__name__}")
