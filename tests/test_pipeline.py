@@ -36,6 +36,9 @@ def test_lint_is_clean():
     ({"main_split": "nope"}, "main_split"),
     ({"agents": {"dqn": {"learning_rat": 0.1}}}, "agents.dqn"),
     ({"agents": {"sac": {}}}, "agents.sac"),
+    ({"methods": ["dqn", "sac"]}, "methods[1]"),
+    ({"methods": ["dqn", "exact"], "env": {"L": 32}}, "methods[1]"),
+    ({"methods": []}, "methods"),
     ({"seeds": 0}, "seeds"),
 ])
 def test_bad_config_stops_before_any_job(tmp_path, override, key):
@@ -54,7 +57,17 @@ def test_tiny_pipeline_produces_tables_and_data(tiny_run):
         assert (results / f"{table}.tex").stat().st_size > 0
     table3 = (results / "table3.tex").read_text()
     assert re.search(r"^DQN & 2 &", table3, re.M) and re.search(r"^PPO & 2 &", table3, re.M)
-    assert table3.count("[") >= 8  # a CI line under each agent row
+    # reference rows under a rule: random policy and MPC with the seeds' streams, the exact optimum once
+    assert re.search(r"^Random policy & 2 &", table3, re.M) and re.search(r"^True-dynamics MPC & 2 &.* 100 ", table3, re.M)
+    assert re.search(r"^Exact optimum & 1 &", table3, re.M)
+    assert table3.index("Reference (not learned)") < table3.index("Random policy &")
+    assert table3.count("[") >= 20  # a CI line under each row
+    assert "solved by any action" in table3
+    for method, seeds in (("random", 2), ("mpc", 2), ("exact", 1)):
+        files = sorted((results / "runs/main" / method).glob("seed*/eval_H8.parquet"))
+        assert len(files) == seeds, method
+        assert not (results / "runs/main" / method / "seed0" / "train.json").exists()
+        assert set(pd.read_parquet(files[0])["checkpoint"]) == {0}
     episodes = pd.read_parquet(results / "runs/main/dqn/seed0/eval_H8.parquet")
     assert set(episodes["side"]) == {"train", "test"}
     assert set(episodes["checkpoint"]) == {128, 256}
@@ -81,3 +94,15 @@ def test_changing_dqn_hyperparameter_reruns_only_dqn_jobs(tiny_run):
     assert {"evaluate", "aggregate_seed", "aggregate", "render_table3"} <= rules
     assert not rules & {"rule_features", "split", "split_health", "mpc_split", "feasibility",
                         "fixed_z_oracle", "mpc_by_type"}
+
+
+def test_changing_a_reference_method_reruns_only_its_evaluations(tiny_run):
+    (tiny_run / "mpc.yaml").write_text(yaml.safe_dump({"agents": {"mpc": {"candidates": 32}}}))
+    proc = snakemake(tiny_run, "--dry-run", configfiles=("tiny.yaml", "mpc.yaml"))
+    assert proc.returncode == 0, proc.stderr
+    jobs = scheduled_jobs(proc.stdout)
+    rules = {rule for rule, _ in jobs}
+    assert sorted((wc["agent"], wc["seed"], wc["H"]) for rule, wc in jobs if rule == "evaluate_method") == [
+        ("mpc", s, h) for s in ("0", "1") for h in ("16", "8")]
+    assert "train" not in rules and "evaluate" not in rules
+    assert {wc["agent"] for rule, wc in jobs if rule == "aggregate_seed"} == {"mpc"}
