@@ -27,6 +27,7 @@ BENCHMARKS: dict[str, str] = {
     "train": "tapebench.training.bench:bench_train",
     "mpc": "tapebench.oracle.bench:bench_mpc",
     "dp": "tapebench.oracle.bench:bench_dp",
+    "sb3": "tapebench.training.sb3_bench:bench_sb3",
 }
 
 KERNEL_GOAL = 2e8        # packed numba kernel, tape-steps/s on one core
@@ -51,6 +52,13 @@ def register(sub) -> None:
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads for environment figures (default: torch's own setting)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--agents", nargs="+", default=None, metavar="ID",
+                   help="methods to bench (train: any that train, default all of them; sb3: dqn and/or ppo, "
+                        "default both); put the benchmark name first: `bench train --agents dqn`")
+    p.add_argument("--steps", type=int, default=20_000,
+                   help="training env steps per agent for train and sb3 (default 20000)")
+    p.add_argument("--split", default=None, metavar="PATH",
+                   help="sb3: train on this split file's train rules instead of --rules")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the figures to this JSON file")
     p.set_defaults(func=run)
 
@@ -79,6 +87,8 @@ def check_options(args) -> None:
         raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
+    if args.steps < 1:
+        raise ValueError(f"--steps must be >= 1 (environment steps), got {args.steps}")
     check_length(args.L)
     check_horizon(args.H)
     parse_rule_list(args.rules)

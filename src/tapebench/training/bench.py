@@ -1,13 +1,15 @@
 """`tapebench bench train`: training throughput per agent on CPU, evaluation cost, and the projected
 CPU cost of the paper protocol.
 
-For each registered agent: a short real training run (the shared loop, default hyperparameters,
-z ~ Unif(--rules), --L/--H, checkpoints as in the protocol), then evaluation of its checkpoints on
+For each registered method that trains (or the subset named by `--agents`): a short real training
+run of `--steps` env steps (the shared loop, default hyperparameters, z ~ Unif(--rules), --L/--H,
+checkpoints as in the protocol), then evaluation of its checkpoints on
 the full common-random-number episode set (every rule of --rules x 20 episodes) at H and 2H — the
 same work `tapebench evaluate` does per checkpoint. Baseline measured in the same run: the bare
 `BatchedTapeEnv` with random actions at the agent's num_envs (the ceiling for the loop).
 
-Projection (per agent): SEEDS x [ train 200k steps + EVAL_JOBS x (setup + 20 checkpoints x episodes) ].
+Projection (per agent): SEEDS x [ train 200k steps + EVAL_JOBS x (setup + 20 checkpoints x episodes) ];
+the whole suite benched is the sum over its agents.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ PROTOCOL_STEPS = 200_000
 PROTOCOL_EVAL_EVERY = 10_000
 PROTOCOL_SEEDS = 20
 EPISODES_PER_RULE = 20
-BENCH_STEPS = 20_000          # training steps timed per agent
+BENCH_STEPS = 20_000          # training steps timed per agent (default of --steps)
 BENCH_EVAL_EVERY = 5_000      # -> 4 checkpoints to evaluate
 
 
@@ -50,6 +52,35 @@ def env_baseline(num_envs: int, L: int, H: int, rules, seconds: float, device) -
             env.step(actions[calls % 64])
             calls += 1
     return calls * num_envs / (time.perf_counter() - start)
+
+
+def trained_methods() -> list[str]:
+    """Ids of every registered method that trains (built-in and plug-ins), sorted."""
+    return sorted(m for m, method in registry().items() if method.trains)
+
+
+def select_agents(requested, allowed: list[str] | None = None, command: str = "bench train") -> list[str]:
+    """The agents to bench: `requested` (an `--agents` list, order kept, duplicates dropped) checked
+    against the method registry, or all of `allowed` (default: every method that trains) when None."""
+    training = trained_methods()
+    allowed = training if allowed is None else list(allowed)
+    if requested is None:
+        return allowed
+    requested = list(dict.fromkeys(requested))
+    if not requested:
+        raise ValueError(f"--agents needs at least one method id; allowed for `tapebench {command}`: {allowed}")
+    methods = registry()
+    unknown = [a for a in requested if a not in methods]
+    if unknown:
+        raise ValueError(f"--agents: unknown method id(s) {unknown}; allowed for `tapebench {command}`: {allowed}")
+    untrained = [a for a in requested if not methods[a].trains]
+    if untrained:
+        raise ValueError(f"--agents: {untrained} do not train, so `tapebench {command}` has nothing to time; "
+                         f"allowed: {allowed}")
+    other = [a for a in requested if a not in allowed]
+    if other:
+        raise ValueError(f"--agents: `tapebench {command}` does not cover {other}; allowed: {allowed}")
+    return requested
 
 
 def measure_agent(agent: str, *, L: int, H: int, rules, eval_horizons, threads: int, device, seed: int = 0,
@@ -88,14 +119,19 @@ def bench_train(args) -> dict:
     threads = args.threads or 1
     device = resolve_device("cpu" if args.device == "auto" else args.device)
     horizons = (H, 2 * H)
-    agents = sorted(m for m, method in registry().items() if method.trains)
+    agents = select_agents(args.agents)
+    steps = args.steps
+    not_benched = [m for m in trained_methods() if m not in agents]
     print(f"tapebench bench train: L={L}, H={H}, {len(rules)} training rules, device {device}, "
           f"{threads} torch thread(s), {os.cpu_count()} CPU cores, load average {_load()}")
-    print(f"each agent: {BENCH_STEPS} training steps with default hyperparameters, checkpoints every "
-          f"{BENCH_EVAL_EVERY}; evaluation of each checkpoint on {len(rules)} rules x {EPISODES_PER_RULE} "
+    print(f"agents: {', '.join(agents)}" + (f" (--agents; not benched: {', '.join(not_benched)})" if not_benched else
+                                             " (every registered method that trains)"))
+    print(f"each agent: {steps} training steps with default hyperparameters, checkpoints every "
+          f"{min(BENCH_EVAL_EVERY, steps)}; evaluation of each checkpoint on {len(rules)} rules x {EPISODES_PER_RULE} "
           f"episodes at H={horizons[0]} and H={horizons[1]}; baseline: bare BatchedTapeEnv, random actions")
     figures: dict = {}
-    header = (f"  {'agent':<6} {'envs':>4} {'env only':>10} {'train':>8} {'incl. eval':>10} "
+    width = max(6, *(len(a) for a in agents))
+    header = (f"  {'agent':<{width}} {'envs':>4} {'env only':>10} {'train':>8} {'incl. eval':>10} "
               f"{'eval/ckpt H' + str(horizons[0]):>14} {'eval/ckpt H' + str(horizons[1]):>14}")
     rows = []
     for agent in agents:
@@ -103,11 +139,11 @@ def bench_train(args) -> dict:
         torch.set_num_threads(threads)
         baseline = env_baseline(num_envs, L, H, rules, 1.0, device)
         measured = measure_agent(agent, L=L, H=H, rules=rules, eval_horizons=horizons, threads=threads,
-                                 device=device, seed=args.seed)
+                                 device=device, seed=args.seed, steps=steps)
         projection = project(measured)
         figures[agent] = {**measured, "num_envs": num_envs, "env_baseline_steps_per_s": baseline,
                           "protocol": projection}
-        rows.append(f"  {agent:<6} {num_envs:>4} {baseline:>10.0f} {measured['train_steps_per_s']:>8.0f} "
+        rows.append(f"  {agent:<{width}} {num_envs:>4} {baseline:>10.0f} {measured['train_steps_per_s']:>8.0f} "
                     f"{projection['steps_per_s_incl_eval']:>10.0f} "
                     + " ".join(f"{measured['eval'][str(h)]['per_checkpoint_s']:>13.2f}s" for h in horizons))
     print("\nenv steps/s (env only = baseline; train = shared loop incl. checkpoint writes; incl. eval = "
@@ -121,10 +157,14 @@ def bench_train(args) -> dict:
           f"episodes at H={horizons[0]} and {horizons[1]}), single-threaded jobs:")
     for agent, f in figures.items():
         p = f["protocol"]
-        print(f"  {agent:<6} train {p['train_s_per_seed']:7.0f} s + eval {p['eval_s_per_seed']:5.0f} s per seed "
+        print(f"  {agent:<{width}} train {p['train_s_per_seed']:7.0f} s + eval {p['eval_s_per_seed']:5.0f} s per seed "
               f"-> {p['cpu_hours']:.2f} CPU-hours")
     mean = total / len(figures)
-    print(f"  total for these {len(figures)} agents: {total:.2f} CPU-hours; N agents of similar cost: "
-          f"~{mean:.2f} x N CPU-hours")
+    print(f"  whole suite ({len(figures)} agent{'s' if len(figures) > 1 else ''}: {', '.join(figures)}; "
+          f"{PROTOCOL_SEEDS} seeds each): {total:.2f} CPU-hours; N agents of similar cost: ~{mean:.2f} x N CPU-hours")
+    if not_benched:
+        print(f"  (the suite benched here is the --agents subset; not included: {', '.join(not_benched)})")
     figures["total_cpu_hours"] = total
+    figures["whole_suite"] = {"agents": list(agents), "not_benched": not_benched, "cpu_hours": total,
+                              "seeds": PROTOCOL_SEEDS, "steps": PROTOCOL_STEPS}
     return figures
