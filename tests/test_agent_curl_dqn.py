@@ -49,7 +49,7 @@ def test_agent_contrastive_loss_with_fixed_weights_equals_the_hand_computed_valu
         agent.W.copy_(torch.tensor([[1.0, 0.0], [0.0, 2.0]]))
     anchor = torch.tensor([[1.0, 0, 0, 0, 0.25], [0, 1.0, 0, 0, 0.5]])     # queries (1, 0), (0, 1)
     positive = torch.tensor([[1.0, 1, 1, 0, 0.25], [0, 0, 1.0, 1, 0.5]])   # keys (1, 2), (0, 1)
-    assert agent.contrastive_loss(anchor, positive).item() == pytest.approx(HAND_VALUE, abs=1e-6)
+    assert agent.contrastive_loss(agent.query_encoder(anchor), positive).item() == pytest.approx(HAND_VALUE, abs=1e-6)
 
 
 def filled_agent(overrides: dict, L: int = 8, n: int = 256, seed: int = 0):
@@ -67,9 +67,10 @@ def snapshot(module) -> list[torch.Tensor]:
     return [p.detach().clone() for p in module.parameters()]
 
 
-def test_key_encoder_moves_toward_the_query_encoder_by_the_momentum_and_gets_no_gradients():
+@pytest.mark.parametrize("augment_td", [True, False])
+def test_key_encoder_moves_toward_the_query_encoder_by_the_momentum_and_gets_no_gradients(augment_td):
     m = 0.9
-    agent = filled_agent({"key_momentum": m})
+    agent = filled_agent({"key_momentum": m, "augment_td": augment_td})
     assert all(not p.requires_grad for p in agent.key_encoder.parameters())
     optimised = {id(p) for group in agent.optimizer.param_groups for p in group["params"]}
     assert not optimised & {id(p) for p in agent.key_encoder.parameters()}

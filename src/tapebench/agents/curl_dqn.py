@@ -1,4 +1,4 @@
-"""CURL-DQN: DQN with a contrastive auxiliary loss (Srinivas et al., 2020, "CURL", on DQN).
+"""CURL-DQN: DQN with a contrastive auxiliary loss (Laskin, Srinivas & Abbeel, 2020, "CURL", on DQN).
 
 Networks. The Q-network is DQN's MLP (`dqn.py`), read as a *query encoder* (its hidden layers,
 observation -> `hidden_size` ReLU features) followed by a linear Q head. A *key encoder* of the same
@@ -8,12 +8,14 @@ gradients. A learned matrix W scores query/key pairs bilinearly: `logits[i, j] =
 The target network is a periodic copy of the whole Q-network (query encoder + Q head), as in DQN.
 
 Loss per gradient step, on one replay minibatch of observations o_1..o_B:
-  TD loss (DQN's Huber loss; on the RAD-augmented minibatch when `augment_td`, since CURL trains the RL
-  loss on augmented observations)
-  + `curl_weight` x InfoNCE: two independent augmentations of each o_i (a random circular shift of the
-  observation's tape and bit flips, `augment.py`) give the anchor (query encoder) and the positive (key
-  encoder); the other B - 1 positives in the minibatch are the negatives:
+  TD loss (DQN's Huber loss) on the RAD-augmented minibatch (`augment_td`; as CURL, which trains the RL
+  loss on augmented observations: random circular shift of obs, next_obs and action, bit flips of obs)
+  + `curl_weight` x InfoNCE between two independent augmentations of each o_i: the anchor, encoded by the
+  query encoder, is the TD loss's own augmented observation (one forward pass serves both losses, as in
+  CURL); the positive is a second, independent random shift + bit flips of o_i, encoded by the key
+  encoder; the other B - 1 positives of the minibatch are the negatives:
   `InfoNCE = mean_i [ -logits[i, i] + log sum_j exp(logits[i, j]) ]`.
+  With `augment_td = False` the TD loss sees the raw minibatch and the anchor is its own augmentation.
 
 Evaluation is the greedy policy argmax_a Q(o, a) on the raw observation (no augmentation, no state).
 """
@@ -41,7 +43,7 @@ class Config(dqn.Config):
     flip_prob: float = 0.05
     """probability that each tape cell of an augmented observation is flipped; 0 switches it off"""
     augment_td: bool = True
-    """train the TD loss on the RAD-augmented minibatch (as CURL does); False: on the raw minibatch"""
+    """TD loss on the RAD-augmented minibatch, whose observation is also the anchor (as CURL); False: raw minibatch"""
 
     def check(self) -> None:
         super().check()
@@ -71,21 +73,25 @@ class CURLDQNAgent(dqn.DQNAgent):
         self.W = nn.Parameter(torch.zeros(config.hidden_size, config.hidden_size, device=self.device))
         self.optimizer = adam([*self.q_network.parameters(), self.W], lr=config.learning_rate)
 
-    def contrastive_loss(self, anchor_obs: torch.Tensor, positive_obs: torch.Tensor) -> torch.Tensor:
+    def contrastive_loss(self, anchor_features: torch.Tensor, positive_obs: torch.Tensor) -> torch.Tensor:
+        """InfoNCE of the anchors' query features against the key encoder's features of the positives."""
         with torch.no_grad():
             keys = self.key_encoder(positive_obs)
-        return info_nce(self.query_encoder(anchor_obs), keys, self.W)
+        return info_nce(anchor_features, keys, self.W)
 
     def _gradient_step(self) -> dict:
         c = self.config
         batch = self.replay.sample(c.batch_size)
-        obs = batch[0]
-        td_batch = augment.augment_transitions(*batch, L=self.L, shift=c.shift, flip_prob=c.flip_prob) \
-            if c.augment_td else batch
-        td_loss, q_taken = self.td_loss(*td_batch)
-        view = lambda: augment.augment_observations(obs, self.L, c.shift, c.flip_prob)
-        anchor, positive = view(), view()
-        curl_loss = self.contrastive_loss(anchor, positive)
+        view = lambda: augment.augment_observations(batch[0], self.L, c.shift, c.flip_prob)
+        if c.augment_td:   # as in CURL, the anchor is the RL loss's own augmented observation
+            td_batch = augment.augment_transitions(*batch, L=self.L, shift=c.shift, flip_prob=c.flip_prob)
+            anchor_features = self.query_encoder(td_batch[0])
+            q_values = self.q_network[-1](anchor_features)
+        else:
+            td_batch, q_values = batch, None
+            anchor_features = self.query_encoder(view())
+        td_loss, q_taken = self.td_loss(*td_batch, q_values=q_values)
+        curl_loss = self.contrastive_loss(anchor_features, view())
         loss = td_loss + c.curl_weight * curl_loss
         self.optimizer.zero_grad()
         loss.backward()

@@ -181,8 +181,8 @@ class DQNAgent:
         """A replay minibatch (obs, actions, rewards, next_obs, terminated); RAD-DQN augments it here."""
         return self.replay.sample(self.config.batch_size)
 
-    def td_loss(self, obs, actions, rewards, next_obs, terminated):
-        """Huber TD loss of a minibatch and Q(s, a) of its actions."""
+    def td_loss(self, obs, actions, rewards, next_obs, terminated, q_values=None):
+        """Huber TD loss of a minibatch and Q(s, a) of its actions (`q_values`: Q(obs) if already computed)."""
         c = self.config
         with torch.no_grad():
             if c.double_dqn:
@@ -191,7 +191,8 @@ class DQNAgent:
             else:
                 next_q = self.target_network(next_obs).max(dim=1).values
             td_target = rewards + c.gamma * (1.0 - terminated) * next_q
-        q_taken = self.q_network(obs).gather(1, actions.unsqueeze(1)).squeeze(1)
+        q_values = self.q_network(obs) if q_values is None else q_values
+        q_taken = q_values.gather(1, actions.unsqueeze(1)).squeeze(1)
         return F.smooth_l1_loss(q_taken, td_target), q_taken
 
     def _gradient_step(self) -> dict:
