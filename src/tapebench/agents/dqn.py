@@ -177,9 +177,13 @@ class DQNAgent:
             metrics["epsilon"] = self.epsilon()
         return metrics
 
-    def _gradient_step(self) -> dict:
+    def sample_batch(self):
+        """A replay minibatch (obs, actions, rewards, next_obs, terminated); RAD-DQN augments it here."""
+        return self.replay.sample(self.config.batch_size)
+
+    def td_loss(self, obs, actions, rewards, next_obs, terminated, q_values=None):
+        """Huber TD loss of a minibatch and Q(s, a) of its actions (`q_values`: Q(obs) if already computed)."""
         c = self.config
-        obs, actions, rewards, next_obs, terminated = self.replay.sample(c.batch_size)
         with torch.no_grad():
             if c.double_dqn:
                 next_actions = self.q_network(next_obs).argmax(dim=1, keepdim=True)
@@ -187,8 +191,13 @@ class DQNAgent:
             else:
                 next_q = self.target_network(next_obs).max(dim=1).values
             td_target = rewards + c.gamma * (1.0 - terminated) * next_q
-        q_taken = self.q_network(obs).gather(1, actions.unsqueeze(1)).squeeze(1)
-        loss = F.smooth_l1_loss(q_taken, td_target)
+        q_values = self.q_network(obs) if q_values is None else q_values
+        q_taken = q_values.gather(1, actions.unsqueeze(1)).squeeze(1)
+        return F.smooth_l1_loss(q_taken, td_target), q_taken
+
+    def _gradient_step(self) -> dict:
+        c = self.config
+        loss, q_taken = self.td_loss(*self.sample_batch())
         self.optimizer.zero_grad()
         loss.backward()
         nn.utils.clip_grad_norm_(self.q_network.parameters(), c.max_grad_norm)

@@ -112,7 +112,7 @@ class Method:
 
 
 def _builtin() -> list[Method]:
-    from ..agents import dqn, ppo
+    from ..agents import curl_dqn, dqn, ppo, rad_dqn
     from ..oracle import exact, mpc
     from . import random_policy
 
@@ -120,6 +120,8 @@ def _builtin() -> list[Method]:
     return [
         agent("dqn", "DQN", "value_based", dqn),
         agent("ppo", "PPO", "actor_critic", ppo),
+        agent("rad_dqn", "DQN + RAD", "augmentation", rad_dqn),
+        agent("curl_dqn", "DQN + CURL", "augmentation", curl_dqn),
         Method("random", "Random policy", "reference", random_policy.Config, make_policy=random_policy.make_policy,
                summary="a uniformly random cell each step: the floor"),
         Method("mpc", "True-dynamics MPC", "reference", mpc.MPCMethodConfig, make_policy=mpc.make_policy,

@@ -1,0 +1,49 @@
+"""RAD-DQN: DQN whose replay minibatches are augmented (Laskin et al., 2020, "RAD", on DQN).
+
+Everything is DQN (`dqn.py`: network, replay, ε-greedy, Huber TD loss, target network) except that
+each sampled minibatch passes through two augmentations (`augment.py`) before the TD loss:
+
+* a random circular shift k ~ U{0..L-1} per transition, applied to the tape of the observation, the
+  tape of the next observation and the action index (a -> (a + k) mod L). The CA is periodic and
+  the goal (all zeros) and the initial distribution are shift-invariant, so this is an exact symmetry:
+  the shifted transition is a real transition of the same rule with the same reward and termination.
+  The time feature t/H is not shifted.
+* bit-flip input noise: each tape cell of the observation flips with probability `flip_prob`; the
+  next observation, and hence the TD target, is left alone.
+
+Evaluation is the greedy policy argmax_a Q(o, a) on the raw observation (no augmentation, no state).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import augment, dqn
+
+
+@dataclass
+class Config(dqn.Config):
+    shift: bool = True
+    """augment with a random circular shift of obs, next_obs and action (an exact symmetry of the task)"""
+    flip_prob: float = 0.05
+    """probability that each tape cell of the (current) observation is flipped; 0 switches it off"""
+
+    def check(self) -> None:
+        super().check()
+        if not 0.0 <= self.flip_prob < 0.5:
+            raise ValueError(f"RAD-DQN hyperparameter flip_prob must be in [0, 0.5), got {self.flip_prob}")
+
+
+class RADDQNAgent(dqn.DQNAgent):
+    """DQN with the RAD augmentations applied to every replay minibatch."""
+
+    def __init__(self, config: Config, env_spec, total_steps: int, device):
+        super().__init__(config, env_spec, total_steps, device)
+        self.L = env_spec.L
+
+    def sample_batch(self):
+        c = self.config
+        return augment.augment_transitions(*super().sample_batch(), L=self.L, shift=c.shift, flip_prob=c.flip_prob)
+
+
+def make(config: Config, env_spec, total_steps: int, device) -> RADDQNAgent:
+    return RADDQNAgent(config, env_spec, total_steps, device)
