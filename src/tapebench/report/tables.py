@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..utils.io import read_parquet_meta
+from ..utils.artifacts import read_table
 from .render import render_table
 
 AGENT_DISPLAY = {
@@ -53,7 +53,7 @@ def load_aggregate(path) -> tuple[pd.DataFrame, dict]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"aggregate file not found: {path} (written by `tapebench aggregate`)")
-    return pd.read_parquet(path), read_parquet_meta(path)
+    return read_table(path, "aggregate")
 
 
 def _select(agg: pd.DataFrame, split: str, horizons: list[int], L: int | None) -> pd.DataFrame:

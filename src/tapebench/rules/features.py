@@ -180,6 +180,7 @@ def read_features(path) -> tuple[pd.DataFrame, dict]:
     """Load a features artifact and check it has what splits need; returns (frame, metadata)."""
     from pathlib import Path
 
+    from ..utils.artifacts import CorruptArtifact
     from ..utils.io import read_parquet_meta
 
     path = Path(path)
@@ -189,7 +190,7 @@ def read_features(path) -> tuple[pd.DataFrame, dict]:
         frame = pd.read_parquet(path)
         meta = read_parquet_meta(path)
     except Exception as exc:  # pyarrow raises several types for a damaged file
-        raise ValueError(f"features file {path} is not a readable Parquet file: {exc}") from None
+        raise CorruptArtifact(path, f"not a readable Parquet file: {exc}") from None
     feature_names = meta.get("config", {}).get("feature_names", list(FEATURE_NAMES))
     missing = [c for c in ("rule", "type", *feature_names) if c not in frame.columns]
     if missing:

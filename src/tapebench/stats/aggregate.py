@@ -76,15 +76,21 @@ AGGREGATE_COLUMNS = [*SUMMARY_GROUP, "side", "metric", "n", "mean", "sd", "ci_lo
                      "n_resamples"]
 
 
+TABLE_KINDS = {"episode": "episodes", "per-seed": "per_seed"}   # `what` -> utils.artifacts table kind
+
+
 def read_tables(paths, what: str) -> pd.DataFrame:
-    """Concatenate Parquet files, naming any that is missing."""
+    """Concatenate Parquet files of one kind ("episode" or "per-seed"), naming any that is missing,
+    damaged or of another kind."""
+    from ..utils.artifacts import read_table
+
     paths = [Path(p) for p in paths]
     if not paths:
         raise ValueError(f"no {what} files given")
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
         raise FileNotFoundError(f"{what} file(s) not found: {', '.join(missing)}")
-    return pd.concat([pd.read_parquet(p) for p in paths], ignore_index=True)
+    return pd.concat([read_table(p, TABLE_KINDS[what])[0] for p in paths], ignore_index=True)
 
 
 def _metric_frame(episodes: pd.DataFrame) -> pd.DataFrame:
