@@ -13,6 +13,7 @@ configfile: "config/config.yaml"
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/integrity.smk"
 include: "workflow/rules/splits.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"

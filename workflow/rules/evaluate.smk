@@ -19,5 +19,5 @@ rule evaluate:
     conda:
         CONDA_ENV
     shell:
-        "tapebench evaluate --run {params.run_dir} --split {input.split} --H {wildcards.H}"
-        " --params '{params.slice}' --threads {threads} --out {output} > {log} 2>&1"
+        "tapebench evaluate --run {params.run_dir:q} --split {input.split:q} --H {wildcards.H:q}"
+        " --params {params.slice:q} --threads {threads:q} --out {output:q} > {log:q} 2>&1"

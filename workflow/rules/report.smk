@@ -14,8 +14,8 @@ rule render_table3:
     conda:
         CONDA_ENV
     shell:
-        "tapebench render table3 --aggregate {input} --split {params.split} --H {params.H}"
-        " --out {output} > {log} 2>&1"
+        "tapebench render table3 --aggregate {input:q} --split {params.split:q} --H {params.H:q}"
+        " --out {output:q} > {log:q} 2>&1"
 
 
 rule render_table4:
@@ -31,8 +31,8 @@ rule render_table4:
     conda:
         CONDA_ENV
     shell:
-        "tapebench render table4 --aggregate {input} --split {params.split} --H {params.H}"
-        " --out {output} > {log} 2>&1"
+        "tapebench render table4 --aggregate {input:q} --split {params.split:q} --H {params.H:q}"
+        " --out {output:q} > {log:q} 2>&1"
 
 
 rule render_table2:
@@ -47,4 +47,4 @@ rule render_table2:
     conda:
         CONDA_ENV
     shell:
-        "tapebench render table2 --aggregate {input} --split {params.split} --out {output} > {log} 2>&1"
+        "tapebench render table2 --aggregate {input:q} --split {params.split:q} --out {output:q} > {log:q} 2>&1"
