@@ -118,7 +118,7 @@ def test_changing_dqn_hyperparameter_reruns_only_dqn_jobs(tiny_run):
 
 
 def test_training_progress_reaches_the_console_and_the_job_log(tiny_run):
-    progress = re.compile(r"\[dqn seed 0\] step 128/256 \(50%\) \| \d+ steps/s \| eta \d+ s")
+    progress = re.compile(r"\[main dqn seed 0\] step 128/256 \(50%\) \| \d+ steps/s \| eta \d+ s")
     assert progress.search((tiny_run / "snakemake.out").read_text())
     assert progress.search((tiny_run / "logs/train/main/dqn/seed0.log").read_text())
 

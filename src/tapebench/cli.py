@@ -13,6 +13,7 @@ SUBCOMMAND_MODULES = (
     "tapebench.splits.cli",
     "tapebench.stats.cli",
     "tapebench.oracle.cli",
+    "tapebench.status",
 )
 
 

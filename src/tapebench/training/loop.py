@@ -235,7 +235,8 @@ def train(spec: TrainSpec, out_dir, *, device="cpu", threads: int | None = 1, co
         check_integer(threads, "threads", minimum=1)
     fingerprint = spec.fingerprint()
     out_dir.mkdir(parents=True, exist_ok=True)   # only once every argument has been accepted
-    log = RunLog(out_dir / ckpt.LOG_FILE, f"{spec.agent} seed {spec.seed}", quiet)
+    label = f"{spec.agent} seed {spec.seed}"
+    log = RunLog(out_dir / ckpt.LOG_FILE, f"{spec.split['name']} {label}" if spec.split else label, quiet)
 
     manifest = finished_manifest(out_dir, fingerprint, log)
     if manifest is not None:
