@@ -113,3 +113,19 @@ def test_malformed_config_file_is_named_with_its_line(tmp_path):
         load_config_file(bad)
     with pytest.raises(ConfigError, match="config file not found"):
         load_config_file(tmp_path / "nope.yaml")
+
+
+def test_config_command_shows_the_merged_config_and_names_bad_files(tmp_path, capsys):
+    from tapebench.cli import main
+
+    assert main(["config", "--workflow", str(REPO), "--configfile", str(REPO / "config/quick.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert yaml.safe_load(out)["training"]["total_steps"] == 50000
+    assert "# 10 training runs (split main: 2 agents x 5 seeds) of 50000 steps with 5 checkpoints each" in out
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("training: {total_steps: 5\n")
+    assert main(["config", "--workflow", str(REPO), "--configfile", str(bad)]) == 2
+    assert f"config file {bad} is not valid YAML at line 2" in capsys.readouterr().err
+    bad.write_text("seeds: 5000\n")
+    assert main(["config", "--workflow", str(REPO), "--configfile", str(bad)]) == 2
+    assert "config key 'seeds': 5000 is greater than the maximum of 1000" in capsys.readouterr().err

@@ -222,7 +222,9 @@ def render_subcommands(sub):
     can add their own tables: `render_subcommands(sub).add_parser("table1", ...)`."""
     parser = sub.choices.get("render")
     if parser is None:
-        parser = sub.add_parser("render", help="render a paper table (LaTeX) from pipeline artifacts")
+        parser = sub.add_parser("render", help="render a paper table (LaTeX) from pipeline artifacts",
+                                description="Write one of the paper's tables as LaTeX from the pipeline's "
+                                            "outputs; `tapebench render TABLE --help` names the inputs.")
         parser.tables = parser.add_subparsers(dest="table", required=True, metavar="TABLE")
     if not hasattr(parser, "tables"):
         raise RuntimeError("a `render` command was registered without report.tables.render_subcommands; "
