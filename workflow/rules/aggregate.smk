@@ -1,4 +1,4 @@
-# Per-seed values (mean of the last K checkpoints) and bootstrap CIs over seeds (SPEC §9).
+# Per-seed values (mean of the last K checkpoints) and bootstrap CIs over seeds (docs/protocol.md#statistics).
 
 
 rule aggregate_seed:

@@ -1,4 +1,4 @@
-# Calibration (SPEC §8): true-dynamics MPC on the agents' own evaluation episodes, exact feasibility and
+# Calibration (docs/protocol.md#oracle): true-dynamics MPC on the agents' own evaluation episodes, exact feasibility and
 # the exact optimum where the state space can be enumerated, the by-type export, Tables 1 and 7.
 
 rule mpc_split:

@@ -1,4 +1,4 @@
-# Rule features and operational types -> splits -> health gate (SPEC §2-3).
+# Rule features and operational types -> splits -> health gate (docs/protocol.md#rule-types, #splits).
 
 
 rule rule_features:

@@ -1,4 +1,4 @@
-"""`mpc_by_type_eval.json` (SPEC §8, paper App. I / Table 7): MPC strict success by rule type.
+"""`mpc_by_type_eval.json` (docs/protocol.md#oracle, paper App. I / Table 7): MPC strict success by rule type.
 
 JSON layout:
   {"by_type": {"stable": {"success", "mean_return", "n_episodes", "n_rules"}, "periodic": ..., "chaotic": ...},

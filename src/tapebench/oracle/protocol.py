@@ -3,7 +3,7 @@
 An oracle artifact (per-episode records of MPC or the exact controller) records its protocol in the
 Parquet provenance under "protocol": L, H, split name and content hash, side, rule list, episodes per
 rule, evaluation seed, goal and success bonus. The episodes are the common-random-number evaluation
-episodes of `evaluation.episodes.episode_set` (SPEC §12), so an oracle plays exactly the episodes
+episodes of `evaluation.episodes.episode_set` (docs/protocol.md#decisions), so an oracle plays exactly the episodes
 the learned agents play, and `oracle.normalized` can refuse to compare across protocols.
 """
 from __future__ import annotations

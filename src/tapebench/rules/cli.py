@@ -1,4 +1,4 @@
-"""`tapebench features`: rule features and operational types (SPEC §2)."""
+"""`tapebench features`: rule features and operational types (docs/protocol.md#rule-types)."""
 from __future__ import annotations
 
 from collections import Counter

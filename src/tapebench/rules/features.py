@@ -1,10 +1,10 @@
-"""Rule features and operational types (SPEC §2; paper App. E.2).
+"""Rule features and operational types (docs/protocol.md#rule-types; paper App. E.2).
 
 Protocol: `trials` random tapes (i.i.d. Bernoulli(0.5) cells, length L, drawn with `seed`) plus
 their reflections evolve freely (no actions) for `steps` CA updates under every rule. Statistics
 are taken over the `steps` updated tapes x_1..x_T (the random start x_0 is not a product of the
 rule), averaged over time and rollouts, with no burn-in. The reflected copies make every
-feature exactly equal for a rule and its mirror (mirror rules are the same task, SPEC §3).
+feature exactly equal for a rule and its mirror (mirror rules are the same task, docs/protocol.md#mirror-classes).
 
 Feature columns (FEATURE_NAMES, all in [0, 1]):
   density         mean fraction of ones

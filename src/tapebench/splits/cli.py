@@ -1,4 +1,4 @@
-"""`tapebench split` and `tapebench split-health` (SPEC §3)."""
+"""`tapebench split` and `tapebench split-health` (docs/protocol.md#splits)."""
 from __future__ import annotations
 
 from ..validation import parse_rule_list

@@ -1,4 +1,4 @@
-"""The one training loop every agent shares (SPEC §6).
+"""The one training loop every agent shares (docs/protocol.md#schedule).
 
 * Environment: `BatchedTapeEnv` with `num_envs` rows (an agent hyperparameter); z ~ Unif(train rules)
   at every reset; L, H and the success bonus from the env config.
