@@ -2,10 +2,18 @@
 # Reduced preset:  snakemake --cores 2 --configfile config/quick.yaml results/table3.tex
 # Cluster:         snakemake --profile slurm results/table3.tex
 
+from pathlib import Path
+
+from tapebench.pipeline.config import load_config_file
+
+if Path("config/config.yaml").is_file():
+    load_config_file("config/config.yaml")  # Snakemake's own YAML error does not name the file
+
 configfile: "config/config.yaml"
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/integrity.smk"
 include: "workflow/rules/splits.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"

@@ -1,4 +1,4 @@
-"""TapeEnv (Gymnasium) follows SPEC §1; BatchedTapeEnv agrees with it step for step."""
+"""TapeEnv (Gymnasium) follows docs/protocol.md#environment; BatchedTapeEnv agrees with it step for step."""
 from __future__ import annotations
 
 import gymnasium

@@ -1,4 +1,4 @@
-"""Every CA kernel agrees bit-exactly with the plain reference (SPEC §1).
+"""Every CA kernel agrees bit-exactly with the plain reference (docs/protocol.md#environment).
 
 All 256 rules are covered deterministically (parametrised); hypothesis adds random L in 3..64,
 random tapes, actions and mixed rule batches. The packed kernel is exercised at L = 64 and L = 63
@@ -36,7 +36,7 @@ def tape_and_length(draw):
     return bits(draw(st.integers(0, 2**L - 1)), L), L
 
 
-# --- the reference itself follows the convention of SPEC §1 --------------------------------
+# --- the reference itself follows the convention of docs/protocol.md#environment --------------------------------
 
 def test_reference_neighbourhood_convention():
     # rule 16 sets only truth-table bit idx=4, i.e. (left, centre, right) = (1, 0, 0):

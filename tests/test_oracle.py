@@ -1,4 +1,4 @@
-"""Oracles: random-shooting MPC, the exact DP controller, feasibility (SPEC §8, §12)."""
+"""Oracles: random-shooting MPC, the exact DP controller, feasibility (docs/protocol.md#oracle, #decisions)."""
 import numba
 import numpy as np
 import pytest
@@ -44,8 +44,8 @@ def test_mpc_records_equal_the_evaluation_runner_on_the_same_actions():
 
 
 def _python_mpc_episode(tape, rule, key, H, horizon, candidates, bonus=1.0):
-    """Plain restatement of SPEC §12 on the reference kernel: score = return of the candidate truncated at
-    the remaining steps and at success; ties go to the lowest candidate index."""
+    """Plain restatement of docs/protocol.md#decisions on the reference kernel: score = return of the
+    candidate truncated at the remaining steps and at success; ties go to the lowest candidate index."""
     L = len(tape)
     actions = []
     for t in range(H):

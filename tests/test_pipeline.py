@@ -1,7 +1,9 @@
 """The Snakemake pipeline: config validation before any job, lint, the whole DAG on a tiny config,
-and precise partial reruns (a DQN hyperparameter change reruns only DQN's jobs and what depends on them)."""
+precise partial reruns (a DQN hyperparameter change reruns only DQN's jobs and what depends on them),
+training progress on the console, and a damaged artifact stopping the run before any job."""
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -17,6 +19,7 @@ from pipeline_helpers import REPO, make_workdir, scheduled_jobs, snakemake
 def tiny_run(tmp_path_factory):
     workdir = make_workdir(tmp_path_factory.mktemp("pipeline"))
     proc = snakemake(workdir)
+    (workdir / "snakemake.out").write_text(proc.stdout + proc.stderr)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return workdir
 
@@ -40,6 +43,13 @@ def test_lint_is_clean():
     ({"methods": ["dqn", "exact"], "env": {"L": 32}}, "methods[1]"),
     ({"methods": []}, "methods"),
     ({"seeds": 0}, "seeds"),
+    ({"seeds": 1_000_000}, "seeds"),
+    ({"training": {"total_steps": 10**8, "eval_every": 1}}, "training.eval_every"),
+    ({"evaluation": {"last_k": 3}}, "evaluation.last_k"),         # tiny runs have 2 checkpoints
+    ({"splits": {"main": {"method": "diverse", "test_size": 4, "seed": 0,
+                          "rules": "0-255 --out x; touch INJECTED; true"}}}, "splits.main.rules"),
+    ({"splits": {"main": {"method": "diverse", "test_size": 40, "seed": 0, "rules": "0-31"}}},
+     "splits.main.test_size"),
 ])
 def test_bad_config_stops_before_any_job(tmp_path, override, key):
     workdir = make_workdir(tmp_path)
@@ -49,6 +59,30 @@ def test_bad_config_stops_before_any_job(tmp_path, override, key):
     out = proc.stdout + proc.stderr
     assert f"'{key}'" in out, out[-3000:]
     assert not (workdir / "results").exists() and not (workdir / "logs").exists()
+    assert not (workdir / "INJECTED").exists()
+
+
+def test_malformed_config_file_is_named(tmp_path):
+    workdir = make_workdir(tmp_path)
+    config = workdir / "config" / "config.yaml"
+    config.write_text(config.read_text() + "env:\n  L: 32\n H: [\n")
+    proc = snakemake(workdir, "--dry-run")
+    assert proc.returncode != 0
+    assert re.search(r"config file config/config\.yaml is not valid YAML at line \d+", proc.stdout + proc.stderr)
+
+
+def test_config_mapping_on_the_command_line_merges_into_the_config(tmp_path):
+    """`--config 'training={...}'`: Snakemake hands the values over as text; they are read as numbers
+    and merged key by key (the other training keys keep their values)."""
+    workdir = make_workdir(tmp_path)
+    proc = snakemake(workdir, "--dry-run", "--printshellcmds", "--config",
+                     "training={total_steps: 512, eval_every: 128}")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    train = [line for line in proc.stdout.splitlines() if "tapebench train" in line]
+    assert len(train) == 4 and all('"training":{"eval_every":128,"total_steps":512}' in c for c in train)
+    assert all("--threads 1" in c for c in train)
+    proc = snakemake(workdir, "--dry-run", "--config", "training.total_steps=512")
+    assert proc.returncode != 0     # dotted keys are not Snakemake syntax (README shows the forms that work)
 
 
 def test_tiny_pipeline_produces_tables_and_data(tiny_run):
@@ -106,3 +140,28 @@ def test_changing_a_reference_method_reruns_only_its_evaluations(tiny_run):
         ("mpc", s, h) for s in ("0", "1") for h in ("16", "8")]
     assert "train" not in rules and "evaluate" not in rules
     assert {wc["agent"] for rule, wc in jobs if rule == "aggregate_seed"} == {"mpc"}
+
+
+def test_training_progress_reaches_the_console_and_the_job_log(tiny_run):
+    progress = re.compile(r"\[main dqn seed 0\] step 128/256 \(50%\) \| \d+ steps/s \| eta \d+ s")
+    assert progress.search((tiny_run / "snakemake.out").read_text())
+    assert progress.search((tiny_run / "logs/train/main/dqn/seed0.log").read_text())
+
+
+def test_damaged_artifact_stops_the_run_before_any_job_and_rm_recovers(tiny_run):
+    aggregate = tiny_run / "results/aggregate/main/aggregate.parquet"
+    tables = {t: (tiny_run / "results" / f"{t}.tex").read_text() for t in ("table2", "table3", "table4")}
+    aggregate.write_bytes(aggregate.read_bytes()[:100])
+    proc = snakemake(tiny_run)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "results/aggregate/main/aggregate.parquet: not a readable Parquet file" in out
+    assert "rm -r results/aggregate/main/aggregate.parquet" in out
+    assert "localrule" not in out and "rule render" not in out
+    assert {t: (tiny_run / "results" / f"{t}.tex").read_text() for t in tables} == tables
+
+    os.remove(aggregate)
+    proc = snakemake(tiny_run)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert {t: (tiny_run / "results" / f"{t}.tex").read_text() for t in tables} == tables
+    assert scheduled_jobs(snakemake(tiny_run, "--dry-run").stdout) == []

@@ -22,6 +22,18 @@ import numpy as np
 
 from .validation import check_length, check_horizon, parse_rule_list
 
+BENCH_DESCRIPTION = """\
+Print throughput figures, each beside a baseline measured in the same run: on a shared machine
+figures are noisy, so compare a figure with its baseline rather than with an earlier run.
+Each figure is the median of --repeats timed runs of --seconds each.
+
+  ca     CA kernel tape-steps/s per core and batched environment steps/s, vs plain NumPy
+  mpc    the planning reference on the paper protocol (30 test rules x 20 episodes, L = H = 32)
+  dp     exact dynamic programming for all 256 rules at L = H = 16
+  train  training steps/s per agent including evaluation, and the projected CPU-hours of the
+         full protocol
+"""
+
 BENCHMARKS: dict[str, str] = {
     "ca": "tapebench.bench:bench_ca",
     "train": "tapebench.training.bench:bench_train",
@@ -38,9 +50,9 @@ ACTION_POOL = 64         # pre-drawn action batches cycled through, so the RNG i
 
 
 def register(sub) -> None:
-    p = sub.add_parser("bench", help="print performance figures with a baseline measured in the same run",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=sorted(BENCHMARKS), help="which benchmark")
+    p = sub.add_parser("bench", help="measure throughput (CA kernel, environment, MPC, DP, training)",
+                       description=BENCH_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("what", choices=sorted(BENCHMARKS), help="which benchmark (see above)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
                    help="devices for torch figures: auto = cpu, plus cuda when available (default auto)")
     p.add_argument("--num-envs", type=int, default=4096, help="parallel tapes for environment figures")
@@ -51,7 +63,7 @@ def register(sub) -> None:
     p.add_argument("--rules", default="0-255", help="rule set for environment figures (default 0-255)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads for environment figures (default: torch's own setting)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the random tapes and actions (default 0)")
     p.add_argument("--agents", nargs="+", default=None, metavar="ID",
                    help="methods to bench (train: any that train, default all of them; sb3: dqn and/or ppo, "
                         "default both); put the benchmark name first: `bench train --agents dqn`")

@@ -5,6 +5,22 @@ import argparse
 import importlib
 import sys
 
+DESCRIPTION = """\
+The commands behind the TAPE benchmark pipeline. Snakemake normally runs them for you:
+
+  snakemake --cores 2 results/table3.tex --configfile config/quick.yaml   (reduced preset)
+  snakemake --cores 8 results/table3.tex                                   (paper protocol)
+
+Run a command by hand to inspect or redo one step; `tapebench COMMAND --help` explains it.
+"""
+EPILOG = """\
+while the pipeline runs:
+  tapebench status                  every training run: done / running / failed, progress, ETA
+  tapebench config --configfile F   check a preset and show the configuration it gives
+
+protocol and decisions: docs/protocol.md
+"""
+
 # Modules that define `register(subparsers)`; each subcommand sets `func(args) -> int | None`.
 SUBCOMMAND_MODULES = (
     "tapebench.training.cli",
@@ -14,13 +30,16 @@ SUBCOMMAND_MODULES = (
     "tapebench.splits.cli",
     "tapebench.stats.cli",
     "tapebench.oracle.cli",
+    "tapebench.status",
+    "tapebench.pipeline.cli",
 )
 
 
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
-    parser = argparse.ArgumentParser(prog="tapebench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="tapebench", description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"tapebench {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in SUBCOMMAND_MODULES:

@@ -1,4 +1,4 @@
-# Per-seed values (mean of the last K checkpoints) and bootstrap CIs over seeds (SPEC §9).
+# Per-seed values (mean of the last K checkpoints) and bootstrap CIs over seeds (docs/protocol.md#statistics).
 
 
 rule aggregate_seed:
@@ -15,8 +15,8 @@ rule aggregate_seed:
     conda:
         CONDA_ENV
     shell:
-        "tapebench aggregate-seed --episodes {input} --last-k {params.last_k} --out {output.per_seed}"
-        " --curves-out {output.curves} --per-rule-out {output.per_rule} > {log} 2>&1"
+        "tapebench aggregate-seed --episodes {input:q} --last-k {params.last_k:q} --out {output.per_seed:q}"
+        " --curves-out {output.curves:q} --per-rule-out {output.per_rule:q} > {log:q} 2>&1"
 
 
 rule aggregate:
@@ -34,5 +34,5 @@ rule aggregate:
     conda:
         CONDA_ENV
     shell:
-        "tapebench aggregate --per-seed {input} --n-resamples {params.n_resamples} --ci {params.ci}"
-        " --seed {params.seed} --out {output.aggregate} --tests-out {output.tests} > {log} 2>&1"
+        "tapebench aggregate --per-seed {input:q} --n-resamples {params.n_resamples:q} --ci {params.ci:q}"
+        " --seed {params.seed:q} --out {output.aggregate:q} --tests-out {output.tests:q} > {log:q} 2>&1"

@@ -83,4 +83,4 @@ FEAS = config["oracle"].get("feasibility", {"L": 16, "H": 16})
 
 def planner_args(wildcards=None):
     o = config["oracle"]
-    return f"--horizon {o['horizon']} --candidates {o['candidates']} --seed {o['seed']}"
+    return ["--horizon", str(o["horizon"]), "--candidates", str(o["candidates"]), "--seed", str(o["seed"])]

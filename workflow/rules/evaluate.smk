@@ -22,8 +22,8 @@ rule evaluate:
     conda:
         CONDA_ENV
     shell:
-        "tapebench evaluate --run {params.run_dir} --split {input.split} --H {wildcards.H}"
-        " --params '{params.slice}' --threads {threads} --out {output} > {log} 2>&1"
+        "tapebench evaluate --run {params.run_dir:q} --split {input.split:q} --H {wildcards.H:q}"
+        " --params {params.slice:q} --threads {threads:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule evaluate_method:
@@ -45,6 +45,6 @@ rule evaluate_method:
     conda:
         CONDA_ENV
     shell:
-        "NUMBA_NUM_THREADS={threads} tapebench evaluate --method {wildcards.agent} --seed {wildcards.seed}"
-        " --split {input.split} --H {wildcards.H} --params {params.slice:q} --threads {threads}"
-        " --out {output} > {log} 2>&1"
+        "NUMBA_NUM_THREADS={threads:q} tapebench evaluate --method {wildcards.agent:q} --seed {wildcards.seed:q}"
+        " --split {input.split:q} --H {wildcards.H:q} --params {params.slice:q} --threads {threads:q}"
+        " --out {output:q} > {log:q} 2>&1"

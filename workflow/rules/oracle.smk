@@ -1,4 +1,4 @@
-# Calibration (SPEC §8): true-dynamics MPC on the agents' own evaluation episodes, exact feasibility and
+# Calibration (docs/protocol.md#oracle): true-dynamics MPC on the agents' own evaluation episodes, exact feasibility and
 # the exact optimum where the state space can be enumerated, the by-type export, Tables 1 and 7.
 
 rule mpc_split:
@@ -19,9 +19,9 @@ rule mpc_split:
     conda:
         CONDA_ENV
     shell:
-        "NUMBA_NUM_THREADS={threads} tapebench mpc --split {input.split} --side {wildcards.side} --episodes-per-rule {params.episodes}"
-        " --L {params.L} --H {wildcards.H} --eval-seed {params.eval_seed} {params.planner}"
-        " --out {output} > {log} 2>&1"
+        "NUMBA_NUM_THREADS={threads:q} tapebench mpc --split {input.split:q} --side {wildcards.side:q} --episodes-per-rule {params.episodes:q}"
+        " --L {params.L:q} --H {wildcards.H:q} --eval-seed {params.eval_seed:q} {params.planner:q}"
+        " --out {output:q} > {log:q} 2>&1"
 
 
 rule feasibility:
@@ -33,7 +33,7 @@ rule feasibility:
     conda:
         CONDA_ENV
     shell:
-        "NUMBA_NUM_THREADS={threads} tapebench feasibility --rules 0-255 --L {wildcards.L} --H {wildcards.H} --out {output} > {log} 2>&1"
+        "NUMBA_NUM_THREADS={threads:q} tapebench feasibility --rules 0-255 --L {wildcards.L:q} --H {wildcards.H:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule fixed_z_oracle:
@@ -55,12 +55,12 @@ rule fixed_z_oracle:
     conda:
         CONDA_ENV
     shell:
-        "(export NUMBA_NUM_THREADS={threads}; tapebench mpc --rules {params.rules} --features {input.features} --episodes-per-rule {params.episodes}"
-        " --L {wildcards.L} --H {wildcards.H} --eval-seed {params.eval_seed} {params.planner} --out {output.mpc}"
-        " && tapebench exact --rules {params.rules} --features {input.features}"
-        " --episodes-per-rule {params.episodes} --L {wildcards.L} --H {wildcards.H}"
-        " --eval-seed {params.eval_seed} --out {output.exact}"
-        " && tapebench oracle-gap --mpc {output.mpc} --exact {output.exact} --out {output.gap}) > {log} 2>&1"
+        "(export NUMBA_NUM_THREADS={threads:q}; tapebench mpc --rules {params.rules:q} --features {input.features:q} --episodes-per-rule {params.episodes:q}"
+        " --L {wildcards.L:q} --H {wildcards.H:q} --eval-seed {params.eval_seed:q} {params.planner:q} --out {output.mpc:q}"
+        " && tapebench exact --rules {params.rules:q} --features {input.features:q}"
+        " --episodes-per-rule {params.episodes:q} --L {wildcards.L:q} --H {wildcards.H:q}"
+        " --eval-seed {params.eval_seed:q} --out {output.exact:q}"
+        " && tapebench oracle-gap --mpc {output.mpc:q} --exact {output.exact:q} --out {output.gap:q}) > {log:q} 2>&1"
 
 
 rule mpc_by_type:
@@ -79,9 +79,9 @@ rule mpc_by_type:
     conda:
         CONDA_ENV
     shell:
-        "tapebench export-mpc-by-type --split {input.split} --side test --episodes-per-rule {params.episodes}"
-        " --L {params.L} --H {params.H} --eval-seed {params.eval_seed} {params.planner}"
-        " --out {output} > {log} 2>&1"
+        "tapebench export-mpc-by-type --split {input.split:q} --side test --episodes-per-rule {params.episodes:q}"
+        " --L {params.L:q} --H {params.H:q} --eval-seed {params.eval_seed:q} {params.planner:q}"
+        " --out {output:q} > {log:q} 2>&1"
 
 
 rule render_table1:
@@ -98,8 +98,8 @@ rule render_table1:
     conda:
         CONDA_ENV
     shell:
-        "tapebench render table1 --mpc {input.mpc} {input.fixed_z_mpc} --exact {input.exact}"
-        " --feasibility {input.feasibility} --out {output} > {log} 2>&1"
+        "tapebench render table1 --mpc {input.mpc:q} {input.fixed_z_mpc:q} --exact {input.exact:q}"
+        " --feasibility {input.feasibility:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule render_table7:
@@ -112,4 +112,4 @@ rule render_table7:
     conda:
         CONDA_ENV
     shell:
-        "tapebench render table7 --by-type {input} --out {output} > {log} 2>&1"
+        "tapebench render table7 --by-type {input:q} --out {output:q} > {log:q} 2>&1"

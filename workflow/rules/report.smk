@@ -17,8 +17,8 @@ rule render_table3:
     conda:
         CONDA_ENV
     shell:
-        "tapebench render table3 --aggregate {input.aggregate} --split {params.split:q} --H {params.H}"
-        " --split-file {input.split} {params.random:q} --out {output} > {log} 2>&1"
+        "tapebench render table3 --aggregate {input.aggregate:q} --split {params.split:q} --H {params.H:q}"
+        " --split-file {input.split:q} {params.random:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule render_table4:
@@ -34,8 +34,8 @@ rule render_table4:
     conda:
         CONDA_ENV
     shell:
-        "tapebench render table4 --aggregate {input} --split {params.split} --H {params.H}"
-        " --out {output} > {log} 2>&1"
+        "tapebench render table4 --aggregate {input:q} --split {params.split:q} --H {params.H:q}"
+        " --out {output:q} > {log:q} 2>&1"
 
 
 rule render_table2:
@@ -50,4 +50,4 @@ rule render_table2:
     conda:
         CONDA_ENV
     shell:
-        "tapebench render table2 --aggregate {input} --split {params.split} --out {output} > {log} 2>&1"
+        "tapebench render table2 --aggregate {input:q} --split {params.split:q} --out {output:q} > {log:q} 2>&1"

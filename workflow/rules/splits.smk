@@ -1,4 +1,4 @@
-# Rule features and operational types -> splits -> health gate (SPEC §2-3).
+# Rule features and operational types -> splits -> health gate (docs/protocol.md#rule-types, #splits).
 
 
 rule rule_features:
@@ -14,8 +14,8 @@ rule rule_features:
     conda:
         CONDA_ENV
     shell:
-        "tapebench features --seed {params.seed} --L {params.L} --trials {params.trials}"
-        " --steps {params.steps} --out {output} > {log} 2>&1"
+        "tapebench features --seed {params.seed:q} --L {params.L:q} --trials {params.trials:q}"
+        " --steps {params.steps:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule split:
@@ -34,9 +34,9 @@ rule split:
     conda:
         CONDA_ENV
     shell:
-        "tapebench split --features {input.features} --name {wildcards.split} --method {params.method}"
-        " --test-size {params.test_size} --seed {params.seed} --unit {params.unit} --rules {params.rules}"
-        " --out {output} > {log} 2>&1"
+        "tapebench split --features {input.features:q} --name {wildcards.split:q} --method {params.method:q}"
+        " --test-size {params.test_size:q} --seed {params.seed:q} --unit {params.unit:q} --rules {params.rules:q}"
+        " --out {output:q} > {log:q} 2>&1"
 
 
 rule split_health:
@@ -49,4 +49,4 @@ rule split_health:
     conda:
         CONDA_ENV
     shell:
-        "tapebench split-health {input} --out {output} > {log} 2>&1"
+        "tapebench split-health {input:q} --out {output:q} > {log:q} 2>&1"

@@ -1,4 +1,6 @@
 # One training job per split x agent x seed; checkpoints let a killed or preempted job resume.
+# Its progress lines (steps, steps/s, ETA) go to the console and to the job's log (tee; Snakemake's
+# bash runs with pipefail, so a failing `tapebench train` still fails the job).
 
 
 rule train:
@@ -21,6 +23,6 @@ rule train:
     conda:
         CONDA_ENV
     shell:
-        "tapebench train --agent {wildcards.agent} --split {input.split} --seed {wildcards.seed}"
-        " --params '{params.slice}' --device {params.device} --threads {threads}"
-        " --out {params.run_dir} > {log} 2>&1"
+        "set -o pipefail; tapebench train --agent {wildcards.agent:q} --split {input.split:q} --seed {wildcards.seed:q}"
+        " --params {params.slice:q} --device {params.device:q} --threads {threads:q}"
+        " --out {params.run_dir:q} 2>&1 | tee {log:q}"

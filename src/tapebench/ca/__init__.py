@@ -1,6 +1,6 @@
 """Elementary cellular-automaton kernels.
 
-`reference` is the specification (SPEC §1); `packed` (numba, one uint64 word per tape) and
+`reference` is the specification (docs/protocol.md#environment); `packed` (numba, one uint64 word per tape) and
 `torch_kernel` (batched tensors) must agree with it bit-exactly, which the property tests check.
 Convention: cell i's neighbourhood is (x[i-1], x[i], x[i+1]) with wrap-around,
 idx = 4*x[i-1] + 2*x[i] + x[i+1], and x'[i] = (rule >> idx) & 1.

@@ -1,4 +1,5 @@
-"""Plain reference implementation of the tape physics; reads like SPEC §1 and is the ground truth."""
+"""Plain reference implementation of the tape physics; reads like docs/protocol.md#environment and is
+the ground truth."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""Batched torch environment: N tapes stepped together, a rule per row, auto-reset (SPEC §1).
+"""Batched torch environment: N tapes stepped together, a rule per row, auto-reset (docs/protocol.md#environment).
 
 This is what training and evaluation use. Semantics match `TapeEnv` step for step (tested).
 Auto-reset is same-step: the returned observation of a finished row is already the next

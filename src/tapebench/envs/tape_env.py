@@ -1,4 +1,5 @@
-"""Gymnasium environment for TAPE (SPEC §1): flip one cell, then one CA update under a hidden rule."""
+"""Gymnasium environment for TAPE (docs/protocol.md#environment): flip one cell, then one CA update
+under a hidden rule."""
 from __future__ import annotations
 
 import gymnasium as gym

@@ -1,4 +1,4 @@
-"""Common random numbers for evaluation (SPEC §12).
+"""Common random numbers for evaluation (docs/protocol.md#decisions).
 
 The initial tape of episode k of rule z on a side is a pure function of
 (eval_seed, split key, side, z, k): identical for every agent, seed, checkpoint and the oracle.

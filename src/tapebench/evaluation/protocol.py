@@ -15,9 +15,8 @@ import numpy as np
 import pandas as pd
 
 from ..evaluation.episodes import EpisodeSet, episode_set, split_key
-from ..evaluation.records import EPISODE_COLUMNS
 from ..splits.io import DEFAULT_SPLITS_DIR, Split, resolve_split
-from ..utils.io import provenance, read_parquet_meta, write_parquet
+from ..utils.io import provenance, write_parquet
 from ..validation import check_goal, check_horizon, check_length, check_rules
 
 DEFAULT_EVAL_SEED = 20260101      # evaluation seed of the paper-protocol configuration
@@ -122,14 +121,12 @@ def read_records(path) -> tuple[pd.DataFrame, dict]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"oracle records not found: {path}")
-    meta = read_parquet_meta(path)
+    from ..utils.artifacts import read_table
+
+    frame, meta = read_table(path, "records")
     if "protocol" not in meta:
         raise ValueError(f"{path} records no evaluation protocol in its provenance; "
                          f"it was not written by `tapebench mpc` / `tapebench exact`")
-    frame = pd.read_parquet(path)
-    missing = [c for c in EPISODE_COLUMNS if c not in frame.columns]
-    if missing:
-        raise ValueError(f"{path} lacks episode columns {missing}")
     return frame, meta
 
 

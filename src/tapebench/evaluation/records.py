@@ -5,7 +5,7 @@ Columns (one row per episode):
   side (str)        "train" (ID), "test" (OOD) or "rules" (explicit list)
   rule (int)        the episode's rule 0..255
   type (str)        operational type of the rule: stable / periodic / chaotic ("" if unknown)
-  episode (int)     episode index k within the rule (common random numbers, SPEC §12)
+  episode (int)     episode index k within the rule (common random numbers, docs/protocol.md#decisions)
   L, H (int)        tape length and horizon of the episode
   success (bool)    strict success: dist = 0 at episode end
   final_dist (float) normalised Hamming distance at episode end

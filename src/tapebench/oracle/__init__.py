@@ -1,4 +1,5 @@
-"""Reference controllers with the true rule, and calibration (SPEC §7, §8; paper Table 1, 6, 7, App. F, I).
+"""Reference controllers with the true rule, and calibration (docs/protocol.md#metrics, #oracle;
+paper Table 1, 6, 7, App. F, I).
 
 - `mpc`: true-dynamics random-shooting MPC, the budgeted planning reference (p_oracle).
 - `exact`: exact finite-horizon DP over all 2^L tapes (L <= 20): the optimal controller.

@@ -1,4 +1,4 @@
-"""`mpc_by_type_eval.json` (SPEC §8, paper App. I / Table 7): MPC strict success by rule type.
+"""`mpc_by_type_eval.json` (docs/protocol.md#oracle, paper App. I / Table 7): MPC strict success by rule type.
 
 JSON layout:
   {"by_type": {"stable": {"success", "mean_return", "n_episodes", "n_rules"}, "periodic": ..., "chaotic": ...},
@@ -11,11 +11,11 @@ canonical ones (e.g. "" when a rule has no type) are listed after them.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 
+from ..utils.artifacts import read_json
 from ..utils.io import provenance, write_json
 from .gap import TYPE_ORDER
 from .mpc import MPCConfig
@@ -57,8 +57,8 @@ def read_by_type(path) -> dict:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"by-type export not found: {path} (written by `tapebench export-mpc-by-type`)")
-    payload = json.loads(path.read_text())
-    missing = [k for k in ("by_type", "all", "protocol") if k not in payload]
+    payload = read_json(path, "by-type export")
+    missing = [k for k in ("by_type", "all", "protocol") if not isinstance(payload, dict) or k not in payload]
     if missing:
         raise ValueError(f"{path} is not a by-type export: missing {missing}")
     return payload

@@ -63,7 +63,10 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="feasibility Parquet")
     p.set_defaults(func=_feasibility)
 
-    p = sub.add_parser("oracle-gap", help="MPC vs exact optimum on the same episodes, per rule / type / overall")
+    p = sub.add_parser("oracle-gap", help="MPC vs exact optimum on the same episodes, per rule / type / overall",
+                       description="Compare the planning reference with the exact optimum episode by episode "
+                                   "(both files must come from the same protocol) and write the success and "
+                                   "distance gap per rule, per rule type and overall.")
     p.add_argument("--mpc", required=True, help="MPC records Parquet (tapebench mpc)")
     p.add_argument("--exact", required=True, help="exact records Parquet (tapebench exact), same protocol")
     p.add_argument("--out", required=True, help="comparison Parquet")

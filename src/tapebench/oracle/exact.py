@@ -1,6 +1,6 @@
 """Exact finite-horizon dynamic programming over all 2^L tapes (L <= 20): feasibility and the optimum.
 
-Tables, per rule z and goal g, with T(s, a) = F_z(s XOR e_a) (flip then update, SPEC §1):
+Tables, per rule z and goal g, with T(s, a) = F_z(s XOR e_a) (flip then update, docs/protocol.md#environment):
 
   W[0][s] = mismatches(s, g)
   W[r][s] = min_a U[r-1](T(s, a)),   U[k](u) = 0 if u == g else W[k][u]     (r = 1..H)

@@ -1,4 +1,4 @@
-"""Exact feasibility per rule (SPEC §8): which non-goal tapes can reach the goal within H steps.
+"""Exact feasibility per rule (docs/protocol.md#oracle): which non-goal tapes can reach the goal within H steps.
 
 Computed by the exact dynamic programme of `oracle.exact` over all 2^L tapes (L <= 20). Columns:
 

@@ -1,4 +1,4 @@
-"""True-dynamics random-shooting MPC (SPEC §8, §12): the budgeted planning reference.
+"""True-dynamics random-shooting MPC (docs/protocol.md#oracle, #decisions): the budgeted planning reference.
 
 At every step of an episode the planner draws `candidates` random action sequences of length
 `horizon` (truncated at the episode's remaining steps), rolls each forward with the episode's true

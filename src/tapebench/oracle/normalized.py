@@ -1,4 +1,4 @@
-"""Oracle-normalised score ON(p) = 100 * p / p_oracle (SPEC §7, paper Eq. 1 and App. L.3).
+"""Oracle-normalised score ON(p) = 100 * p / p_oracle (docs/protocol.md#metrics, paper Eq. 1 and App. L.3).
 
 p_oracle is the strict success of the true-dynamics MPC records measured under the *same* protocol
 as p: same L, H, split (content hash), side, episodes per rule and evaluation seed (and, where the

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
-
 from ..report.render import render_table
+from ..utils.artifacts import read_table
 from .by_type import read_by_type
 from .feasibility import feasibility_summary
 from ..evaluation.protocol import read_records
@@ -46,9 +45,8 @@ def table1_context(mpc_files, feasibility_file=None, exact_files=()) -> dict:
         path = Path(feasibility_file)
         if not path.is_file():
             raise FileNotFoundError(f"feasibility table not found: {path} (written by `tapebench feasibility`)")
-        feas = pd.read_parquet(path)
-        missing = [c for c in ("rule", "L", "H", "solvable_fraction", "any_solvable", "solvable_tapes",
-                               "optimal_final_dist_mean") if c not in feas.columns]
+        feas, _ = read_table(path, "feasibility")
+        missing = [c for c in ("solvable_tapes", "optimal_final_dist_mean") if c not in feas.columns]
         if missing:
             raise ValueError(f"{path} is not a feasibility table: missing columns {missing}")
         feasibility = feasibility_summary(feas)

@@ -2,10 +2,17 @@
 
 A job's params are exactly the slice of the config it uses, so editing one agent's
 hyperparameter changes only that agent's jobs (and what depends on them).
+
+Validation (`validate_config`) runs when the Snakefile is parsed: the JSON schema
+(`workflow/schemas/config.schema.yaml`, every number bounded), finite numbers, integers that are
+integers, then the cross-field checks (docs/protocol.md#config-validation). Every error names the
+config key and what is allowed.
 """
 from __future__ import annotations
 
 import json
+import math
+import re
 from pathlib import Path
 
 import jsonschema
@@ -14,6 +21,53 @@ import yaml
 
 class ConfigError(ValueError):
     pass
+
+
+MAX_CHECKPOINTS_PER_RUN = 1000
+_INTEGER_TEXT = re.compile(r"^\s*[+-]?\d+\s*$")
+
+
+def load_config_file(path) -> dict:
+    """Read one YAML (or JSON) config file; a missing or malformed file is reported with its name."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        where = ""
+        mark = getattr(exc, "problem_mark", None)
+        if mark is not None:
+            where = f" at line {mark.line + 1}, column {mark.column + 1}"
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"config file {path} is not valid YAML{where}: {problem}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path} is not a text file (YAML expected)") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of config keys (e.g. 'seeds: 5'), "
+                          f"got a {type(data).__name__}")
+    return data
+
+
+def merge_config(base: dict, override: dict) -> dict:
+    """Merge `override` into `base` key by key, recursing into mappings (as Snakemake merges
+    --configfile and --config on top of the workflow's config file)."""
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            merge_config(base[key], value)
+        else:
+            base[key] = value
+    return base
+
+
+def load_config(configfiles=(), root=".") -> dict:
+    """The workflow's config: `<root>/config/config.yaml` with each of `configfiles` merged on top."""
+    config = load_config_file(Path(root) / "config" / "config.yaml")
+    for path in configfiles:
+        merge_config(config, load_config_file(path))
+    return config
 
 
 def _key_path(error: jsonschema.ValidationError) -> str:
@@ -34,11 +88,111 @@ def _apply_defaults(schema: dict, config: dict) -> None:
                 _apply_defaults(extra, value)
 
 
+def _coerce_text(schema: dict, value):
+    """Numbers given as text where the schema wants a number become numbers.
+
+    `snakemake --config 'training={total_steps: 20000}'` hands every value inside the mapping over
+    as text; anything that does not read as a number is left alone for the schema to reject."""
+    if isinstance(value, dict):
+        props = schema.get("properties", {})
+        extra = schema.get("additionalProperties")
+        for key in value:
+            sub = props.get(key, extra if isinstance(extra, dict) else None)
+            if sub is not None:
+                value[key] = _coerce_text(sub, value[key])
+        return value
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [_coerce_text(schema["items"], v) for v in value]
+    if isinstance(value, str):
+        kind = schema.get("type")
+        if kind == "integer" and _INTEGER_TEXT.match(value):
+            return int(value)
+        if kind == "number":
+            try:
+                return int(value) if _INTEGER_TEXT.match(value) else float(value)
+            except ValueError:
+                return value
+    return value
+
+
+def _check_finite(value, key: str = "") -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"config key '{key or '<top level>'}': {value} is not a finite number")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_finite(v, f"{key}.{k}" if key else str(k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_finite(v, f"{key}.{i}")
+
+
+def _validator(schema: dict):
+    """Draft 2020-12, except that 5.0 is not an integer (range(5.0) fails later, far from the key)."""
+    base = jsonschema.Draft202012Validator
+    checker = base.TYPE_CHECKER.redefine(
+        "integer", lambda _, v: isinstance(v, int) and not isinstance(v, bool))
+    return jsonschema.validators.extend(base, type_checker=checker)(schema)
+
+
+def checkpoints_per_run(total_steps: int, eval_every: int) -> int:
+    """Checkpoints of a run: one every eval_every environment steps and one at the end."""
+    return math.ceil(total_steps / eval_every)
+
+
+def _check_splits(config: dict) -> None:
+    from ..rules.mirror import mirror_classes
+    from ..validation import parse_rule_list
+
+    for name, split in config["splits"].items():
+        try:
+            rules = parse_rule_list(split["rules"])
+        except ValueError as exc:
+            raise ConfigError(f"config key 'splits.{name}.rules': {exc}") from None
+        if len(rules) < 2:
+            raise ConfigError(f"config key 'splits.{name}.rules': a split needs at least 2 rules, "
+                              f"got {split['rules']!r}")
+        if split["unit"] == "rule":
+            limit, why = len(rules) - 1, "the training side keeps at least one rule"
+        else:
+            classes = mirror_classes(rules)
+            if len(classes) < 2:
+                raise ConfigError(f"config key 'splits.{name}.rules': {split['rules']!r} is a single mirror "
+                                  f"class, so a mirror-class split has nothing to put on one side; "
+                                  f"add rules or use unit: rule")
+            whole = max(len(c) for c in classes) > 1
+            limit = len(rules) - (2 if whole else 1)
+            why = ("the split moves whole mirror classes (a two-rule class may overshoot by one) and "
+                   "keeps at least one rule for training")
+        if split["test_size"] > limit:
+            raise ConfigError(f"config key 'splits.{name}.test_size': {split['test_size']} is too large for "
+                              f"rules {split['rules']!r} ({len(rules)} rules); at most {limit}, because {why}")
+
+
+def _check_schedule(config: dict) -> None:
+    training, evaluation = config["training"], config["evaluation"]
+    if training["eval_every"] > training["total_steps"]:
+        raise ConfigError(f"config key 'training.eval_every': {training['eval_every']} exceeds "
+                          f"training.total_steps = {training['total_steps']}")
+    n = checkpoints_per_run(training["total_steps"], training["eval_every"])
+    if n > MAX_CHECKPOINTS_PER_RUN:
+        least = math.ceil(training["total_steps"] / MAX_CHECKPOINTS_PER_RUN)
+        raise ConfigError(f"config key 'training.eval_every': {training['eval_every']} gives {n} checkpoints "
+                          f"per run for training.total_steps = {training['total_steps']}; at most "
+                          f"{MAX_CHECKPOINTS_PER_RUN} are allowed (eval_every >= {least})")
+    if evaluation["last_k"] > n:
+        raise ConfigError(f"config key 'evaluation.last_k': {evaluation['last_k']} is more than the {n} "
+                          f"checkpoint(s) of a run (training.total_steps = {training['total_steps']}, "
+                          f"eval_every = {training['eval_every']}); use last_k <= {n}")
+
+
 def validate_config(config: dict, schema_path) -> dict:
-    """Validate against the JSON schema plus cross-field checks; fill defaults; raise ConfigError naming the key."""
+    """Validate against the JSON schema plus cross-field checks; fill defaults; raise ConfigError naming the key.
+
+    Numeric text under numeric keys (from `snakemake --config`) is turned into numbers in place."""
     schema = yaml.safe_load(Path(schema_path).read_text())
-    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(config),
-                    key=lambda e: list(e.absolute_path))
+    _coerce_text(schema, config)
+    _check_finite(config)
+    errors = sorted(_validator(schema).iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:
         lines = [f"  config key '{_key_path(e)}': {e.message}" for e in errors[:10]]
         raise ConfigError("invalid configuration:\n" + "\n".join(lines))
@@ -46,9 +200,8 @@ def validate_config(config: dict, schema_path) -> dict:
     if config["main_split"] not in config["splits"]:
         raise ConfigError(f"config key 'main_split': {config['main_split']!r} is not one of the configured "
                           f"splits {sorted(config['splits'])}")
-    if config["training"]["eval_every"] > config["training"]["total_steps"]:
-        raise ConfigError(f"config key 'training.eval_every': {config['training']['eval_every']} exceeds "
-                          f"training.total_steps = {config['training']['total_steps']}")
+    _check_schedule(config)
+    _check_splits(config)
     from ..methods import check_hyperparameters, registry
 
     methods = registry()
@@ -65,7 +218,11 @@ def validate_config(config: dict, schema_path) -> dict:
         try:
             check_hyperparameters(agent, overrides)
         except ValueError as exc:
-            raise ConfigError(f"config key 'agents.{agent}': {exc}") from None
+            hint = ""
+            if any(isinstance(v, str) for v in (overrides or {}).values()):
+                hint = (" (values inside a --config mapping arrive as text; give agent hyperparameters "
+                        "in a config file passed with --configfile)")
+            raise ConfigError(f"config key 'agents.{agent}': {exc}{hint}") from None
     return config
 
 

@@ -15,7 +15,7 @@ import pandas as pd
 
 from .. import methods
 from ..stats.aggregate import DEFAULT_REFERENCE, ON_METRIC
-from ..utils.io import read_parquet_meta
+from ..utils.artifacts import read_table
 from .render import render_table
 
 REFERENCE_FAMILY = "reference"
@@ -50,7 +50,7 @@ def load_aggregate(path) -> tuple[pd.DataFrame, dict]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"aggregate file not found: {path} (written by `tapebench aggregate`)")
-    return pd.read_parquet(path), read_parquet_meta(path)
+    return read_table(path, "aggregate")
 
 
 def _select(agg: pd.DataFrame, split: str, horizons: list[int], L: int | None) -> pd.DataFrame:
@@ -273,7 +273,9 @@ def render_subcommands(sub):
     can add their own tables: `render_subcommands(sub).add_parser("table1", ...)`."""
     parser = sub.choices.get("render")
     if parser is None:
-        parser = sub.add_parser("render", help="render a paper table (LaTeX) from pipeline artifacts")
+        parser = sub.add_parser("render", help="render a paper table (LaTeX) from pipeline artifacts",
+                                description="Write one of the paper's tables as LaTeX from the pipeline's "
+                                            "outputs; `tapebench render TABLE --help` names the inputs.")
         parser.tables = parser.add_subparsers(dest="table", required=True, metavar="TABLE")
     if not hasattr(parser, "tables"):
         raise RuntimeError("a `render` command was registered without report.tables.render_subcommands; "

@@ -1,1 +1,2 @@
-"""Rule space: mirror equivalence, rollout features and operational types (SPEC §2, §3)."""
+"""Rule space: mirror equivalence, rollout features and operational types
+(docs/protocol.md#rule-types, #mirror-classes)."""

@@ -1,4 +1,4 @@
-"""`tapebench features`: rule features and operational types (SPEC §2)."""
+"""`tapebench features`: rule features and operational types (docs/protocol.md#rule-types)."""
 from __future__ import annotations
 
 from collections import Counter
@@ -9,7 +9,12 @@ from .features import RULE_TYPES, FeatureProtocol, write_features
 
 def register(sub) -> None:
     defaults = FeatureProtocol()
-    p = sub.add_parser("features", help="simulate free CA rollouts and write per-rule features and types")
+    p = sub.add_parser("features", help="per-rule features and operational types (stable / periodic / chaotic)",
+                       description="Run every rule of the rule space from random tapes with no actions, summarise "
+                                   "the rollouts' density, activity and entropy into a feature vector per rule, and "
+                                   "type each rule stable, periodic or chaotic with the paper's thresholds "
+                                   "(docs/protocol.md#rule-types). Writes one row per rule to a Parquet file; the "
+                                   "same seed gives the same file.")
     p.add_argument("--out", required=True, help="Parquet file, e.g. results/rules/features.parquet")
     p.add_argument("--seed", type=int, default=defaults.seed, help="seed of the random start tapes")
     p.add_argument("--trials", type=int, default=defaults.trials, help="random start tapes per rule")

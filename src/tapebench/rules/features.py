@@ -1,10 +1,10 @@
-"""Rule features and operational types (SPEC §2; paper App. E.2).
+"""Rule features and operational types (docs/protocol.md#rule-types; paper App. E.2).
 
 Protocol: `trials` random tapes (i.i.d. Bernoulli(0.5) cells, length L, drawn with `seed`) plus
 their reflections evolve freely (no actions) for `steps` CA updates under every rule. Statistics
 are taken over the `steps` updated tapes x_1..x_T (the random start x_0 is not a product of the
 rule), averaged over time and rollouts, with no burn-in. The reflected copies make every
-feature exactly equal for a rule and its mirror (mirror rules are the same task, SPEC §3).
+feature exactly equal for a rule and its mirror (mirror rules are the same task, docs/protocol.md#mirror-classes).
 
 Feature columns (FEATURE_NAMES, all in [0, 1]):
   density         mean fraction of ones
@@ -191,6 +191,7 @@ def read_features(path) -> tuple[pd.DataFrame, dict]:
     """Load a features artifact and check it has what splits need; returns (frame, metadata)."""
     from pathlib import Path
 
+    from ..utils.artifacts import CorruptArtifact
     from ..utils.io import read_parquet_meta
 
     path = Path(path)
@@ -200,7 +201,7 @@ def read_features(path) -> tuple[pd.DataFrame, dict]:
         frame = pd.read_parquet(path)
         meta = read_parquet_meta(path)
     except Exception as exc:  # pyarrow raises several types for a damaged file
-        raise ValueError(f"features file {path} is not a readable Parquet file: {exc}") from None
+        raise CorruptArtifact(path, f"not a readable Parquet file: {exc}") from None
     feature_names = meta.get("config", {}).get("feature_names", list(FEATURE_NAMES))
     missing = [c for c in ("rule", "type", *feature_names) if c not in frame.columns]
     if missing:

@@ -1,4 +1,4 @@
-"""Mirror equivalence of elementary rules (SPEC §3).
+"""Mirror equivalence of elementary rules (docs/protocol.md#mirror-classes).
 
 Reflecting the tape (cell i -> cell L-1-i) swaps the roles of the left and right neighbour, so
 rule z on a reflected tape behaves like rule `mirror_rule(z)` on the original one:

@@ -1,4 +1,4 @@
-"""`tapebench split` and `tapebench split-health` (SPEC §3)."""
+"""`tapebench split` and `tapebench split-health` (docs/protocol.md#splits)."""
 from __future__ import annotations
 
 from ..validation import parse_rule_list
@@ -7,20 +7,30 @@ from .health import split_health
 
 
 def register(sub) -> None:
-    p = sub.add_parser("split", help="generate a train/test rule split from a features file")
+    p = sub.add_parser("split", help="build a train/test rule split from the rule features",
+                       description="Choose the test rules by farthest-point sampling in feature space (diverse) "
+                                   "or at random (seeded), over mirror classes by default so that no test rule "
+                                   "has its mirror image in train (docs/protocol.md#splits). Writes the split "
+                                   "JSON: train and test rules, their types and features, the generator "
+                                   "parameters and a content hash.")
     p.add_argument("--features", required=True, help="features Parquet from `tapebench features`")
-    p.add_argument("--name", required=True, help="split name (file-safe)")
-    p.add_argument("--method", default="diverse", help=f"one of {list(SPLIT_METHODS)}")
+    p.add_argument("--name", required=True, help="split name: letters, digits, '_', '.', '-'")
+    p.add_argument("--method", default="diverse", help=f"one of {list(SPLIT_METHODS)} (default diverse)")
     p.add_argument("--test-size", type=int, default=30, help="number of test rules")
     p.add_argument("--seed", type=int, default=0,
                    help="random: permutation seed; diverse: 0 = start farthest from the mean, >0 = random start")
-    p.add_argument("--unit", default="mirror_class", help=f"one of {list(SPLIT_UNITS)}")
+    p.add_argument("--unit", default="mirror_class",
+                   help=f"one of {list(SPLIT_UNITS)}; 'rule' may put a rule and its mirror on different sides "
+                        f"(default mirror_class)")
     p.add_argument("--rules", default="0-255", help="rule space, e.g. '0-255'")
     p.add_argument("--out", required=True, help="split JSON, e.g. results/splits/main.json")
     p.set_defaults(func=run_split)
 
-    h = sub.add_parser("split-health", help="check a split (overlap, mirror leaks) and write a report; "
-                                            "exits non-zero when the split fails")
+    h = sub.add_parser("split-health", help="check a split for overlap and mirror leaks (non-zero exit if it fails)",
+                       description="Check a split file: its content hash, no rule on both sides, rules in 0..255, "
+                                   "no mirror pair split across the sides (for mirror-class splits); report the "
+                                   "rule types on each side. Exits non-zero when the split fails, so the pipeline "
+                                   "trains nothing on it.")
     h.add_argument("split", help="split JSON file")
     h.add_argument("--out", help="report JSON (written also when the split fails)")
     h.set_defaults(func=run_health)

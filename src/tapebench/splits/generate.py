@@ -1,4 +1,4 @@
-"""Split generation (SPEC §3): farthest-point ("diverse") and seeded random train/test splits.
+"""Split generation (docs/protocol.md#splits): farthest-point ("diverse") and seeded random train/test splits.
 
 Units. By default the rule space is split over mirror classes (a rule and its mirror are the same
 task and always land on the same side); `unit="rule"` splits single rules and may leak.

@@ -10,10 +10,10 @@ must not change when an unrelated commit changes the code version.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..utils.artifacts import CorruptArtifact, read_json
 from ..utils.io import content_hash, write_json
 
 DEFAULT_SPLITS_DIR = Path("results/splits")
@@ -51,23 +51,18 @@ def save_split(path, payload: dict) -> dict:
 
 
 def load_split(path) -> Split:
-    """Read and verify a split file; a malformed or tampered file raises ValueError."""
+    """Read and verify a split file; a malformed or tampered file raises CorruptArtifact (a ValueError)."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"split file not found: {path}")
-    try:
-        raw = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"split file {path} is not valid JSON: {exc}") from None
+    raw = read_json(path, "split file")
     if not isinstance(raw, dict):
-        raise ValueError(f"split file {path} is malformed: expected a JSON object, got {type(raw).__name__}")
+        raise CorruptArtifact(path, f"not a split file: expected a JSON object, got a {type(raw).__name__}")
     required = ("name", "train", "test", "types", "content_hash")
     missing = [k for k in required if k not in raw]
     if missing:
-        raise ValueError(f"split file {path} is malformed: missing fields {missing}")
+        raise CorruptArtifact(path, f"not a split file: missing fields {missing}")
     if split_content_hash(raw) != raw["content_hash"]:
-        raise ValueError(f"split file {path} failed its integrity check: content hash mismatch "
-                         f"(the file was edited after it was generated; regenerate it)")
+        raise CorruptArtifact(path, "failed its integrity check: content hash mismatch, "
+                                    "the file was edited after it was generated")
     return Split(name=raw["name"], train=tuple(raw["train"]), test=tuple(raw["test"]),
                  types={int(k): v for k, v in raw["types"].items()}, content_hash=raw["content_hash"],
                  params=raw.get("params", {}), unit=raw.get("unit", "mirror_class"))

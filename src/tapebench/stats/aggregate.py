@@ -1,4 +1,5 @@
-"""From per-episode records to per-seed values, to bootstrap summaries over seeds (SPEC §6, §7, §9).
+"""From per-episode records to per-seed values, to bootstrap summaries over seeds
+(docs/protocol.md#schedule, #metrics, #statistics).
 
 Stage 1 — `tapebench aggregate-seed` (`seed_tables`) reads per-episode records (schema in
 `tapebench.evaluation.records`, with the agent columns agent, seed, checkpoint) and writes long tables.
@@ -15,7 +16,7 @@ Metrics (`METRICS`), all per-episode values averaged over episodes:
 per_seed.parquet (`--out`), one row per (split, agent, L, H, seed, side, metric):
   split, agent (str); L, H, seed (int); side, metric (str);
   value (float)           the seed's final value: mean over its last K checkpoints of the per-checkpoint
-                          mean over episodes (SPEC §6)
+                          mean over episodes (docs/protocol.md#schedule)
   k_used (int)            checkpoints averaged: min(K, checkpoints available)
   checkpoint_first, checkpoint_last (int)   first and last checkpoint (env steps) averaged
   n_episodes (int)        episodes behind `value` (summed over the k_used checkpoints)
@@ -83,15 +84,21 @@ AGGREGATE_COLUMNS = [*SUMMARY_GROUP, "side", "metric", "n", "mean", "sd", "ci_lo
                      "n_resamples"]
 
 
+TABLE_KINDS = {"episode": "episodes", "per-seed": "per_seed"}   # `what` -> utils.artifacts table kind
+
+
 def read_tables(paths, what: str) -> pd.DataFrame:
-    """Concatenate Parquet files, naming any that is missing."""
+    """Concatenate Parquet files of one kind ("episode" or "per-seed"), naming any that is missing,
+    damaged or of another kind."""
+    from ..utils.artifacts import read_table
+
     paths = [Path(p) for p in paths]
     if not paths:
         raise ValueError(f"no {what} files given")
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
         raise FileNotFoundError(f"{what} file(s) not found: {', '.join(missing)}")
-    return pd.concat([pd.read_parquet(p) for p in paths], ignore_index=True)
+    return pd.concat([read_table(p, TABLE_KINDS[what])[0] for p in paths], ignore_index=True)
 
 
 def _metric_frame(episodes: pd.DataFrame) -> pd.DataFrame:

@@ -1,4 +1,4 @@
-"""Uncertainty over training seeds (SPEC §9, paper App. K).
+"""Uncertainty over training seeds (docs/protocol.md#statistics, paper App. K).
 
 - `percentile_ci`: percentile bootstrap of the mean of per-seed values: B resamples of the n seeds with
   replacement, the mean of each, and the (1-ci)/2, (1+ci)/2 percentiles of those B means (numpy's default

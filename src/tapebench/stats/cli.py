@@ -7,11 +7,13 @@ from ..utils.io import provenance, read_parquet_meta, write_parquet
 
 
 def register(sub) -> None:
-    p = sub.add_parser("aggregate-seed", help="per-episode records -> per-seed values (mean of last K checkpoints)",
-                       description="Reduce per-episode evaluation records to per-seed values, learning curves "
-                                   "and per-rule values (schemas: tapebench.stats.aggregate).")
+    p = sub.add_parser("aggregate-seed", help="per-episode records -> per-seed values (mean of the last K checkpoints)",
+                       description="Reduce per-episode evaluation records to one value per seed and metric (the "
+                                   "mean over episodes at each checkpoint, averaged over the last K checkpoints), "
+                                   "and optionally learning curves and per-rule values. Table formats: "
+                                   "docs/protocol.md#outputs.")
     p.add_argument("--episodes", nargs="+", required=True, metavar="PARQUET",
-                   help="per-episode record files (with agent, seed, checkpoint columns)")
+                   help="per-episode records written by `tapebench evaluate`")
     p.add_argument("--last-k", type=int, default=3, help="checkpoints averaged into a seed's value (default 3)")
     p.add_argument("--out", required=True, help="per-seed Parquet")
     p.add_argument("--curves-out", help="optional: per-checkpoint values (learning curves) Parquet")
@@ -19,9 +21,12 @@ def register(sub) -> None:
     p.set_defaults(func=_aggregate_seed)
 
     p = sub.add_parser("aggregate", help="per-seed values -> bootstrap means and CIs over seeds, paired drop",
-                       description="Bootstrap over seeds (SPEC §9): means with percentile CIs per (split, agent, "
-                                   "L, H, side, metric), the paired ID-OOD drop, and Welch/Holm diagnostics.")
-    p.add_argument("--per-seed", nargs="+", required=True, metavar="PARQUET", help="per-seed files")
+                       description="Bootstrap over seeds: the mean and a percentile confidence interval per "
+                                   "(split, agent, L, H, side, metric), the ID-OOD drop with a paired bootstrap, and "
+                                   "Welch tests between agents with Holm correction "
+                                   "(docs/protocol.md#statistics).")
+    p.add_argument("--per-seed", nargs="+", required=True, metavar="PARQUET",
+                   help="per-seed tables written by `tapebench aggregate-seed`")
     p.add_argument("--n-resamples", type=int, default=2000, help="bootstrap resamples (default 2000)")
     p.add_argument("--ci", type=float, default=0.95, help="confidence level (default 0.95)")
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap generators (default 0)")

@@ -9,11 +9,13 @@ optimiser, replay buffer / partial rollout), environment state (tapes, rules, st
 env generator), the torch / numpy / python RNG states, the loop counters and the run fingerprint.
 
 Files are serialised to memory first, so the same content always gives the same bytes
-(torch.save embeds the file name in the archive otherwise).
+(torch.save embeds the file name in the archive otherwise). `save` returns the file's sha256, which
+train.json records per checkpoint so a damaged checkpoint is caught before it is used.
 """
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import io
 import random
 from pathlib import Path
@@ -21,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..utils.artifacts import CorruptArtifact, file_sha256
 from ..utils.io import atomic_path
 
 CHECKPOINT_DIR = "checkpoints"
@@ -34,19 +37,48 @@ def checkpoint_name(env_steps: int) -> str:
     return f"{CHECKPOINT_DIR}/step_{int(env_steps):07d}.pt"
 
 
-def save(path, obj) -> None:
+def save(path, obj) -> str:
+    """Write `obj` atomically; returns the sha256 of the bytes written."""
     buffer = io.BytesIO()
     torch.save(obj, buffer)
+    data = buffer.getvalue()
     with atomic_path(path) as tmp:
-        tmp.write_bytes(buffer.getvalue())
+        tmp.write_bytes(data)
+    return hashlib.sha256(data).hexdigest()
 
 
-def load(path, map_location="cpu"):
+def load(path, map_location="cpu", sha256: str | None = None):
+    """Load a checkpoint or resume file; a damaged one (or one whose bytes differ from `sha256`)
+    raises CorruptArtifact naming the file and how to recover."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint file not found: {path}")
-    # our own files: they hold numpy/python RNG states, which weights_only loading refuses
-    return torch.load(path, map_location=map_location, weights_only=False)
+    if sha256 is not None and file_sha256(path) != sha256:
+        raise CorruptArtifact(path, "its bytes differ from the sha256 recorded when it was written")
+    try:
+        # our own files: they hold numpy/python RNG states, which weights_only loading refuses
+        payload = torch.load(path, map_location=map_location, weights_only=False)
+    except Exception as exc:  # torch raises RuntimeError, EOFError, UnpicklingError, ... for damaged files
+        raise CorruptArtifact(path, f"torch cannot load it: {type(exc).__name__}: "
+                                    f"{(str(exc).splitlines() or [''])[0][:160]}") from None
+    if not isinstance(payload, dict) or "format" not in payload:
+        raise CorruptArtifact(path, "not a tapebench checkpoint")
+    return payload
+
+
+def verify_checkpoints(run_dir, entries, listed_in: str = MANIFEST_FILE) -> None:
+    """Every checkpoint listed in `listed_in` (train.json or resume.pt) exists and is intact: its
+    sha256 when recorded, else it loads. Raises CorruptArtifact naming the file."""
+    run_dir = Path(run_dir)
+    for entry in entries:
+        path = run_dir / entry["file"]
+        if not path.is_file():
+            raise CorruptArtifact(run_dir / listed_in, f"it lists {entry['file']}, which is gone")
+        if entry.get("sha256"):
+            if file_sha256(path) != entry["sha256"]:
+                raise CorruptArtifact(path, f"its bytes differ from the sha256 recorded in {listed_in}")
+        else:
+            load(path)
 
 
 # --- RNG and environment state -------------------------------------------------------------------

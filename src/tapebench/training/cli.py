@@ -14,6 +14,7 @@ Missing keys take the paper-protocol defaults; unknown keys are an error.
 """
 from __future__ import annotations
 
+import argparse
 import json
 
 from ..evaluation.protocol import DEFAULT_EPISODES_PER_RULE, DEFAULT_EVAL_SEED
@@ -131,37 +132,73 @@ def _evaluate_untrained(args, params, split, rules, env, common, log):
                                   device=device, log=log)
 
 
+TRAIN_DESCRIPTION = """\
+Train one agent for one seed on a split's training rules (or an explicit rule list) and write the
+run into --out: evaluation checkpoints (checkpoints/), train.log and, at the end, train.json.
+Progress lines (steps, steps/s, ETA) go to stderr and train.log.
+
+Run the same command again after an interruption and it resumes from the last checkpoint; a
+finished run with intact files is left alone, and one whose files are damaged is trained again.
+"""
+TRAIN_EPILOG = """\
+example:
+  tapebench train --agent dqn --split results/splits/main.json --seed 0 --out runs/dqn/seed0 \\
+      --params '{"training": {"total_steps": 20000, "eval_every": 10000}, "agent": {"learning_rate": 0.001}}'
+"""
+EVALUATE_DESCRIPTION = """\
+Evaluate a method on the evaluation episodes: every checkpoint of a finished training run (--run),
+or a method that does not train (--method with --seed, its own random stream), on the split's
+training rules (ID) and test rules (OOD), or an explicit rule list, at horizon --H.
+Writes one record per episode (agent, seed, checkpoint, side, rule, success, distances, return).
+Every method, seed and checkpoint plays the same episodes, so comparisons are paired.
+"""
+EVALUATE_EPILOG = """\
+example:
+  tapebench evaluate --run runs/dqn/seed0 --split results/splits/main.json --H 32 \\
+      --params '{"evaluation": {"episodes_per_rule": 5}}' --out runs/dqn/seed0/eval_H32.parquet
+  tapebench evaluate --method mpc --seed 3 --split results/splits/main.json --H 32 --out mpc_seed3.parquet
+"""
+
+
 def _common(p) -> None:
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--split", help="split file (results/splits/<name>.json)")
-    where.add_argument("--rules", help="explicit rule list instead of a split, e.g. '4' or '0,4,108'")
-    p.add_argument("--params", default="{}", help="the job's config slice as a JSON object (see module doc)")
-    p.add_argument("--device", default="auto", help="auto (cuda if available) | cpu | cuda[:N]")
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
-    p.add_argument("--quiet", action="store_true", help="log to the run's log file only, not stderr")
+    where.add_argument("--split", help="split file written by `tapebench split` (results/splits/NAME.json)")
+    where.add_argument("--rules", help="an explicit rule list instead of a split, e.g. '4' or '0,4,108'")
+    p.add_argument("--device", default="auto", help="auto (CUDA when available) | cpu | cuda[:N] (default auto)")
+    p.add_argument("--threads", type=int, default=1, help="CPU threads for torch (default 1)")
+    p.add_argument("--quiet", action="store_true", help="write log lines only to the run's log file, not stderr")
 
 
 def register(sub) -> None:
-    p = sub.add_parser("train", help="train one agent for one seed, with resumable checkpoints",
-                       description=__doc__.split("\n\n")[0])
+    p = sub.add_parser("train", help="train one agent for one seed (resumable checkpoints)",
+                       description=TRAIN_DESCRIPTION, epilog=TRAIN_EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--agent", required=True, metavar="METHOD",
                    help=f"a method that trains: {', '.join(sorted(m for m, x in registry().items() if x.trains))}")
     p.add_argument("--seed", type=int, default=0, help="training seed (default 0)")
-    p.add_argument("--out", required=True, help="run directory (checkpoints/, resume.pt, train.log, train.json)")
+    p.add_argument("--out", required=True, help="run folder to write (created after the arguments are checked)")
+    p.add_argument("--params", default="{}",
+                   help='settings as JSON: {"env": {"L", "H", "success_bonus"}, "training": {"total_steps", '
+                        '"eval_every"}, "agent": {hyperparameters}}; what is left out takes the paper '
+                        'protocol\'s value (L = H = 32, 200000 steps, a checkpoint every 10000)')
     p.add_argument("--keep-resume", action="store_true",
-                   help="keep resume.pt (full training state) after the run finishes; default: delete it")
+                   help="keep resume.pt (the full training state) after the run finishes (default: delete it)")
     _common(p)
     p.set_defaults(func=run_train)
 
-    p = sub.add_parser("evaluate", help="evaluate a method on the common-random-number episodes, write Parquet",
-                       description="Evaluate every checkpoint of a trained run (--run), or a method that does not "
-                                   "train (--method, --seed: its random stream), on the ID and OOD episodes of a "
-                                   "split (or an explicit rule list) at horizon --H.")
-    p.add_argument("--run", help="run directory written by `tapebench train`")
-    p.add_argument("--method", help="a method that does not train: "
+    p = sub.add_parser("evaluate", help="evaluate a trained run or a method that does not train",
+                       description=EVALUATE_DESCRIPTION, epilog=EVALUATE_EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--run", help="run folder written by `tapebench train`")
+    p.add_argument("--method", help="instead of --run, a method that does not train: "
                                     f"{', '.join(sorted(m for m, x in registry().items() if not x.trains))}")
     p.add_argument("--seed", type=int, default=0, help="with --method: the method's seed (default 0)")
-    p.add_argument("--H", type=int, required=True, help="evaluation horizon")
-    p.add_argument("--out", required=True, help="output Parquet file")
+    p.add_argument("--H", type=int, required=True, help="evaluation horizon (steps per episode)")
+    p.add_argument("--out", required=True, help="Parquet file of per-episode records to write")
+    p.add_argument("--params", default="{}",
+                   help='settings as JSON: {"env": {"L", "success_bonus"}, "evaluation": {"episodes_per_rule", '
+                        '"eval_seed", "checkpoints": "all" or K (the last K)}, "agent": {hyperparameters of '
+                        '--method}}; what is left out takes the paper protocol\'s value (20 episodes per rule, '
+                        'every checkpoint)')
     _common(p)
     p.set_defaults(func=run_evaluate)

@@ -1,4 +1,4 @@
-"""Checkpoint evaluation on the common-random-number episodes (docs/protocol.md).
+"""Checkpoint evaluation on the common-random-number episodes (docs/protocol.md#schedule, #decisions).
 
 Every checkpoint of a run (or its last K) plays the greedy policy on the ID episodes (side "train",
 the split's training rules) and the OOD episodes (side "test"), or on an explicit rule list

@@ -1,4 +1,4 @@
-"""The one training loop every agent shares (SPEC §6).
+"""The one training loop every agent shares (docs/protocol.md#schedule).
 
 * Environment: `BatchedTapeEnv` with `num_envs` rows (an agent hyperparameter); z ~ Unif(train rules)
   at every reset; L, H and the success bonus from the env config.
@@ -11,8 +11,12 @@
   ones. All default configurations divide exactly.
 * Each checkpoint writes `checkpoints/step_XXXXXXX.pt` (greedy policy) and then `resume.pt`
   (full training state); a killed run restarted with the same arguments resumes from `resume.pt`
-  and ends with bit-identical weights on CPU. `train.json` (the manifest) is written last; then
-  `resume.pt` is deleted unless asked to keep it. A run whose train.json matches is not redone.
+  and ends with bit-identical weights on CPU. `train.json` (the manifest, with each checkpoint's
+  sha256) is written last; then `resume.pt` is deleted unless asked to keep it. A run is not redone
+  when its train.json matches the configuration and every checkpoint it lists is intact; a damaged
+  train.json or checkpoint means the run is not finished, and it is trained again.
+* Progress: a line with steps, steps/s and ETA at every checkpoint and every 30 s, to `train.log`
+  and stderr (which the workflow shows on the console and keeps in the job's log).
 * Determinism: python, numpy and torch are seeded from the run seed, the environment generator
   from a separate stream of it; on CPU `torch.use_deterministic_algorithms(True)` and a fixed
   number of torch threads (results are bit-identical for the same thread count).
@@ -36,6 +40,8 @@ import torch
 from ..agents import EnvSpec
 from ..methods import build_config, get_method
 from ..envs.batched import BatchedTapeEnv
+from ..pipeline.config import MAX_CHECKPOINTS_PER_RUN, checkpoints_per_run
+from ..utils.artifacts import CorruptArtifact, read_json
 from ..utils.io import content_hash, provenance, write_json
 from ..validation import check_horizon, check_integer, check_length, check_rules
 from . import checkpoint as ckpt
@@ -66,6 +72,11 @@ class TrainSpec:
         check_horizon(self.H)
         for name in ("total_steps", "eval_every"):
             check_integer(getattr(self, name), f"training.{name} (environment steps)", minimum=1)
+        n = checkpoints_per_run(self.total_steps, self.eval_every)
+        if n > MAX_CHECKPOINTS_PER_RUN:
+            raise ValueError(f"training.eval_every = {self.eval_every} gives {n} checkpoints for "
+                             f"training.total_steps = {self.total_steps}; at most {MAX_CHECKPOINTS_PER_RUN} "
+                             f"checkpoints per run are allowed")
         check_integer(self.seed, "seed", minimum=0)
         if not get_method(self.agent).trains:
             raise ValueError(f"method {self.agent!r} does not train; evaluate it directly with "
@@ -187,21 +198,33 @@ def training_env_arguments(method, config) -> dict:
     return dict(method.training_env(config)) if method.training_env is not None else {}
 
 
-def read_manifest(out_dir) -> dict | None:
-    import json
-
+def read_manifest(out_dir, verify: bool = True) -> dict | None:
+    """The run's train.json, or None when there is none. A damaged train.json, or (with `verify`) a
+    listed checkpoint that is gone or damaged, raises CorruptArtifact naming the file."""
     path = Path(out_dir) / ckpt.MANIFEST_FILE
     if not path.is_file():
         return None
+    manifest = read_json(path, "training manifest")
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("checkpoints"), list) \
+            or "fingerprint" not in manifest:
+        raise CorruptArtifact(path, "not a training manifest (no fingerprint or checkpoint list)")
+    if verify:
+        ckpt.verify_checkpoints(out_dir, manifest["checkpoints"])
+    return manifest
+
+
+def finished_manifest(out_dir, fingerprint: str, log) -> dict | None:
+    """train.json when the run in `out_dir` is finished for this configuration with intact files;
+    otherwise None, after logging why a damaged run is trained again."""
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError:
+        manifest = read_manifest(out_dir, verify=False)
+        if manifest is None or manifest.get("fingerprint") != fingerprint:
+            return None
+        ckpt.verify_checkpoints(out_dir, manifest["checkpoints"])
+    except CorruptArtifact as exc:
+        log(f"the run is not finished: {exc.path} is damaged ({exc.problem}); training it again")
         return None
-
-
-def manifest_complete(manifest: dict | None, fingerprint: str, out_dir) -> bool:
-    return bool(manifest) and manifest.get("fingerprint") == fingerprint and all(
-        (Path(out_dir) / c["file"]).is_file() for c in manifest.get("checkpoints", []))
+    return manifest
 
 
 def train(spec: TrainSpec, out_dir, *, device="cpu", threads: int | None = 1, config_slice: dict | None = None,
@@ -215,15 +238,18 @@ def train(spec: TrainSpec, out_dir, *, device="cpu", threads: int | None = 1, co
     `keep_resume`.
     """
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     device = resolve_device(device)
     config = spec.config()
+    if threads is not None:
+        check_integer(threads, "threads", minimum=1)
     fingerprint = spec.fingerprint()
-    log = RunLog(out_dir / ckpt.LOG_FILE, f"{spec.agent} seed {spec.seed}", quiet)
+    out_dir.mkdir(parents=True, exist_ok=True)   # only once every argument has been accepted
+    label = f"{spec.agent} seed {spec.seed}"
+    log = RunLog(out_dir / ckpt.LOG_FILE, f"{spec.split['name']} {label}" if spec.split else label, quiet)
 
-    manifest = read_manifest(out_dir)
-    if manifest_complete(manifest, fingerprint, out_dir):
-        log(f"{ckpt.MANIFEST_FILE} matches this configuration: nothing to do")
+    manifest = finished_manifest(out_dir, fingerprint, log)
+    if manifest is not None:
+        log(f"{ckpt.MANIFEST_FILE} matches this configuration and its checkpoints are intact: nothing to do")
         return manifest
 
     schedule = checkpoint_steps(spec.total_steps, spec.eval_every, config.num_envs)
@@ -280,9 +306,9 @@ def train(spec: TrainSpec, out_dir, *, device="cpu", threads: int | None = 1, co
             if iteration in checkpoint_at:
                 wall_time_now = wall_time + (now - segment_start)
                 path = ckpt.checkpoint_name(env_steps)
-                ckpt.save(out_dir / path, ckpt.policy_checkpoint(spec.agent, config, spec.env_spec(), agent,
-                                                                 env_steps, schedule[-1], spec.seed, prov))
-                checkpoints.append({"env_steps": env_steps, "file": path})
+                digest = ckpt.save(out_dir / path, ckpt.policy_checkpoint(
+                    spec.agent, config, spec.env_spec(), agent, env_steps, schedule[-1], spec.seed, prov))
+                checkpoints.append({"env_steps": env_steps, "file": path, "sha256": digest})
                 ckpt.save(out_dir / ckpt.RESUME_FILE, {
                     "format": ckpt.FORMAT_VERSION, "fingerprint": fingerprint, "iteration": iteration,
                     "checkpoints": checkpoints, "agent": agent.state_dict(), "env": ckpt.env_state(env),
@@ -331,15 +357,16 @@ def _load_resume(out_dir: Path, fingerprint: str, log) -> dict | None:
         return None
     try:
         state = ckpt.load(path)
-    except Exception as exc:  # an unreadable file cannot be resumed from; start over
-        log(f"ignoring unreadable {ckpt.RESUME_FILE} ({type(exc).__name__}: {exc}); starting fresh")
+    except CorruptArtifact as exc:  # an unreadable file cannot be resumed from; start over
+        log(f"ignoring damaged {ckpt.RESUME_FILE} ({exc.problem}); starting fresh")
         return None
     if state.get("fingerprint") != fingerprint:
         log(f"{ckpt.RESUME_FILE} belongs to a different configuration; starting fresh")
         return None
-    missing = [c["file"] for c in state["checkpoints"] if not (out_dir / c["file"]).is_file()]
-    if missing:
-        log(f"checkpoint files {missing} listed in {ckpt.RESUME_FILE} are gone; starting fresh")
+    try:
+        ckpt.verify_checkpoints(out_dir, state["checkpoints"], listed_in=ckpt.RESUME_FILE)
+    except CorruptArtifact as exc:
+        log(f"cannot resume: {exc.path} is damaged or gone ({exc.problem}); starting fresh")
         return None
     return state
 

@@ -1,0 +1,131 @@
+"""Config validation: hostile values stop at validation with the key named (bounds, cross-field
+checks, rule lists), numbers given as text by `snakemake --config` are read as numbers, and a
+malformed config file is reported with its name."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from pipeline_helpers import REPO
+from tapebench.pipeline.config import (MAX_CHECKPOINTS_PER_RUN, ConfigError, load_config, load_config_file,
+                                       merge_config, validate_config)
+
+SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
+INJECTION = "0-255 --out x; touch /tmp/INJECTED; true"
+
+
+def paper_config(**override) -> dict:
+    config = load_config(root=REPO)
+    return merge_config(config, copy.deepcopy(override))
+
+
+def assert_rejected(config: dict, key: str, message: str = "") -> str:
+    with pytest.raises(ConfigError) as info:
+        validate_config(config, SCHEMA)
+    text = str(info.value)
+    assert f"'{key}'" in text, text
+    assert message in text, text
+    return text
+
+
+def test_the_shipped_configs_are_valid():
+    validate_config(paper_config(), SCHEMA)
+    validate_config(merge_config(paper_config(), load_config_file(REPO / "config/quick.yaml")), SCHEMA)
+    validate_config(merge_config(paper_config(), load_config_file(REPO / "tests/data/tiny.yaml")), SCHEMA)
+
+
+@pytest.mark.parametrize("override, key, message", [
+    ({"seeds": 1_000_000}, "seeds", "greater than the maximum of 1000"),       # hung DAG building
+    ({"seeds": 10**20}, "seeds", "greater than the maximum of 1000"),          # OverflowError, no key
+    ({"seeds": 5.0}, "seeds", "not of type 'integer'"),
+    ({"training": {"total_steps": 10**15, "eval_every": 1}}, "training.total_steps", "maximum"),
+    ({"training": {"total_steps": 10**8, "eval_every": 1}}, "training.eval_every",
+     f"at most {MAX_CHECKPOINTS_PER_RUN} are allowed (eval_every >= 100000)"),
+    ({"evaluation": {"last_k": 21}}, "evaluation.last_k", "more than the 20 checkpoint(s) of a run"),
+    ({"training": {"total_steps": 50_000, "eval_every": 25_000}}, "evaluation.last_k", "use last_k <= 2"),
+    ({"splits": {"main": {"method": "diverse", "test_size": 30, "seed": 0, "rules": "0-300"}}},
+     "splits.main.rules", "got 256"),
+    ({"splits": {"main": {"method": "diverse", "test_size": 30, "seed": 0, "rules": INJECTION}}},
+     "splits.main.rules", "cannot parse rule list item"),
+    ({"splits": {"main": {"method": "random", "test_size": 200, "seed": 0, "rules": "0-100"}}},
+     "splits.main.test_size", "at most 99"),
+    ({"splits": {"main": {"method": "random", "test_size": 5, "seed": 0, "rules": "0-4", "unit": "rule"}}},
+     "splits.main.test_size", "at most 4"),
+    ({"splits": {"main": {"method": "random", "test_size": 1, "seed": 0, "rules": "30,86"}}},
+     "splits.main.rules", "single mirror class"),
+    ({"env": {"success_bonus": float("nan")}}, "env.success_bonus", "not a finite number"),
+    ({"statistics": {"ci": float("inf")}}, "statistics.ci", "not a finite number"),
+    ({"evaluation": {"eval_seed": 2**70}}, "evaluation.eval_seed", "maximum of 4294967295"),
+    ({"env": {"H": 10**9}}, "env.H", "maximum of 1024"),
+    ({"evaluation": {"horizons": [32, 10**7]}}, "evaluation.horizons.1", "maximum of 1024"),
+    ({"training": {"threads": 10**6}}, "training.threads", "maximum of 256"),
+    ({"oracle": {"candidates": 10**9}}, "oracle.candidates", "maximum of 65536"),
+])
+def test_hostile_values_stop_at_validation_naming_the_key(override, key, message):
+    assert_rejected(paper_config(**override), key, message)
+
+
+def test_a_valid_rule_subset_and_test_size_pass():
+    config = paper_config(splits={"main": {"method": "random", "test_size": 98, "seed": 0, "rules": "0-99"}})
+    validate_config(config, SCHEMA)
+
+
+def _numeric_leaves(schema: dict, key: str = ""):
+    if schema.get("type") in ("integer", "number"):
+        yield key, schema
+    for name, sub in schema.get("properties", {}).items():
+        yield from _numeric_leaves(sub, f"{key}.{name}" if key else name)
+    if isinstance(schema.get("additionalProperties"), dict):
+        yield from _numeric_leaves(schema["additionalProperties"], f"{key}.*")
+    if isinstance(schema.get("items"), dict):
+        yield from _numeric_leaves(schema["items"], f"{key}[]")
+
+
+def test_every_numeric_schema_key_has_an_upper_bound():
+    leaves = dict(_numeric_leaves(yaml.safe_load(SCHEMA.read_text())))
+    assert "seeds" in leaves and "splits.*.test_size" in leaves and "evaluation.horizons[]" in leaves
+    unbounded = [k for k, s in leaves.items() if "maximum" not in s and "exclusiveMaximum" not in s]
+    assert unbounded == []
+
+
+def test_numbers_given_as_text_by_snakemake_config_are_read_as_numbers():
+    # what `snakemake --config 'training={total_steps: 40000, eval_every: 10000}'` hands over
+    config = paper_config(training={"total_steps": "40000", "eval_every": "10000"},
+                          evaluation={"horizons": ["32", "64"]})
+    validate_config(config, SCHEMA)
+    assert config["training"]["total_steps"] == 40000 and config["training"]["eval_every"] == 10000
+    assert config["evaluation"]["horizons"] == [32, 64]
+    assert config["training"]["threads"] == 1           # the rest of the mapping is kept
+    assert_rejected(paper_config(training={"total_steps": "lots"}), "training.total_steps", "'lots'")
+    text = assert_rejected(paper_config(agents={"dqn": {"learning_rate": "0.001"}}), "agents.dqn")
+    assert "--configfile" in text
+
+
+def test_malformed_config_file_is_named_with_its_line(tmp_path):
+    bad = tmp_path / "preset.yaml"
+    bad.write_text("training:\n  total_steps: 5\n bad: [\n")
+    with pytest.raises(ConfigError, match=r"config file .*preset\.yaml is not valid YAML at line \d+"):
+        load_config_file(bad)
+    bad.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match=r"preset\.yaml must hold a mapping of config keys"):
+        load_config_file(bad)
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config_file(tmp_path / "nope.yaml")
+
+
+def test_config_command_shows_the_merged_config_and_names_bad_files(tmp_path, capsys):
+    from tapebench.cli import main
+
+    assert main(["config", "--workflow", str(REPO), "--configfile", str(REPO / "config/quick.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert yaml.safe_load(out)["training"]["total_steps"] == 50000
+    assert "# 10 training runs (split main: 2 agents x 5 seeds) of 50000 steps with 5 checkpoints each" in out
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("training: {total_steps: 5\n")
+    assert main(["config", "--workflow", str(REPO), "--configfile", str(bad)]) == 2
+    assert f"config file {bad} is not valid YAML at line 2" in capsys.readouterr().err
+    bad.write_text("seeds: 5000\n")
+    assert main(["config", "--workflow", str(REPO), "--configfile", str(bad)]) == 2
+    assert "config key 'seeds': 5000 is greater than the maximum of 1000" in capsys.readouterr().err
