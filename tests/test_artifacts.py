@@ -107,7 +107,7 @@ def test_finished_intact_run_is_not_retrained(run, split_file):
 
 
 @pytest.mark.parametrize("overrides, needle", [
-    ({"--agent": "sac"}, "unknown agent 'sac'"),
+    ({"--agent": "sac"}, "unknown method 'sac'"),
     ({"--threads": "0"}, "threads must be an integer >= 1"),
     ({"--device": "tpu"}, "device must be 'auto', 'cpu' or 'cuda[:N]'"),
     ({"--params": json.dumps({**PARAMS, "agent": {"gamma": 3.0}})}, "gamma"),

@@ -1,4 +1,4 @@
-"""rliable-style aggregate statistics over runs and tasks (SPEC §16), on numpy/scipy only.
+"""rliable-style aggregate statistics over runs and tasks (docs/protocol.md#statistics), on numpy/scipy only.
 
 Definitions follow Agarwal, Schwarzer, Castro, Courville and Bellemare (2021), "Deep Reinforcement
 Learning at the Edge of the Statistical Precipice", NeurIPS 2021 (arXiv:2108.13264). The rliable package
