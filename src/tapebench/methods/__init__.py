@@ -111,7 +111,7 @@ class Method:
 
 
 def _builtin() -> list[Method]:
-    from ..agents import dqn, ppo
+    from ..agents import dqn, pearl_dqn, ppo, rl2_a2c
     from ..oracle import exact, mpc
     from . import random_policy
 
@@ -119,6 +119,8 @@ def _builtin() -> list[Method]:
     return [
         agent("dqn", "DQN", "value_based", dqn),
         agent("ppo", "PPO", "actor_critic", ppo),
+        agent("pearl_dqn", "PEARL-DQN", "task_inference", pearl_dqn),
+        agent("rl2_a2c", "RL2-A2C", "task_inference", rl2_a2c),
         Method("random", "Random policy", "reference", random_policy.Config, make_policy=random_policy.make_policy,
                summary="a uniformly random cell each step: the floor"),
         Method("mpc", "True-dynamics MPC", "reference", mpc.MPCMethodConfig, make_policy=mpc.make_policy,
