@@ -43,7 +43,7 @@ class Config:
     environment steps"""
     hidden_size: int = 128
     """width of the input layer, the GRU state and the head's hidden layer, in the actor and in the critic"""
-    learning_rate: float = 1e-3
+    learning_rate: float = 3e-3
     """Adam learning rate"""
     anneal_lr: bool = True
     """decay the learning rate linearly to 0 over the training budget"""
@@ -240,15 +240,21 @@ class RL2A2CAgent:
             all_values.append(values)
         return torch.stack(all_logits), torch.stack(all_values)
 
+    @torch.no_grad()
+    def advantages(self):
+        """GAE(λ) advantages and returns of the full rollout, bootstrapping from the value of the step
+        after it (the rows' current recurrent state and last observation)."""
+        c, r = self.config, self.rollout
+        _, next_value, _ = self.network.step(self.memory.inputs(r.last_next_obs), self.memory.hidden)
+        return gae(r.rewards, r.values, r.dones, next_value, c.gamma, c.gae_lambda)
+
     def update(self) -> dict:
         c, r = self.config, self.rollout
         if r.position < c.num_steps:
             return {}
         if c.anneal_lr:
             self.optimizer.param_groups[0]["lr"] = c.learning_rate * (1.0 - self.updates_done / self.num_updates)
-        with torch.no_grad():
-            _, next_value, _ = self.network.step(self.memory.inputs(r.last_next_obs), self.memory.hidden)
-        advantages, returns = gae(r.rewards, r.values, r.dones, next_value, c.gamma, c.gae_lambda)
+        advantages, returns = self.advantages()
         if c.norm_adv:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         logits, values = self.replay_rollout()
