@@ -1,5 +1,6 @@
-"""PEARL-style DQN (after Rakelly et al., 2019): a Q-network conditioned on a latent task variable z
-inferred from the current episode's transitions.
+"""PEARL-style DQN (after Rakelly et al., 2019): Q(s, z) with z inferred from the episode so far.
+
+A Q-network conditioned on a latent task variable z inferred from the current episode's transitions.
 
 The rule is fixed within an episode and resampled at every reset, so the context of a step is the
 episode's transitions so far. Each transition (tape, one-hot action, reward, next tape) is mapped by an
@@ -14,10 +15,15 @@ Training is DQN (Huber TD loss, replay, target network, linearly decaying ε) pl
   a sampled transition k is paired with its context = the transitions 0..k-1 of the same episode
   (exactly what the agent had seen when it chose the action), and its successor state with the
   context 0..k;
+* minibatches draw `batch_size / transitions_per_episode` episodes in proportion to their stored
+  length and `transitions_per_episode` transitions of each uniformly (so each stored transition is as
+  likely as under uniform replay); the encoder reads each drawn episode once, and prefix sums give
+  every drawn transition its context;
 * Q(s_k, a_k, z) uses z sampled from q(z | 0..k-1) with the reparameterisation trick, so the TD
   loss trains the encoder; KL(q(z | 0..k-1) ‖ N(0, I)) is added with weight `kl_weight`;
-* the target is r + γ·max_a Q_target(s_{k+1}, a, mean of q_target(z | 0..k)) (the target network
-  holds its own copy of the encoder), unless the episode ended in strict success;
+* the target is r + γ·max_a Q_target(s_{k+1}, a, mean of q(z | 0..k)), with the posterior from the
+  online encoder, detached (as PEARL feeds the target value network the current encoder's z); no
+  bootstrap after strict success, truncation bootstraps;
 * acting in training: each row keeps the transitions of its current episode (cleared when that
   row's episode ends), z is sampled from their posterior at every step, then ε-greedy on Q(s, z).
 
@@ -70,7 +76,7 @@ class Config:
     train_frequency: int = 4
     """environment steps per gradient step (with num_envs = 4: one gradient step per batched step)"""
     target_update_frequency: int = 1_000
-    """environment steps between target-network updates (Q-network and encoder)"""
+    """environment steps between target-network updates"""
     tau: float = 1.0
     """target update rate: 1.0 copies the online network, < 1 is a Polyak average"""
     epsilon_start: float = 1.0

@@ -1,5 +1,6 @@
-"""RL² (Duan et al., 2016; Wang et al., 2016) trained with A2C and GAE: a recurrent actor-critic whose
-hidden state can infer the episode's rule from the transitions it has seen.
+"""RL2 (RL², Duan et al., 2016; Wang et al., 2016) with A2C and GAE: a recurrent actor-critic.
+
+Its hidden state can infer the episode's rule from the transitions it has seen.
 
 Network: the input [observation, one-hot previous action, previous reward, first-step flag] goes
 through a tanh layer and a GRU cell, then an MLP head; the actor and the critic each have their own
