@@ -47,6 +47,15 @@ def drive(agent, env, steps, on_step=None):
         obs = next_obs
 
 
+
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread():
+    """Small tensors: more threads only add contention on a shared machine."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
 # --- registry and config -------------------------------------------------------------------------
 def test_registered_as_task_inference():
     method = get_method("pearl_dqn")
@@ -158,7 +167,7 @@ def test_training_context_of_a_row_is_cleared_on_its_auto_reset_and_only_then():
 def test_replay_context_is_the_transitions_before_the_sampled_one_in_its_episode():
     # a small buffer that has wrapped: contexts of the oldest episodes are partly overwritten and
     # must never be used
-    agent = small_agent(buffer_size=100, batch_size=64, transitions_per_episode=4, learning_starts=10**9)
+    agent = small_agent(buffer_size=100, batch_size=48, transitions_per_episode=4, learning_starts=10**9)
     env = BatchedTapeEnv(4, L=8, H=8, rules=[0, 4, 30, 90, 110], seed=5)
     env.reset()
     episodes: dict[int, list] = {}
@@ -176,7 +185,7 @@ def test_replay_context_is_the_transitions_before_the_sampled_one_in_its_episode
     for slot in range(r.capacity):
         e, k = int(r.episode[slot]), int(r.index[slot])
         first_stored[e] = min(first_stored.get(e, k), k)
-    for _ in range(5):
+    for _ in range(3):
         slots, before, upto = agent._sample()
         mean, variance = posterior_from_sums(*before)
         next_mean, next_variance = posterior_from_sums(*upto)
