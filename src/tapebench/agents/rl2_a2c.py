@@ -4,18 +4,18 @@ Its hidden state can infer the episode's rule from the transitions it has seen.
 
 Network: the input [observation, one-hot previous action, previous reward, first-step flag] goes
 through a tanh layer and a GRU cell, then an MLP head; the actor and the critic each have their own
-(as PPO's actor and critic are separate networks). A trial is one
-episode (the rule is resampled at every reset), so the hidden state, the previous action and reward
-are reset (zeros, first-step flag 1) at every episode start.
+(as PPO's actor and critic are separate networks). A trial is one episode (the rule is resampled at
+every reset), so the hidden state, the previous action and reward are reset (zeros, first-step
+flag 1) at every episode start.
 
 Training (A2C, synchronous): each update collects `num_steps` steps from each of `num_envs`
 environments, computes GAE(λ) advantages, and takes one gradient step on the policy-gradient loss
 with an entropy bonus and a value loss. The loss is back-propagated through the whole rollout
-(truncated BPTT): the GRU is re-run from the hidden state stored at the rollout start, with a row's
+(truncated BPTT): the GRUs are re-run from the hidden state stored at the rollout start, with a row's
 hidden state reset inside the rollout where its episode ended.
 
 Truncation (t = H) is not termination: on a truncated step the reward is augmented with γ·V of the
-episode's true last observation (the value head after the GRU has also read the last transition),
+episode's true last observation (the value after the critic's GRU has also read the last transition),
 and the advantage recursion stops there as it does on termination.
 
 Evaluation (`evaluation_policy()`): the greedy action of the actor, one hidden state per row,
@@ -315,7 +315,8 @@ class RL2EvalPolicy:
 
     @torch.no_grad()
     def observe(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
-        # rows whose episode ended are not stepped again by the runner's records: no reset needed
+        # a row whose episode ended keeps being stepped by the runner with frozen records; what it
+        # feeds its own state then does not matter, and no row starts a new episode before begin()
         done = torch.zeros_like(terminated)
         self.memory.advance(self._next_hidden, actions, rewards, done)
         self._next_hidden = None
