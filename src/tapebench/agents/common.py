@@ -14,3 +14,24 @@ def adam(parameters, lr: float, eps: float = 1e-8) -> torch.optim.Adam:
         return torch.optim.Adam(parameters, lr=lr, eps=eps, fused=True)
     except (RuntimeError, TypeError):  # torch builds without fused Adam for this device
         return torch.optim.Adam(parameters, lr=lr, eps=eps)
+
+
+@torch.no_grad()
+def gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, next_value: torch.Tensor,
+        gamma: float, gae_lambda: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation over a rollout; returns (advantages, returns).
+
+    rewards, values, dones: (T, N); dones[t] = 1 where the episode ended at step t (terminated or
+    truncated: the recursion stops there; a truncated step's reward already carries γ·V(last obs)).
+    next_value: (N,) value of the observation after the rollout's last step.
+    """
+    num_steps = rewards.shape[0]
+    advantages = torch.zeros_like(rewards)
+    last_gae = torch.zeros_like(next_value)
+    for t in reversed(range(num_steps)):
+        following_value = next_value if t == num_steps - 1 else values[t + 1]
+        not_done = 1.0 - dones[t]
+        delta = rewards[t] + gamma * following_value * not_done - values[t]
+        last_gae = delta + gamma * gae_lambda * not_done * last_gae
+        advantages[t] = last_gae
+    return advantages, advantages + values

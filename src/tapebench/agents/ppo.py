@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .common import adam
+from .common import adam, gae
 from torch.distributions import Categorical
 
 
@@ -211,17 +211,9 @@ class PPOAgent:
 
     @torch.no_grad()
     def _gae(self):
-        c, r = self.config, self.rollout
-        next_value = self.network.value(r.last_next_obs)
-        advantages = torch.zeros_like(r.rewards)
-        last_gae = torch.zeros_like(next_value)
-        for t in reversed(range(c.num_steps)):
-            following_value = next_value if t == c.num_steps - 1 else r.values[t + 1]
-            not_done = 1.0 - r.dones[t]
-            delta = r.rewards[t] + c.gamma * following_value * not_done - r.values[t]
-            last_gae = delta + c.gamma * c.gae_lambda * not_done * last_gae
-            advantages[t] = last_gae
-        return advantages, advantages + r.values
+        r = self.rollout
+        return gae(r.rewards, r.values, r.dones, self.network.value(r.last_next_obs), self.config.gamma,
+                   self.config.gae_lambda)
 
     # --- checkpointing ---------------------------------------------------------------------
     def policy_state_dict(self) -> dict:

@@ -112,7 +112,7 @@ class Method:
 
 
 def _builtin() -> list[Method]:
-    from ..agents import curl_dqn, dqn, ppo, rad_dqn
+    from ..agents import curl_dqn, dqn, pearl_dqn, ppo, rad_dqn, rl2_a2c
     from ..oracle import exact, mpc
     from . import random_policy
 
@@ -122,6 +122,8 @@ def _builtin() -> list[Method]:
         agent("ppo", "PPO", "actor_critic", ppo),
         agent("rad_dqn", "DQN + RAD", "augmentation", rad_dqn),
         agent("curl_dqn", "DQN + CURL", "augmentation", curl_dqn),
+        agent("pearl_dqn", "PEARL-DQN", "task_inference", pearl_dqn),
+        agent("rl2_a2c", "RL2-A2C", "task_inference", rl2_a2c),
         Method("random", "Random policy", "reference", random_policy.Config, make_policy=random_policy.make_policy,
                summary="a uniformly random cell each step: the floor"),
         Method("mpc", "True-dynamics MPC", "reference", mpc.MPCMethodConfig, make_policy=mpc.make_policy,

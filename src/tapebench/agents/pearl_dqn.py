@@ -1,0 +1,415 @@
+"""PEARL-style DQN (after Rakelly et al., 2019): Q(s, z) with z inferred from the episode so far.
+
+A Q-network conditioned on a latent task variable z inferred from the current episode's transitions.
+
+The rule is fixed within an episode and resampled at every reset, so the context of a step is the
+episode's transitions so far. Each transition (tape, one-hot action, reward, next tape) is mapped by an
+MLP to a Gaussian factor N(μ_i, σ_i²) on z ∈ R^latent_dim; q(z | context) is the product of these
+factors and the prior N(0, I): precision 1 + Σ_i 1/σ_i², mean Σ_i (μ_i/σ_i²) / precision. It does not
+depend on the order of the transitions, and the empty context gives exactly the prior.
+Q(s, z) is an MLP on [observation, z].
+
+Training is DQN (Huber TD loss, replay, target network, linearly decaying ε) plus the context:
+
+* the replay buffer stores, with every transition, its episode id and its index k in the episode;
+  a sampled transition k is paired with its context = the transitions 0..k-1 of the same episode
+  (exactly what the agent had seen when it chose the action), and its successor state with the
+  context 0..k;
+* minibatches draw `batch_size / transitions_per_episode` episodes in proportion to their stored
+  length and `transitions_per_episode` transitions of each uniformly (so each stored transition is as
+  likely as under uniform replay); the encoder reads each drawn episode once, and prefix sums give
+  every drawn transition its context;
+* Q(s_k, a_k, z) uses z sampled from q(z | 0..k-1) with the reparameterisation trick, so the TD
+  loss trains the encoder; KL(q(z | 0..k-1) ‖ N(0, I)) is added with weight `kl_weight`;
+* the target is r + γ·max_a Q_target(s_{k+1}, a, mean of q(z | 0..k)), with the posterior from the
+  online encoder, detached (as PEARL feeds the target value network the current encoder's z); no
+  bootstrap after strict success, truncation bootstraps;
+* acting in training: each row keeps the transitions of its current episode (cleared when that
+  row's episode ends), z is sampled from their posterior at every step, then ε-greedy on Q(s, z).
+
+Evaluation (`evaluation_policy()`): greedy on Q(s, mean of q(z | the episode's transitions so far)),
+kept as running sums of precisions and precision-weighted means per row, reset at every episode start.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .common import adam
+from .dqn import ReplayBuffer, mlp
+
+MIN_FACTOR_VARIANCE = 1e-4  # σ_i² = softplus(raw) + this: caps one transition's precision at 1e4
+
+
+@dataclass
+class Config:
+    num_envs: int = 4
+    """environments stepped in parallel; every one of their steps counts toward the budget"""
+    hidden_size: int = 256
+    """width of each hidden layer of the Q-network"""
+    hidden_layers: int = 2
+    """number of hidden layers of the Q-network (ReLU)"""
+    latent_dim: int = 8
+    """dimension of the task variable z"""
+    encoder_hidden_size: int = 64
+    """width of each hidden layer of the transition encoder"""
+    encoder_hidden_layers: int = 2
+    """number of hidden layers of the transition encoder (ReLU)"""
+    kl_weight: float = 0.1
+    """weight of KL(q(z | context) ‖ N(0, I)) in the loss"""
+    learning_rate: float = 5e-4
+    """Adam learning rate (Q-network and encoder)"""
+    gamma: float = 0.99
+    """discount factor"""
+    buffer_size: int = 100_000
+    """replay buffer capacity, in transitions"""
+    batch_size: int = 128
+    """transitions per gradient step (each with its own context)"""
+    transitions_per_episode: int = 4
+    """transitions drawn from each sampled episode (batch_size must be a multiple): the encoder reads a
+    drawn episode once for all of them; 1 draws every transition from its own episode"""
+    learning_starts: int = 1_000
+    """environment steps collected before the first gradient step"""
+    train_frequency: int = 4
+    """environment steps per gradient step (with num_envs = 4: one gradient step per batched step)"""
+    target_update_frequency: int = 1_000
+    """environment steps between target-network updates"""
+    tau: float = 1.0
+    """target update rate: 1.0 copies the online network, < 1 is a Polyak average"""
+    epsilon_start: float = 1.0
+    """initial exploration probability"""
+    epsilon_end: float = 0.05
+    """final exploration probability"""
+    exploration_fraction: float = 0.5
+    """fraction of the training budget over which ε decays linearly"""
+    max_grad_norm: float = 10.0
+    """gradient-norm clipping threshold"""
+
+    def check(self) -> None:
+        positive = ("hidden_size", "hidden_layers", "latent_dim", "encoder_hidden_size", "buffer_size",
+                    "batch_size", "transitions_per_episode", "train_frequency", "target_update_frequency")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"PEARL-DQN hyperparameter {name} must be >= 1, got {getattr(self, name)}")
+        if self.encoder_hidden_layers < 0:
+            raise ValueError(f"PEARL-DQN hyperparameter encoder_hidden_layers must be >= 0, "
+                             f"got {self.encoder_hidden_layers}")
+        for name in ("gamma", "tau", "epsilon_start", "epsilon_end", "exploration_fraction"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"PEARL-DQN hyperparameter {name} must be in [0, 1], got {getattr(self, name)}")
+        if self.batch_size % self.transitions_per_episode:
+            raise ValueError(f"PEARL-DQN hyperparameter batch_size ({self.batch_size}) must be a multiple of "
+                             f"transitions_per_episode ({self.transitions_per_episode})")
+        if self.kl_weight < 0:
+            raise ValueError(f"PEARL-DQN hyperparameter kl_weight must be >= 0, got {self.kl_weight}")
+        if self.learning_rate <= 0 or self.max_grad_norm <= 0 or self.learning_starts < 0:
+            raise ValueError("PEARL-DQN hyperparameters learning_rate and max_grad_norm must be > 0 and "
+                             f"learning_starts >= 0, got {self.learning_rate}, {self.max_grad_norm}, "
+                             f"{self.learning_starts}")
+
+
+def transition_features(obs, actions, rewards, next_obs, L: int) -> torch.Tensor:
+    """Encoder input of transitions (any leading shape): [tape, one-hot action, reward, next tape]."""
+    return torch.cat([obs[..., :L], F.one_hot(actions, L).to(obs.dtype), rewards.unsqueeze(-1).to(obs.dtype),
+                      next_obs[..., :L]], dim=-1)
+
+
+def product_of_gaussians(mu: torch.Tensor, precision: torch.Tensor, context: torch.Tensor, num_contexts: int):
+    """q(z | context) = N(0, I) · Π_i N(μ_i, 1/precision_i) for each context.
+
+    mu, precision: (M, d) factors of M transitions; context: (M,) long, the context (0..num_contexts-1)
+    each transition belongs to. Returns (mean, variance), each (num_contexts, d); a context without
+    transitions gets exactly the prior (mean 0, variance 1).
+    """
+    sums = mu.new_zeros(num_contexts, mu.shape[1])
+    return posterior_from_sums(sums.index_add(0, context, precision), sums.index_add(0, context, mu * precision))
+
+
+def posterior_from_sums(precision_sum: torch.Tensor, weighted_mean_sum: torch.Tensor):
+    """(mean, variance) of N(0, I) times factors with Σ precision_i and Σ precision_i·μ_i."""
+    total_precision = 1.0 + precision_sum
+    return weighted_mean_sum / total_precision, 1.0 / total_precision
+
+
+def kl_to_prior(mean: torch.Tensor, variance: torch.Tensor) -> torch.Tensor:
+    """KL(N(mean, diag variance) ‖ N(0, I)) per row."""
+    return 0.5 * (variance + mean.square() - 1.0 - variance.log()).sum(dim=-1)
+
+
+class PearlNetwork(nn.Module):
+    """Transition encoder (→ Gaussian factors) and Q-head on [observation, z]."""
+
+    def __init__(self, env_spec, config: Config):
+        super().__init__()
+        self.L, self.latent_dim = env_spec.L, config.latent_dim
+        feature_dim = 3 * env_spec.L + 1
+        self.encoder = mlp(feature_dim, 2 * config.latent_dim, config.encoder_hidden_size,
+                           config.encoder_hidden_layers)
+        self.q = mlp(env_spec.obs_dim + config.latent_dim, env_spec.num_actions, config.hidden_size,
+                     config.hidden_layers)
+
+    def factors(self, features: torch.Tensor):
+        """(μ_i, precision_i = 1/σ_i²) of each transition's factor."""
+        out = self.encoder(features)
+        mu, raw = out[:, :self.latent_dim], out[:, self.latent_dim:].contiguous()  # softplus is slow on views
+        return mu, 1.0 / (F.softplus(raw) + MIN_FACTOR_VARIANCE)
+
+    def posterior(self, features: torch.Tensor, context: torch.Tensor, num_contexts: int):
+        """q(z | context) for transitions `features` (M, feature_dim), each in context `context[i]`."""
+        mu, precision = self.factors(features)
+        return product_of_gaussians(mu, precision, context, num_contexts)
+
+    def q_values(self, obs: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        return self.q(torch.cat([obs, z], dim=-1))
+
+
+class EpisodeReplay(ReplayBuffer):
+    """DQN's ring buffer plus, per transition, its episode id and its index in the episode.
+
+    The shared loop adds one transition per row at every batched step, so transition k - j of the
+    same row's episode lies exactly j·num_envs slots before transition k.
+    """
+
+    FIELDS = ReplayBuffer.FIELDS + ("episode", "index")
+
+    def __init__(self, capacity: int, obs_dim: int, num_envs: int, device: torch.device):
+        super().__init__(capacity, obs_dim, device)
+        self.num_envs = num_envs
+        self.episode = torch.zeros(capacity, dtype=torch.long, device=device)
+        self.index = torch.zeros(capacity, dtype=torch.long, device=device)
+
+    def add(self, obs, actions, rewards, next_obs, terminated, episode, index) -> None:
+        if len(actions) != self.num_envs:
+            raise ValueError(f"EpisodeReplay expects one transition per environment ({self.num_envs}), "
+                             f"got {len(actions)}")
+        slots = ((self.position + torch.arange(len(actions))) % self.capacity).to(self.device)
+        self.episode[slots] = episode
+        self.index[slots] = index
+        super().add(obs, actions, rewards, next_obs, terminated)
+
+    def sample_episodes(self, num_episodes: int, max_length: int):
+        """Episodes drawn with probability proportional to their number of stored transitions: a uniform
+        draw of a stored transition, redrawn while its episode's first transition has been overwritten
+        (only the few oldest episodes, once the ring buffer has wrapped). Returns (slot of each episode's
+        first transition, number of its transitions stored so far), each (num_episodes,)."""
+        slots = torch.randint(0, self.size, (num_episodes,)).to(self.device)
+        while True:
+            first = (slots - self.index[slots] * self.num_envs) % self.capacity
+            lost = self.episode[first] != self.episode[slots]
+            if not bool(lost.any()):
+                break
+            slots[lost] = torch.randint(0, self.size, (int(lost.sum()),)).to(self.device)
+        later = (first.unsqueeze(1) + torch.arange(max_length, device=self.device) * self.num_envs) % self.capacity
+        written = (self.position - 1 - later) % self.capacity < self.size
+        stored = written & (self.episode[later] == self.episode[slots].unsqueeze(1))
+        return first, stored.sum(dim=1)
+
+
+class PearlDQNAgent:
+    def __init__(self, config: Config, env_spec, total_steps: int, device):
+        self.config, self.device = config, torch.device(device)
+        self.L, self.H, self.num_actions = env_spec.L, env_spec.H, env_spec.num_actions
+        self.total_steps = int(total_steps)
+        self.network = PearlNetwork(env_spec, config).to(self.device)
+        self.target_network = PearlNetwork(env_spec, config).to(self.device)
+        self.target_network.load_state_dict(self.network.state_dict())
+        self.optimizer = adam(self.network.parameters(), lr=config.learning_rate)
+        if config.buffer_size < 2 * config.num_envs * env_spec.H:
+            raise ValueError(f"PEARL-DQN hyperparameter buffer_size must be >= 2 * num_envs * H = "
+                             f"{2 * config.num_envs * env_spec.H} (whole episodes must fit), got {config.buffer_size}")
+        self.replay = EpisodeReplay(config.buffer_size, env_spec.obs_dim, config.num_envs, self.device)
+        n, feature_dim = config.num_envs, 3 * env_spec.L + 1
+        # per-row context of the current training episode: its transitions' encoder inputs so far
+        self.context = torch.zeros(n, env_spec.H, feature_dim, device=self.device)
+        self.context_length = torch.zeros(n, dtype=torch.long, device=self.device)
+        self.episode_ids = torch.arange(n, dtype=torch.long, device=self.device)
+        self.next_episode_id = n
+        self.env_steps = 0
+        self.gradient_steps = 0
+        self.next_train_step = config.train_frequency
+        self.next_target_step = config.target_update_frequency
+
+    def epsilon(self) -> float:
+        c = self.config
+        decay_steps = max(1.0, c.exploration_fraction * self.total_steps)
+        frac = min(1.0, self.env_steps / decay_steps)
+        return c.epsilon_start + frac * (c.epsilon_end - c.epsilon_start)
+
+    def context_posterior(self):
+        """q(z | each row's current training episode so far): (mean, variance), each (num_envs, d)."""
+        rows, position = (torch.arange(self.H, device=self.device) < self.context_length.unsqueeze(1)).nonzero(
+            as_tuple=True)
+        return self.network.posterior(self.context[rows, position], rows, len(self.context))
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, greedy: bool = False) -> torch.Tensor:
+        if greedy:
+            raise ValueError("PEARL-DQN conditions on the episode's transitions: evaluate it through "
+                             "evaluation_policy(), not act(obs, greedy=True)")
+        mean, variance = self.context_posterior()
+        z = mean + variance.sqrt() * torch.randn(mean.shape).to(self.device)
+        greedy_actions = self.network.q_values(obs, z).argmax(dim=1)
+        n = obs.shape[0]
+        explore = torch.rand(n) < self.epsilon()
+        random_actions = torch.randint(0, self.num_actions, (n,))
+        return torch.where(explore.to(self.device), random_actions.to(self.device), greedy_actions)
+
+    @torch.no_grad()
+    def observe(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
+        self.replay.add(obs, actions, rewards, next_obs, terminated, self.episode_ids, self.context_length)
+        if bool((self.context_length >= self.H).any()):
+            raise RuntimeError(f"an episode ran past the training horizon H = {self.H} without ending")
+        rows = torch.arange(len(actions), device=self.device)
+        self.context[rows, self.context_length] = transition_features(obs, actions, rewards, next_obs, self.L)
+        self.context_length += 1
+        done = terminated | truncated
+        if bool(done.any()):
+            ended = done.nonzero().squeeze(1)
+            self.context_length[ended] = 0
+            self.episode_ids[ended] = self.next_episode_id + torch.arange(len(ended), device=self.device)
+            self.next_episode_id += len(ended)
+        self.env_steps += len(actions)
+
+    def update(self) -> dict:
+        c = self.config
+        metrics = {}
+        while self.env_steps >= self.next_train_step:
+            self.next_train_step += c.train_frequency
+            if self.env_steps >= c.learning_starts:
+                metrics = self._gradient_step()
+        while self.env_steps >= self.next_target_step:
+            self.next_target_step += c.target_update_frequency
+            for target, online in zip(self.target_network.parameters(), self.network.parameters()):
+                target.data.copy_(c.tau * online.data + (1.0 - c.tau) * target.data)
+        if metrics:
+            metrics["epsilon"] = self.epsilon()
+        return metrics
+
+    def _sample(self):
+        """A minibatch: batch_size / transitions_per_episode episodes drawn in proportion to their stored
+        length, then transitions_per_episode of each drawn uniformly (with replacement), so every stored
+        transition is as likely as in uniform replay. Returns the transitions' slots and, from one encoder
+        pass over each drawn episode's transitions 0..(last drawn index), the prefix sums of their factors:
+        (Σ precision, Σ precision·μ) over transitions 0..k-1 (the context of s_k, with gradients) and
+        over 0..k (the context of s_{k+1}, detached)."""
+        c, r, H = self.config, self.replay, self.H
+        groups, per_group = c.batch_size // c.transitions_per_episode, c.transitions_per_episode
+        first, length = r.sample_episodes(groups, H)
+        draws = (torch.rand(groups, per_group).to(self.device) * length.unsqueeze(1)).long()
+        draws = torch.minimum(draws, length.unsqueeze(1) - 1)   # guards against rand * n rounding up to n
+        needed = torch.arange(H, device=self.device) <= draws.max(dim=1, keepdim=True).values
+        group, position = needed.nonzero(as_tuple=True)
+        prefix = (first[group] + position * r.num_envs) % r.capacity
+        mu, precision = self.network.factors(transition_features(
+            r.obs[prefix], r.actions[prefix], r.rewards[prefix], r.next_obs[prefix], self.L))
+        where = group * H + position
+        d = self.config.latent_dim
+        dense_precision = mu.new_zeros(groups * H, d).index_copy(0, where, precision).view(groups, H, d)
+        dense_weighted = mu.new_zeros(groups * H, d).index_copy(0, where, mu * precision).view(groups, H, d)
+        upto_precision, upto_weighted = dense_precision.cumsum(dim=1), dense_weighted.cumsum(dim=1)
+        pad = mu.new_zeros(groups, 1, d)
+        before_precision = torch.cat([pad, upto_precision[:, :-1]], dim=1)
+        before_weighted = torch.cat([pad, upto_weighted[:, :-1]], dim=1)
+        g = torch.arange(groups, device=self.device).repeat_interleave(per_group)
+        k = draws.reshape(-1)
+        slots = (first[g] + k * r.num_envs) % r.capacity
+        return (slots, (before_precision[g, k], before_weighted[g, k]),
+                (upto_precision[g, k].detach(), upto_weighted[g, k].detach()))
+
+    def _gradient_step(self) -> dict:
+        c, r = self.config, self.replay
+        slots, before, upto = self._sample()
+        obs, actions, rewards = r.obs[slots], r.actions[slots], r.rewards[slots]
+        next_obs, terminated = r.next_obs[slots], r.terminated[slots]
+        with torch.no_grad():
+            next_mean, _ = posterior_from_sums(*upto)
+            next_q = self.target_network.q_values(next_obs, next_mean).max(dim=1).values
+            td_target = rewards + c.gamma * (1.0 - terminated) * next_q
+        mean, variance = posterior_from_sums(*before)
+        z = mean + variance.sqrt() * torch.randn(mean.shape).to(self.device)
+        q_taken = self.network.q_values(obs, z).gather(1, actions.unsqueeze(1)).squeeze(1)
+        td_loss = F.smooth_l1_loss(q_taken, td_target)
+        kl = kl_to_prior(mean, variance).mean()
+        loss = td_loss + c.kl_weight * kl
+        self.optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.network.parameters(), c.max_grad_norm)
+        self.optimizer.step()
+        self.gradient_steps += 1
+        return {"td_loss": td_loss.item(), "kl": kl.item(), "q_mean": q_taken.mean().item()}
+
+    def evaluation_policy(self) -> "PearlEvalPolicy":
+        return PearlEvalPolicy(self.network)
+
+    # --- checkpointing ---------------------------------------------------------------------
+    def policy_state_dict(self) -> dict:
+        return {"network": self.network.state_dict()}
+
+    def load_policy_state_dict(self, state: dict) -> None:
+        self.network.load_state_dict(state["network"])
+
+    def state_dict(self) -> dict:
+        return {
+            "network": self.network.state_dict(),
+            "target_network": self.target_network.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "replay": self.replay.state_dict(),
+            "context": {"features": self.context.cpu().clone(), "length": self.context_length.cpu().clone(),
+                        "episode_ids": self.episode_ids.cpu().clone()},
+            "counters": {"env_steps": self.env_steps, "gradient_steps": self.gradient_steps,
+                         "next_train_step": self.next_train_step, "next_target_step": self.next_target_step,
+                         "next_episode_id": self.next_episode_id},
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.network.load_state_dict(state["network"])
+        self.target_network.load_state_dict(state["target_network"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.replay.load_state_dict(state["replay"])
+        self.context.copy_(state["context"]["features"])
+        self.context_length.copy_(state["context"]["length"])
+        self.episode_ids.copy_(state["context"]["episode_ids"])
+        for name, value in state["counters"].items():
+            setattr(self, name, value)
+
+
+class PearlEvalPolicy:
+    """Greedy on Q(s, posterior mean of z given the episode's transitions so far), per row.
+
+    The posterior is kept as running sums (Σ precision_i, Σ precision_i·μ_i), so its cost per step does
+    not grow with the episode; `begin` resets them (empty context = prior, mean 0). Transitions of rows
+    whose episode has ended are ignored.
+    """
+
+    def __init__(self, network: PearlNetwork):
+        self.network = network
+
+    def begin(self, batch) -> None:
+        n, d = len(batch), self.network.latent_dim
+        device = next(self.network.parameters()).device
+        self.precision_sum = torch.zeros(n, d, device=device)
+        self.weighted_mean_sum = torch.zeros(n, d, device=device)
+        self.active = torch.ones(n, dtype=torch.bool, device=device)
+
+    def posterior_mean(self) -> torch.Tensor:
+        return posterior_from_sums(self.precision_sum, self.weighted_mean_sum)[0]
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.network.q_values(obs, self.posterior_mean()).argmax(dim=1)
+
+    @torch.no_grad()
+    def observe(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
+        mu, precision = self.network.factors(transition_features(obs, actions, rewards, next_obs,
+                                                                 self.network.L))
+        weight = self.active.unsqueeze(1).to(mu.dtype)
+        self.precision_sum += precision * weight
+        self.weighted_mean_sum += mu * precision * weight
+        self.active &= ~(terminated | truncated)
+
+
+def make(config: Config, env_spec, total_steps: int, device) -> PearlDQNAgent:
+    return PearlDQNAgent(config, env_spec, total_steps, device)

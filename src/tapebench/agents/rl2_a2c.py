@@ -1,0 +1,326 @@
+"""RL2 (RL², Duan et al., 2016; Wang et al., 2016) with A2C and GAE: a recurrent actor-critic.
+
+Its hidden state can infer the episode's rule from the transitions it has seen.
+
+Network: the input [observation, one-hot previous action, previous reward, first-step flag] goes
+through a tanh layer and a GRU cell, then an MLP head; the actor and the critic each have their own
+(as PPO's actor and critic are separate networks). A trial is one episode (the rule is resampled at
+every reset), so the hidden state, the previous action and reward are reset (zeros, first-step
+flag 1) at every episode start.
+
+Training (A2C, synchronous): each update collects `num_steps` steps from each of `num_envs`
+environments, computes GAE(λ) advantages, and takes one gradient step on the policy-gradient loss
+with an entropy bonus and a value loss. The loss is back-propagated through the whole rollout
+(truncated BPTT): the GRUs are re-run from the hidden state stored at the rollout start, with a row's
+hidden state reset inside the rollout where its episode ended.
+
+Truncation (t = H) is not termination: on a truncated step the reward is augmented with γ·V of the
+episode's true last observation (the value after the critic's GRU has also read the last transition),
+and the advantage recursion stops there as it does on termination.
+
+Evaluation (`evaluation_policy()`): the greedy action of the actor, one hidden state per row,
+reset at every episode start and fed the row's previous action and reward.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.distributions import Categorical
+
+from .common import adam, gae
+from .ppo import layer_init, mlp
+
+
+@dataclass
+class Config:
+    num_envs: int = 16
+    """environments stepped in parallel; every one of their steps counts toward the budget"""
+    num_steps: int = 16
+    """rollout length per environment, also the BPTT length; one update consumes num_envs * num_steps
+    environment steps"""
+    hidden_size: int = 128
+    """width of the input layer, the GRU state and the head's hidden layer, in the actor and in the critic"""
+    learning_rate: float = 3e-3
+    """Adam learning rate"""
+    anneal_lr: bool = True
+    """decay the learning rate linearly to 0 over the training budget"""
+    gamma: float = 0.99
+    """discount factor"""
+    gae_lambda: float = 0.95
+    """λ of generalised advantage estimation"""
+    norm_adv: bool = True
+    """normalise advantages over each rollout"""
+    ent_coef: float = 0.01
+    """entropy bonus coefficient"""
+    vf_coef: float = 0.5
+    """value loss coefficient"""
+    max_grad_norm: float = 0.5
+    """gradient-norm clipping threshold"""
+
+    def check(self) -> None:
+        for name in ("num_steps", "hidden_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"RL2-A2C hyperparameter {name} must be >= 1, got {getattr(self, name)}")
+        for name in ("gamma", "gae_lambda"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"RL2-A2C hyperparameter {name} must be in [0, 1], got {getattr(self, name)}")
+        for name in ("ent_coef", "vf_coef"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"RL2-A2C hyperparameter {name} must be >= 0, got {getattr(self, name)}")
+        if self.learning_rate <= 0 or self.max_grad_norm <= 0:
+            raise ValueError("RL2-A2C hyperparameters learning_rate and max_grad_norm must be > 0, got "
+                             f"{self.learning_rate}, {self.max_grad_norm}")
+        if self.num_envs * self.num_steps < 2 and self.norm_adv:
+            raise ValueError("RL2-A2C: norm_adv needs num_envs * num_steps >= 2")
+
+
+def policy_inputs(obs, prev_action_onehot, prev_reward, first) -> torch.Tensor:
+    """[observation, one-hot previous action, previous reward, first-step flag]."""
+    return torch.cat([obs, prev_action_onehot, prev_reward.unsqueeze(-1), first.unsqueeze(-1)], dim=-1)
+
+
+class RecurrentCore(nn.Module):
+    """tanh input layer, then a GRU cell."""
+
+    def __init__(self, input_dim: int, hidden_size: int):
+        super().__init__()
+        self.embed = nn.Sequential(layer_init(nn.Linear(input_dim, hidden_size)), nn.Tanh())
+        self.gru = nn.GRUCell(hidden_size, hidden_size)
+        for name, param in self.gru.named_parameters():
+            if "weight" in name:
+                nn.init.orthogonal_(param, 1.0)
+            else:
+                nn.init.zeros_(param)
+
+    def forward(self, inputs: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        return self.gru(self.embed(inputs), hidden)
+
+
+class RecurrentActorCritic(nn.Module):
+    """Separate recurrent cores for the actor and the critic (as PPO keeps separate networks: a value
+    loss back-propagated into a shared core swamps the policy gradient here). The hidden state is the
+    two cores' states side by side: (N, 2 * hidden_size)."""
+
+    def __init__(self, env_spec, hidden_size: int):
+        super().__init__()
+        input_dim = env_spec.obs_dim + env_spec.num_actions + 2
+        self.hidden_size = hidden_size
+        self.actor_core = RecurrentCore(input_dim, hidden_size)
+        self.critic_core = RecurrentCore(input_dim, hidden_size)
+        self.actor = mlp(hidden_size, env_spec.num_actions, hidden_size, 1, out_std=0.01)
+        self.critic = mlp(hidden_size, 1, hidden_size, 1, out_std=1.0)
+
+    def step(self, inputs: torch.Tensor, hidden: torch.Tensor):
+        """One step of the cores: (logits, value, next hidden state)."""
+        actor_hidden = self.actor_core(inputs, hidden[:, :self.hidden_size])
+        critic_hidden = self.critic_core(inputs, hidden[:, self.hidden_size:])
+        return (self.actor(actor_hidden), self.critic(critic_hidden).squeeze(-1),
+                torch.cat([actor_hidden, critic_hidden], dim=1))
+
+
+class EpisodeMemory:
+    """Per-row recurrent state: GRU hidden state and the previous action / reward / first-step flag."""
+
+    def __init__(self, num_rows: int, hidden_size: int, num_actions: int, device):
+        self.hidden = torch.zeros(num_rows, hidden_size, device=device)
+        self.prev_action = torch.zeros(num_rows, num_actions, device=device)   # one-hot, zeros at a start
+        self.prev_reward = torch.zeros(num_rows, device=device)
+        self.first = torch.ones(num_rows, device=device)
+
+    def inputs(self, obs: torch.Tensor) -> torch.Tensor:
+        return policy_inputs(obs, self.prev_action, self.prev_reward, self.first)
+
+    def advance(self, hidden, actions, rewards, done) -> None:
+        """After a step: carry the new hidden state, action and reward; rows whose episode ended start over."""
+        keep = (~done).to(hidden.dtype)
+        self.hidden = hidden * keep.unsqueeze(1)
+        self.prev_action = F.one_hot(actions, self.prev_action.shape[1]).to(hidden.dtype) * keep.unsqueeze(1)
+        self.prev_reward = rewards.to(hidden.dtype) * keep
+        self.first = 1.0 - keep
+
+    FIELDS = ("hidden", "prev_action", "prev_reward", "first")
+
+    def state_dict(self) -> dict:
+        return {name: getattr(self, name).cpu().clone() for name in self.FIELDS}
+
+    def load_state_dict(self, state: dict) -> None:
+        for name in self.FIELDS:
+            setattr(self, name, state[name].to(getattr(self, name).device).clone())
+
+
+class Rollout:
+    """One rollout: (num_steps, num_envs) tensors filled step by step, and the hidden state at its start."""
+
+    FIELDS = ("inputs", "actions", "logprobs", "rewards", "dones", "values", "start_hidden", "last_next_obs")
+
+    def __init__(self, num_steps: int, num_envs: int, input_dim: int, obs_dim: int, hidden_size: int, device):
+        self.inputs = torch.zeros(num_steps, num_envs, input_dim, device=device)
+        self.actions = torch.zeros(num_steps, num_envs, dtype=torch.long, device=device)
+        self.logprobs = torch.zeros(num_steps, num_envs, device=device)
+        self.rewards = torch.zeros(num_steps, num_envs, device=device)
+        self.dones = torch.zeros(num_steps, num_envs, device=device)
+        self.values = torch.zeros(num_steps, num_envs, device=device)
+        self.start_hidden = torch.zeros(num_envs, hidden_size, device=device)
+        self.last_next_obs = torch.zeros(num_envs, obs_dim, device=device)
+        self.position = 0
+
+    def state_dict(self) -> dict:
+        state = {name: getattr(self, name).cpu().clone() for name in self.FIELDS}
+        state["position"] = self.position
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        for name in self.FIELDS:
+            getattr(self, name).copy_(state[name])
+        self.position = state["position"]
+
+
+class RL2A2CAgent:
+    def __init__(self, config: Config, env_spec, total_steps: int, device):
+        self.config, self.device = config, torch.device(device)
+        self.num_actions = env_spec.num_actions
+        self.network = RecurrentActorCritic(env_spec, config.hidden_size).to(self.device)
+        self.optimizer = adam(self.network.parameters(), lr=config.learning_rate, eps=1e-5)
+        input_dim = env_spec.obs_dim + env_spec.num_actions + 2
+        self.rollout = Rollout(config.num_steps, config.num_envs, input_dim, env_spec.obs_dim, 2 * config.hidden_size,
+                               self.device)
+        self.memory = EpisodeMemory(config.num_envs, 2 * config.hidden_size, env_spec.num_actions, self.device)
+        self.num_updates = max(1, math.ceil(total_steps / (config.num_envs * config.num_steps)))
+        self.updates_done = 0
+        self._pending = None  # inputs, next hidden state, log-probs and values of the last `act`
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, greedy: bool = False) -> torch.Tensor:
+        if greedy:
+            raise ValueError("RL2-A2C keeps a recurrent state per episode: evaluate it through "
+                             "evaluation_policy(), not act(obs, greedy=True)")
+        if self.rollout.position == 0:
+            self.rollout.start_hidden.copy_(self.memory.hidden)
+        inputs = self.memory.inputs(obs)
+        logits, values, hidden = self.network.step(inputs, self.memory.hidden)
+        dist = Categorical(logits=logits)
+        actions = dist.sample()
+        self._pending = (inputs, hidden, dist.log_prob(actions), values)
+        return actions
+
+    @torch.no_grad()
+    def observe(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
+        if self._pending is None:
+            raise RuntimeError("RL2-A2C observe() needs the preceding act(obs, greedy=False)")
+        inputs, hidden, logprobs, values = self._pending
+        self._pending = None
+        rewards = rewards.float()
+        bootstrapped = rewards.clone()
+        if truncated.any():
+            # the value of the true last observation, after the core has also read the last transition
+            rows = truncated.nonzero().squeeze(1)
+            onehot = F.one_hot(actions[rows], self.num_actions).to(rewards.dtype)
+            last_inputs = policy_inputs(next_obs[rows], onehot, rewards[rows], torch.zeros_like(rewards[rows]))
+            _, last_values, _ = self.network.step(last_inputs, hidden[rows])
+            bootstrapped[rows] += self.config.gamma * last_values
+        r, t = self.rollout, self.rollout.position
+        r.inputs[t], r.actions[t], r.logprobs[t], r.values[t] = inputs, actions, logprobs, values
+        r.rewards[t], r.dones[t] = bootstrapped, (terminated | truncated).float()
+        r.last_next_obs.copy_(next_obs)
+        r.position += 1
+        self.memory.advance(hidden, actions, rewards, terminated | truncated)
+
+    def replay_rollout(self):
+        """Re-run the core over the rollout from its stored start hidden state (with gradients):
+        (logits (T, N, A), values (T, N))."""
+        r = self.rollout
+        hidden, all_logits, all_values = r.start_hidden, [], []
+        for t in range(r.position):
+            logits, values, hidden = self.network.step(r.inputs[t], hidden)
+            hidden = hidden * (1.0 - r.dones[t]).unsqueeze(1)
+            all_logits.append(logits)
+            all_values.append(values)
+        return torch.stack(all_logits), torch.stack(all_values)
+
+    @torch.no_grad()
+    def advantages(self):
+        """GAE(λ) advantages and returns of the full rollout, bootstrapping from the value of the step
+        after it (the rows' current recurrent state and last observation)."""
+        c, r = self.config, self.rollout
+        _, next_value, _ = self.network.step(self.memory.inputs(r.last_next_obs), self.memory.hidden)
+        return gae(r.rewards, r.values, r.dones, next_value, c.gamma, c.gae_lambda)
+
+    def update(self) -> dict:
+        c, r = self.config, self.rollout
+        if r.position < c.num_steps:
+            return {}
+        if c.anneal_lr:
+            self.optimizer.param_groups[0]["lr"] = c.learning_rate * (1.0 - self.updates_done / self.num_updates)
+        advantages, returns = self.advantages()
+        if c.norm_adv:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        logits, values = self.replay_rollout()
+        dist = Categorical(logits=logits)
+        policy_loss = -(advantages * dist.log_prob(r.actions)).mean()
+        value_loss = 0.5 * (values - returns).square().mean()
+        entropy = dist.entropy().mean()
+        loss = policy_loss - c.ent_coef * entropy + c.vf_coef * value_loss
+        self.optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.network.parameters(), c.max_grad_norm)
+        self.optimizer.step()
+        self.updates_done += 1
+        r.position = 0
+        return {"policy_loss": policy_loss.item(), "value_loss": value_loss.item(), "entropy": entropy.item()}
+
+    def evaluation_policy(self) -> "RL2EvalPolicy":
+        return RL2EvalPolicy(self.network, 2 * self.config.hidden_size, self.num_actions)
+
+    # --- checkpointing ---------------------------------------------------------------------
+    def policy_state_dict(self) -> dict:
+        return {"network": self.network.state_dict()}
+
+    def load_policy_state_dict(self, state: dict) -> None:
+        self.network.load_state_dict(state["network"])
+
+    def state_dict(self) -> dict:
+        return {"network": self.network.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "rollout": self.rollout.state_dict(), "memory": self.memory.state_dict(),
+                "updates_done": self.updates_done}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.network.load_state_dict(state["network"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.rollout.load_state_dict(state["rollout"])
+        self.memory.load_state_dict(state["memory"])
+        self.updates_done = state["updates_done"]
+
+
+class RL2EvalPolicy:
+    """The greedy actor with one hidden state per row, reset at `begin`, fed each row's previous action
+    and reward by `observe`."""
+
+    def __init__(self, network: RecurrentActorCritic, hidden_size: int, num_actions: int):
+        self.network, self.hidden_size, self.num_actions = network, hidden_size, num_actions
+        self._next_hidden = None
+
+    def begin(self, batch) -> None:
+        device = next(self.network.parameters()).device
+        self.memory = EpisodeMemory(len(batch), self.hidden_size, self.num_actions, device)
+        self._next_hidden = None
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        logits, _, self._next_hidden = self.network.step(self.memory.inputs(obs), self.memory.hidden)
+        return logits.argmax(dim=1)
+
+    @torch.no_grad()
+    def observe(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
+        # a row whose episode ended keeps being stepped by the runner with frozen records; what it
+        # feeds its own state then does not matter, and no row starts a new episode before begin()
+        done = torch.zeros_like(terminated)
+        self.memory.advance(self._next_hidden, actions, rewards, done)
+        self._next_hidden = None
+
+
+def make(config: Config, env_spec, total_steps: int, device) -> RL2A2CAgent:
+    return RL2A2CAgent(config, env_spec, total_steps, device)
