@@ -111,7 +111,7 @@ class Method:
 
 
 def _builtin() -> list[Method]:
-    from ..agents import dqn, ppo
+    from ..agents import dqn, ppo, ppo_dr, rainbow
     from ..oracle import exact, mpc
     from . import random_policy
 
@@ -119,6 +119,8 @@ def _builtin() -> list[Method]:
     return [
         agent("dqn", "DQN", "value_based", dqn),
         agent("ppo", "PPO", "actor_critic", ppo),
+        agent("ppo_dr", "PPO + DR", "actor_critic", ppo_dr),
+        agent("rainbow", "Rainbow", "value_based", rainbow),
         Method("random", "Random policy", "reference", random_policy.Config, make_policy=random_policy.make_policy,
                summary="a uniformly random cell each step: the floor"),
         Method("mpc", "True-dynamics MPC", "reference", mpc.MPCMethodConfig, make_policy=mpc.make_policy,
