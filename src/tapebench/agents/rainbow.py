@@ -411,19 +411,23 @@ class RainbowAgent:
             self.target.load_state_dict(self.online.state_dict())
         return metrics
 
+    @torch.no_grad()
+    def target_distribution(self, returns, discounts, next_obs) -> torch.Tensor:
+        """Double Q: the online network (current noise) picks each next action by its expected return, the
+        target network's (current noise) distribution of that action, shifted and projected, is the target."""
+        next_actions = self.q_values(next_obs, noisy=True).argmax(dim=1)
+        next_probs = self.target(next_obs).exp()[torch.arange(len(next_obs), device=self.device), next_actions]
+        return project_distribution(next_probs, returns, discounts, self.support)
+
     def _gradient_step(self) -> dict:
         c = self.config
         beta = self.beta()
         indices, weights = self.replay.sample(c.batch_size, beta)
         obs, actions, returns, discounts, next_obs = self.replay.batch(indices)
-        rows = torch.arange(len(indices), device=self.device)
         self.online.resample_noise()
         self.target.resample_noise()
-        with torch.no_grad():
-            next_actions = self.q_values(next_obs, noisy=True).argmax(dim=1)            # online picks
-            next_probs = self.target(next_obs).exp()[rows, next_actions]                # target values
-            target = project_distribution(next_probs, returns, discounts, self.support)
-        log_probs = self.online(obs)[rows, actions]
+        target = self.target_distribution(returns, discounts, next_obs)
+        log_probs = self.online(obs)[torch.arange(len(indices), device=self.device), actions]
         cross_entropy = -(target * log_probs).sum(dim=1)
         loss = (torch.as_tensor(weights, dtype=torch.float32, device=self.device) * cross_entropy).mean()
         self.optimizer.zero_grad()
