@@ -113,3 +113,46 @@ def parse_rule_list(text: str) -> list[int]:
                 f"cannot parse rule list item {part!r} in {text!r}; use e.g. '0-255' or '30,110'"
             ) from None
     return sorted(check_rules(sorted(rules)))
+
+
+DEFAULT_INIT_DENSITY = 0.5
+DEFAULT_NOISE = 0.0
+MAX_NOISE = 0.5
+
+
+def _check_nuisance(value, name: str, low: float, high: float, low_open: bool, allow_range: bool):
+    """A number in the interval, or (with `allow_range`) a (low, high) pair inside it with low <= high.
+    Returns a float or a tuple of two floats."""
+    interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if low_open else ']'}"
+    allowed = f"a number in {interval}" + (f" or a (low, high) range inside {interval} with low <= high"
+                                          if allow_range else "")
+
+    def number(x) -> float:
+        if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer, np.floating)) \
+                or not np.isfinite(x):
+            raise ValueError(f"{name} must be {allowed}, got {value!r}")
+        x = float(x)
+        inside = (low < x < high) if low_open else (low <= x <= high)
+        if not inside:
+            raise ValueError(f"{name} must be {allowed}, got {value!r}")
+        return x
+
+    if isinstance(value, (tuple, list, np.ndarray)):
+        if not allow_range or len(value) != 2:
+            raise ValueError(f"{name} must be {allowed}, got {value!r}")
+        lo, hi = number(value[0]), number(value[1])
+        if lo > hi:
+            raise ValueError(f"{name} range must have low <= high, got low {lo:g} > high {hi:g}")
+        return (lo, hi)
+    return number(value)
+
+
+def check_init_density(value, allow_range: bool = False):
+    """Initial cell density rho (cells i.i.d. Bernoulli(rho)): in (0, 1), so a tape other than the goal
+    can always be drawn."""
+    return _check_nuisance(value, "init_density", 0.0, 1.0, True, allow_range)
+
+
+def check_noise(value, allow_range: bool = False):
+    """Cell-update noise epsilon (each cell flips with probability epsilon after the CA update): in [0, 0.5]."""
+    return _check_nuisance(value, "noise", 0.0, MAX_NOISE, False, allow_range)

@@ -4,9 +4,10 @@ This is what training and evaluation use. Semantics match `TapeEnv` step for ste
 Auto-reset is same-step: the returned observation of a finished row is already the next
 episode's first observation; the finished episode's last observation is in info["final_obs"].
 
-Random draws (initial tapes, rules) always come from a CPU generator seeded with `seed`, so a
-seed gives the same episodes on every device. The tapes live in a periodic padded buffer that the
-torch kernel updates in place (see `ca.torch_kernel`); `tapes` is a (N, L) view of it.
+Random draws (initial tapes, rules, per-row nuisance values, cell-update noise) always come from a
+CPU generator seeded with `seed`, so a seed gives the same episodes on every device. The tapes live
+in a periodic padded buffer that the torch kernel updates in place (see `ca.torch_kernel`); `tapes`
+is a (N, L) view of it.
 """
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import numpy as np
 import torch
 
 from ..ca import torch_kernel
-from ..validation import check_goal, check_horizon, check_length, check_rules, check_success_bonus
+from ..validation import (DEFAULT_INIT_DENSITY, DEFAULT_NOISE, check_goal, check_horizon, check_init_density,
+                          check_length, check_noise, check_rules, check_success_bonus)
 
 
 class BatchedTapeEnv:
@@ -27,6 +29,16 @@ class BatchedTapeEnv:
         device: torch device of the state and of everything `step` returns.
         seed: seed of the CPU generator that draws initial tapes and rules.
         autoreset: reset finished rows inside `step` (same-step auto-reset).
+        init_density: rho in (0, 1), initial cells i.i.d. Bernoulli(rho) (redrawn if equal to the goal);
+            or a range (low, high): each row draws its rho ~ U[low, high] at every (auto-)reset.
+        noise: epsilon in [0, 0.5], after each CA update every cell flips independently with probability
+            epsilon (success and reward are judged after the noise); or a range (low, high) drawn per
+            row at every (auto-)reset like rho. Ranges are domain randomisation for training;
+            evaluation uses the defaults (rho = 0.5, epsilon = 0).
+
+    With the defaults the env draws exactly what it drew before these parameters existed (fair bits for
+    the tapes, no noise draws). The rows' current values are `row_density` and `row_noise` ((N,) float32,
+    on the CPU); `reset`, auto-reset and `load` draw them for the rows they start.
 
     `step(actions)` returns (obs (N, L+1) float32, reward (N,) float32, terminated (N,) bool,
     truncated (N,) bool, info) with info["dist"] (N,) float32 normalised distance after the step,
@@ -36,7 +48,7 @@ class BatchedTapeEnv:
 
     def __init__(self, num_envs: int, L: int = 32, H: int = 32, rules=(30,), goal=None,
                  success_bonus: float = 1.0, device: str | torch.device = "cpu", seed: int = 0,
-                 autoreset: bool = True):
+                 autoreset: bool = True, init_density=DEFAULT_INIT_DENSITY, noise=DEFAULT_NOISE):
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
             raise ValueError(f"num_envs must be an integer >= 1, got {num_envs!r}")
         self.num_envs = int(num_envs)
@@ -52,6 +64,11 @@ class BatchedTapeEnv:
         self._goal_ones = float(goal.sum())
         self.success_bonus = check_success_bonus(success_bonus)
         self.autoreset = bool(autoreset)
+        # a degenerate range (x, x) is the constant x: no per-row draws
+        self.init_density = _constant_if_degenerate(check_init_density(init_density, allow_range=True))
+        self.noise = _constant_if_degenerate(check_noise(noise, allow_range=True))
+        self._fair_bits = self.init_density == DEFAULT_INIT_DENSITY   # the original Bernoulli(0.5) draws
+        self._noisy = self.noise != DEFAULT_NOISE
         self.generator = torch.Generator(device="cpu")
         self.generator.manual_seed(int(seed))
         n, L = self.num_envs, self.L
@@ -61,6 +78,18 @@ class BatchedTapeEnv:
         self._row_offsets = torch_kernel.flat_row_offsets(n, L, device=self.device)
         self.rules = torch.zeros(n, dtype=torch.uint8, device=self.device)
         self.t = torch.zeros(n, dtype=torch.int64, device=self.device)
+        self.row_density = torch.full((n,), _low(self.init_density), dtype=torch.float32)
+        self.row_noise = torch.full((n,), _low(self.noise), dtype=torch.float32)
+
+    @property
+    def randomised(self) -> bool:
+        """Whether init_density or noise is a per-row range (domain randomisation)."""
+        return isinstance(self.init_density, tuple) or isinstance(self.noise, tuple)
+
+    @property
+    def nuisances(self) -> bool:
+        """Whether init_density or noise differs from the defaults (rho = 0.5, epsilon = 0)."""
+        return not self._fair_bits or self._noisy
 
     # --- state -----------------------------------------------------------------------------
     @property
@@ -77,14 +106,29 @@ class BatchedTapeEnv:
     def distance(self) -> torch.Tensor:
         return (self.tapes != self.goal).sum(dim=1).float() / self.L
 
-    def _draw_tapes(self, n: int) -> torch.Tensor:
-        tapes = torch.randint(0, 2, (n, self.L), generator=self.generator, dtype=torch.uint8)
+    def _draw_tapes(self, n: int, density: torch.Tensor | None = None) -> torch.Tensor:
+        """n initial tapes, each redrawn while equal to the goal: fair bits, or with `density` ((n,) on the
+        CPU) row k's cells i.i.d. Bernoulli(density[k])."""
+        def draw(count: int, rows_density: torch.Tensor | None) -> torch.Tensor:
+            if rows_density is None:
+                return torch.randint(0, 2, (count, self.L), generator=self.generator, dtype=torch.uint8)
+            uniform = torch.rand(count, self.L, generator=self.generator)
+            return (uniform < rows_density.unsqueeze(1)).to(torch.uint8)
+
+        tapes = draw(n, density)
         same = (tapes == self._goal_cpu).all(dim=1)
         while same.any():
-            tapes[same] = torch.randint(0, 2, (int(same.sum()), self.L), generator=self.generator,
-                                        dtype=torch.uint8)
+            tapes[same] = draw(int(same.sum()), None if density is None else density[same])
             same = (tapes == self._goal_cpu).all(dim=1)
         return tapes.to(self.device)
+
+    def _draw_row_nuisances(self, rows: torch.Tensor) -> None:
+        """Draw rho, then epsilon, for the given rows where they are ranges (no draws for constants)."""
+        rows = rows.cpu()
+        for value, row_values in ((self.init_density, self.row_density), (self.noise, self.row_noise)):
+            if isinstance(value, tuple):
+                low, high = value
+                row_values[rows] = low + (high - low) * torch.rand(rows.numel(), generator=self.generator)
 
     def _draw_rules(self, n: int) -> torch.Tensor:
         idx = torch.randint(0, len(self.rule_set), (n,), generator=self.generator)
@@ -100,8 +144,10 @@ class BatchedTapeEnv:
         """Start new episodes in the given rows (a 1-D index tensor)."""
         n = rows.numel()
         if n:
-            tapes = self._draw_tapes(n)
-            self._set_rows(rows, tapes, self._draw_rules(n))
+            if self.randomised:
+                self._draw_row_nuisances(rows)
+            density = None if self._fair_bits else self.row_density[rows.cpu()]
+            self._set_rows(rows, self._draw_tapes(n, density), self._draw_rules(n))
 
     def reset(self, seed: int | None = None) -> torch.Tensor:
         if seed is not None:
@@ -110,7 +156,8 @@ class BatchedTapeEnv:
         return self.observation()
 
     def load(self, tapes, rules) -> torch.Tensor:
-        """Start episodes from explicit initial tapes (N, L) and rules (N,): evaluation uses this."""
+        """Start episodes from explicit initial tapes (N, L) and rules (N,): evaluation uses this.
+        Per-row ranges of rho and epsilon are drawn for the new episodes as at a reset."""
         tapes_np = tapes.cpu().numpy() if isinstance(tapes, torch.Tensor) else np.asarray(tapes)
         rules_np = rules.cpu().numpy() if isinstance(rules, torch.Tensor) else np.asarray(rules)
         if tapes_np.shape != (self.num_envs, self.L) or rules_np.shape != (self.num_envs,):
@@ -120,8 +167,10 @@ class BatchedTapeEnv:
         if tapes_np.dtype.kind not in "biuf" or not np.all((tapes_np == 0) | (tapes_np == 1)):
             bad = sorted(set(np.unique(tapes_np).tolist()) - {0, 1})
             raise ValueError(f"load: tape cells must be 0 or 1, got values {bad}")
-        self._set_rows(torch.arange(self.num_envs, device=self.device),
-                       torch.as_tensor(tapes_np.astype(np.uint8), device=self.device), rules_t)
+        rows = torch.arange(self.num_envs, device=self.device)
+        if self.randomised:
+            self._draw_row_nuisances(rows)
+        self._set_rows(rows, torch.as_tensor(tapes_np.astype(np.uint8), device=self.device), rules_t)
         return self.observation()
 
     # --- dynamics --------------------------------------------------------------------------
@@ -141,6 +190,10 @@ class BatchedTapeEnv:
         actions = self._check_actions(actions)
         torch_kernel.flip_padded_(self._padded, actions, self._row_offsets)
         torch_kernel.step_padded_(self._padded, self._plane, self._scratch)
+        if self._noisy:
+            uniform = torch.rand(self.num_envs, self.L, generator=self.generator)
+            flips = (uniform < self.row_noise.unsqueeze(1)).to(torch.uint8)
+            self.tapes.bitwise_xor_(flips.to(self.device))
         self.t += 1
         obs = self.observation()
         mismatches = torch.mv(obs[:, :self.L], self._goal_sign)
@@ -160,3 +213,13 @@ class BatchedTapeEnv:
                 obs[done_rows, :self.L] = self.tapes[done_rows].float()
                 obs[done_rows, self.L] = 0.0
         return obs, reward, terminated, truncated, info
+
+
+def _constant_if_degenerate(value):
+    if isinstance(value, tuple) and value[0] == value[1]:
+        return value[0]
+    return value
+
+
+def _low(value) -> float:
+    return value[0] if isinstance(value, tuple) else value

@@ -7,8 +7,8 @@ import numpy as np
 from gymnasium import spaces
 
 from ..ca import reference
-from ..validation import (as_scalar_action, check_action, check_goal, check_horizon, check_length, check_rule,
-                          check_rules, check_success_bonus)
+from ..validation import (DEFAULT_INIT_DENSITY, as_scalar_action, check_action, check_goal, check_horizon,
+                          check_init_density, check_length, check_noise, check_rule, check_rules, check_success_bonus)
 
 
 class TapeEnv(gym.Env):
@@ -21,17 +21,26 @@ class TapeEnv(gym.Env):
         goal: goal tape (length L, cells 0/1); default all zeros.
         success_bonus: b in r_t = -dist(s_{t+1}, g) + b * 1[dist = 0].
         rules: optional rule set; a rule is drawn uniformly from it at every reset.
+        init_density: rho in (0, 1); initial cells are i.i.d. Bernoulli(rho), redrawn if equal to the goal.
+        noise: epsilon in [0, 0.5]; after each CA update every cell flips independently with probability
+            epsilon (the success check and the reward see the noisy tape).
+
+    Per-episode ranges of rho and epsilon (domain randomisation) are `BatchedTapeEnv`'s; here each is one
+    number. With the defaults (0.5, 0) the random stream is exactly that of an env without them.
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 4}
 
     def __init__(self, rule: int = 30, L: int = 32, H: int = 32, goal=None, success_bonus: float = 1.0,
-                 rules=None, render_mode: str | None = None):
+                 rules=None, render_mode: str | None = None, init_density: float = DEFAULT_INIT_DENSITY,
+                 noise: float = 0.0):
         self.L = check_length(L)
         self.H = check_horizon(H)
         self.goal = check_goal(goal, self.L)
         self.success_bonus = check_success_bonus(success_bonus)
         self.rules = check_rules(rules) if rules is not None else [check_rule(rule)]
+        self.init_density = check_init_density(init_density)
+        self.noise = check_noise(noise)
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         self.render_mode = render_mode
@@ -58,13 +67,15 @@ class TapeEnv(gym.Env):
                 raise ValueError("initial tape must differ from the goal tape")
             self.tape = tape.copy()
         else:
-            self.tape = initial_tape(self.np_random, self.L, self.goal)
+            self.tape = initial_tape(self.np_random, self.L, self.goal, self.init_density)
         self.t = 0
         return self._obs(), self._info()
 
     def step(self, action):
         action = check_action(as_scalar_action(action), self.L)
         self.tape = reference.transition(self.tape, action, self.rule)
+        if self.noise > 0.0:
+            self.tape = self.tape ^ (self.np_random.random(self.L) < self.noise).astype(np.uint8)
         self.t += 1
         dist = reference.distance(self.tape, self.goal)
         success = dist == 0.0
@@ -78,9 +89,15 @@ class TapeEnv(gym.Env):
         return None
 
 
-def initial_tape(rng: np.random.Generator, L: int, goal: np.ndarray) -> np.ndarray:
-    """I.i.d. Bernoulli(0.5) cells, redrawn while equal to the goal."""
+def initial_tape(rng: np.random.Generator, L: int, goal: np.ndarray,
+                 density: float = DEFAULT_INIT_DENSITY) -> np.ndarray:
+    """I.i.d. Bernoulli(density) cells, redrawn while equal to the goal.
+
+    density 0.5 draws fair bits (`integers(0, 2)`), the stream an env without the parameter used."""
     while True:
-        tape = rng.integers(0, 2, size=L, dtype=np.uint8)
+        if density == DEFAULT_INIT_DENSITY:
+            tape = rng.integers(0, 2, size=L, dtype=np.uint8)
+        else:
+            tape = (rng.random(L) < density).astype(np.uint8)
         if not np.array_equal(tape, goal):
             return tape

@@ -112,7 +112,7 @@ class Method:
 
 
 def _builtin() -> list[Method]:
-    from ..agents import curl_dqn, dqn, pearl_dqn, ppo, rad_dqn, rl2_a2c
+    from ..agents import curl_dqn, dqn, pearl_dqn, ppo, ppo_dr, rad_dqn, rainbow, rl2_a2c
     from ..oracle import exact, mpc
     from . import random_policy
 
@@ -120,6 +120,8 @@ def _builtin() -> list[Method]:
     return [
         agent("dqn", "DQN", "value_based", dqn),
         agent("ppo", "PPO", "actor_critic", ppo),
+        agent("rainbow", "Rainbow", "value_based", rainbow),
+        agent("ppo_dr", "PPO + DR", "actor_critic", ppo_dr),
         agent("rad_dqn", "DQN + RAD", "augmentation", rad_dqn),
         agent("curl_dqn", "DQN + CURL", "augmentation", curl_dqn),
         agent("pearl_dqn", "PEARL-DQN", "task_inference", pearl_dqn),

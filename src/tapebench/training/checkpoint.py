@@ -5,8 +5,9 @@ hyperparameters, env spec, env steps trained, provenance and the greedy policy's
 (`agent.policy_state_dict()`): enough to rebuild the policy with `load_policy`.
 
 `<run>/resume.pt` — the full training state after the last checkpoint: agent state (networks,
-optimiser, replay buffer / partial rollout), environment state (tapes, rules, step counters and the
-env generator), the torch / numpy / python RNG states, the loop counters and the run fingerprint.
+optimiser, replay buffer / partial rollout), environment state (tapes, rules, step counters, the
+rows' init_density / noise when the environment has them, and the env generator), the torch / numpy /
+python RNG states, the loop counters and the run fingerprint.
 
 Files are serialised to memory first, so the same content always gives the same bytes
 (torch.save embeds the file name in the archive otherwise). `save` returns the file's sha256, which
@@ -98,8 +99,12 @@ def set_rng_state(state: dict) -> None:
 
 
 def env_state(env) -> dict:
-    return {"tapes": env.tapes.cpu().clone(), "rules": env.rules.cpu().clone(), "t": env.t.cpu().clone(),
-            "generator": env.generator.get_state()}
+    state = {"tapes": env.tapes.cpu().clone(), "rules": env.rules.cpu().clone(), "t": env.t.cpu().clone(),
+             "generator": env.generator.get_state()}
+    if env.nuisances:   # per-row rho and epsilon (domain randomisation); absent with the defaults
+        state["init_density"] = env.row_density.clone()
+        state["noise"] = env.row_noise.clone()
+    return state
 
 
 def load_env_state(env, state: dict) -> None:
@@ -109,6 +114,12 @@ def load_env_state(env, state: dict) -> None:
                          f"{(env.num_envs, env.L)}")
     env.load(state["tapes"], state["rules"])
     env.t.copy_(state["t"].to(env.device))
+    if env.nuisances:
+        if "noise" not in state:
+            raise ValueError("resume state has no per-row init_density/noise, but the environment has "
+                             f"init_density={env.init_density} and noise={env.noise}")
+        env.row_density.copy_(state["init_density"])
+        env.row_noise.copy_(state["noise"])
     env.generator.set_state(state["generator"])
 
 

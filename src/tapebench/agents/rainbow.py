@@ -1,0 +1,472 @@
+"""Rainbow (Hessel et al., 2018): DQN with six extensions combined.
+
+* Distributional (C51, Bellemare et al., 2017): the network outputs, per action, a categorical
+  distribution over `atoms` fixed return values spread evenly on [v_min, v_max]; the target
+  distribution r + γ^n z is projected back onto that support and the loss is the cross-entropy.
+* Dueling streams (Wang et al., 2016): a value stream and an advantage stream, combined per atom as
+  V + A − mean_a A before the softmax over atoms.
+* Noisy nets (Fortunato et al., 2018): the layers of both streams are noisy linear layers with
+  factorised Gaussian noise; they replace ε-greedy exploration. Noise is drawn from torch's global
+  generator: a fresh sample for every exploring `act`, and fresh online and target samples for every
+  gradient step. The greedy policy (`act(obs, greedy=True)`, evaluation) uses the mean weights and
+  draws nothing.
+* n-step returns (n = 3), built per environment from a sliding window of each row's last n steps
+  (`NStepWindow`). A window never crosses an episode boundary: when a row's episode ends, every
+  pending transition of that row is emitted with the rewards up to the end; on termination (success)
+  nothing is bootstrapped, on truncation (t = H) the target bootstraps from the episode's true last
+  observation with γ^m, m the number of steps to the end.
+* Prioritised replay (Schaul et al., 2016), proportional: P(i) ∝ p_i^α with p_i the transition's last
+  KL loss (new transitions get the largest priority seen), sampled from a sum-tree in `batch_size`
+  equal strata; importance weights (N·P(i))^−β / max_j (N·P(j))^−β with β annealed linearly from
+  `priority_beta_start` to 1 over the training budget.
+* Double Q (van Hasselt et al., 2016): the online network (with its noise) picks the next action by
+  its expected return, the target network's distribution for that action is the bootstrap.
+
+The network: one shared ReLU layer on the observation [tape, t/H], then each stream has a noisy
+hidden layer and a noisy output layer (value: `atoms` outputs; advantage: L × `atoms`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .common import adam
+
+
+@dataclass
+class Config:
+    num_envs: int = 4
+    """environments stepped in parallel; every one of their steps counts toward the budget"""
+    hidden_size: int = 256
+    """width of the shared layer and of each stream's hidden layer"""
+    atoms: int = 51
+    """number of atoms of the categorical return distribution"""
+    v_min: float = -30.0
+    """lowest atom (return support [v_min, v_max]; targets outside are clipped onto it)"""
+    v_max: float = 2.0
+    """highest atom"""
+    noisy_std: float = 0.5
+    """σ_0 of the factorised noisy layers (initial σ = σ_0 / sqrt(fan-in))"""
+    learning_rate: float = 2.5e-4
+    """Adam learning rate"""
+    adam_eps: float = 1.5e-4
+    """Adam ε"""
+    gamma: float = 0.99
+    """discount factor"""
+    n_step: int = 3
+    """steps of the multi-step return (the window never crosses an episode boundary)"""
+    buffer_size: int = 100_000
+    """replay capacity, in n-step transitions"""
+    batch_size: int = 64
+    """transitions per gradient step"""
+    learning_starts: int = 1_000
+    """environment steps collected before the first gradient step"""
+    train_frequency: int = 4
+    """environment steps per gradient step (with num_envs = 4: one gradient step per batched step)"""
+    target_update_frequency: int = 1_000
+    """environment steps between copies of the online network into the target network"""
+    priority_alpha: float = 0.5
+    """prioritisation exponent α: P(i) ∝ p_i^α (0 = uniform replay)"""
+    priority_beta_start: float = 0.4
+    """initial importance-sampling exponent β, annealed linearly to 1 over the training budget"""
+    priority_epsilon: float = 1e-6
+    """added to the KL loss so every transition keeps a non-zero priority"""
+    max_grad_norm: float = 10.0
+    """gradient-norm clipping threshold"""
+
+    def check(self) -> None:
+        positive = ("hidden_size", "n_step", "buffer_size", "batch_size", "train_frequency",
+                    "target_update_frequency")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"Rainbow hyperparameter {name} must be >= 1, got {getattr(self, name)}")
+        if self.atoms < 2:
+            raise ValueError(f"Rainbow hyperparameter atoms must be >= 2, got {self.atoms}")
+        if not self.v_min < self.v_max:
+            raise ValueError(f"Rainbow hyperparameters v_min < v_max required, got v_min {self.v_min}, "
+                             f"v_max {self.v_max}")
+        for name in ("gamma", "priority_alpha", "priority_beta_start"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"Rainbow hyperparameter {name} must be in [0, 1], got {getattr(self, name)}")
+        for name in ("learning_rate", "adam_eps", "noisy_std", "priority_epsilon", "max_grad_norm"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"Rainbow hyperparameter {name} must be > 0, got {getattr(self, name)}")
+        if self.learning_starts < 0:
+            raise ValueError(f"Rainbow hyperparameter learning_starts must be >= 0, got {self.learning_starts}")
+
+
+# --- network -------------------------------------------------------------------------------------
+class NoisyLinear(nn.Module):
+    """Linear layer y = (μ_w + σ_w ⊙ ε_w) x + μ_b + σ_b ⊙ ε_b with factorised Gaussian noise:
+    ε_w = f(ε_out) f(ε_in)^T, ε_b = f(ε_out), f(x) = sign(x) sqrt(|x|). The current noise sample is a
+    pair of buffers (part of the state dict); `resample()` draws a new one from torch's global generator."""
+
+    def __init__(self, in_features: int, out_features: int, std_init: float):
+        super().__init__()
+        bound = 1.0 / math.sqrt(in_features)
+        self.weight_mu = nn.Parameter(torch.empty(out_features, in_features).uniform_(-bound, bound))
+        self.weight_sigma = nn.Parameter(torch.full((out_features, in_features), std_init * bound))
+        self.bias_mu = nn.Parameter(torch.empty(out_features).uniform_(-bound, bound))
+        self.bias_sigma = nn.Parameter(torch.full((out_features,), std_init * bound))
+        self.register_buffer("epsilon_in", torch.zeros(in_features))
+        self.register_buffer("epsilon_out", torch.zeros(out_features))
+
+    @staticmethod
+    def _scaled(x: torch.Tensor) -> torch.Tensor:
+        return x.sign() * x.abs().sqrt()
+
+    @torch.no_grad()
+    def resample(self) -> None:
+        device = self.epsilon_in.device
+        self.epsilon_in.copy_(self._scaled(torch.randn(self.epsilon_in.shape[0])).to(device))
+        self.epsilon_out.copy_(self._scaled(torch.randn(self.epsilon_out.shape[0])).to(device))
+
+    def forward(self, x: torch.Tensor, noisy: bool = True) -> torch.Tensor:
+        if not noisy:
+            return F.linear(x, self.weight_mu, self.bias_mu)
+        weight = torch.addcmul(self.weight_mu, self.weight_sigma, torch.outer(self.epsilon_out, self.epsilon_in))
+        bias = torch.addcmul(self.bias_mu, self.bias_sigma, self.epsilon_out)
+        return F.linear(x, weight, bias)
+
+
+class RainbowNetwork(nn.Module):
+    """obs -> log-probabilities (B, num_actions, atoms) of the return distribution of each action."""
+
+    def __init__(self, obs_dim: int, num_actions: int, atoms: int, hidden_size: int, noisy_std: float):
+        super().__init__()
+        self.num_actions, self.atoms = num_actions, atoms
+        self.torso = nn.Linear(obs_dim, hidden_size)
+        self.value_hidden = NoisyLinear(hidden_size, hidden_size, noisy_std)
+        self.value_out = NoisyLinear(hidden_size, atoms, noisy_std)
+        self.advantage_hidden = NoisyLinear(hidden_size, hidden_size, noisy_std)
+        self.advantage_out = NoisyLinear(hidden_size, num_actions * atoms, noisy_std)
+
+    def noisy_layers(self) -> list[NoisyLinear]:
+        return [self.value_hidden, self.value_out, self.advantage_hidden, self.advantage_out]
+
+    def resample_noise(self) -> None:
+        for layer in self.noisy_layers():
+            layer.resample()
+
+    def forward(self, obs: torch.Tensor, noisy: bool = True) -> torch.Tensor:
+        h = F.relu(self.torso(obs))
+        value = self.value_out(F.relu(self.value_hidden(h, noisy)), noisy).view(-1, 1, self.atoms)
+        advantage = self.advantage_out(F.relu(self.advantage_hidden(h, noisy)), noisy)
+        advantage = advantage.view(-1, self.num_actions, self.atoms)
+        logits = value + advantage - advantage.mean(dim=1, keepdim=True)
+        return F.log_softmax(logits, dim=-1)
+
+
+def project_distribution(probs: torch.Tensor, returns: torch.Tensor, discounts: torch.Tensor,
+                         support: torch.Tensor) -> torch.Tensor:
+    """C51 projection: the distribution of returns + discounts * Z, Z ~ probs on `support`, projected onto
+    `support`. probs (B, K); returns, discounts (B,); support (K,) evenly spaced. Each atom's shifted value
+    is clipped to [v_min, v_max] and its mass split between the two neighbouring atoms in proportion to
+    closeness (mass and, inside the support, the mean are preserved)."""
+    atoms = support.shape[0]
+    v_min, v_max = support[0].item(), support[-1].item()
+    delta = (v_max - v_min) / (atoms - 1)
+    shifted = (returns.unsqueeze(1) + discounts.unsqueeze(1) * support.unsqueeze(0)).clamp(v_min, v_max)
+    position = (shifted - v_min) / delta                       # in [0, atoms - 1]
+    lower = position.floor().long().clamp(0, atoms - 1)
+    upper = (lower + 1).clamp(max=atoms - 1)
+    upper_weight = position - lower.to(position.dtype)         # 0 when the value sits on an atom
+    projected = torch.zeros_like(probs)
+    projected.scatter_add_(1, lower, probs * (1.0 - upper_weight))
+    projected.scatter_add_(1, upper, probs * upper_weight)
+    return projected
+
+
+# --- n-step returns ------------------------------------------------------------------------------
+class NStepWindow:
+    """Per-environment windows of the last n steps, turning 1-step transitions into n-step ones.
+
+    `push` takes one batched step and returns the n-step transitions completed by it:
+    (obs, actions, returns, discounts, next_obs) with returns = Σ_{k<m} γ^k r_{t+k} and discounts = γ^m,
+    or 0 if the episode terminated within the m steps. A row emits its oldest pending transition once
+    it has n (m = n, bootstrapping from the current successor); when its episode ends it emits all
+    its pending ones (m = n, ..., 1), bootstrapping from the true last observation on truncation,
+    and its window is cleared. All rows step together, so the window is a ring shared by the rows,
+    each with its own count of pending steps.
+    """
+
+    FIELDS = ("obs", "actions", "rewards", "pending")
+
+    def __init__(self, n: int, num_envs: int, obs_dim: int, gamma: float, device: torch.device):
+        self.n, self.gamma = n, gamma
+        self.obs = torch.zeros(n, num_envs, obs_dim, device=device)
+        self.actions = torch.zeros(n, num_envs, dtype=torch.long, device=device)
+        self.rewards = torch.zeros(n, num_envs, device=device)
+        self.pending = torch.zeros(num_envs, dtype=torch.long, device=device)   # 0..n-1 between pushes
+        self.cursor = 0   # ring slot of the next step
+
+    def push(self, obs, actions, rewards, next_obs, terminated, truncated):
+        n, slot = self.n, self.cursor
+        self.obs[slot], self.actions[slot], self.rewards[slot] = obs, actions, rewards
+        self.cursor = (slot + 1) % n
+        self.pending += 1
+        done = terminated | truncated
+        not_terminated = (~terminated).to(self.rewards.dtype)
+        ret = torch.zeros_like(self.rewards[0])
+        parts = []
+        for m in range(1, n + 1):   # the transition of m - 1 steps ago, m steps to now
+            start = (slot - m + 1) % n
+            ret = self.rewards[start] + self.gamma * ret
+            emit = (self.pending >= m) & (done if m < n else torch.ones_like(done))
+            if bool(emit.any()):
+                rows = emit.nonzero().squeeze(1)
+                parts.append((self.obs[start, rows], self.actions[start, rows], ret[rows],
+                              (self.gamma ** m) * not_terminated[rows], next_obs[rows]))
+        self.pending = torch.where(done, torch.zeros_like(self.pending), self.pending.clamp(max=n - 1))
+        if not parts:
+            return None
+        return tuple(torch.cat(column) for column in zip(*parts))
+
+    def state_dict(self) -> dict:
+        return {**{name: getattr(self, name).cpu().clone() for name in self.FIELDS}, "cursor": self.cursor}
+
+    def load_state_dict(self, state: dict) -> None:
+        for name in self.FIELDS:
+            getattr(self, name).copy_(state[name])
+        self.cursor = state["cursor"]
+
+
+# --- prioritised replay --------------------------------------------------------------------------
+class SumTree:
+    """Binary tree over `capacity` leaves (float64) whose internal nodes hold the sums of their children.
+
+    Node 1 is the root; node k has children 2k and 2k + 1; leaf i is node `leaf_base + i`. Every internal
+    node is always exactly fl(left + right) of its current children, so the tree is a function of its
+    leaves (`from_leaves` rebuilds it bit for bit)."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.leaf_base = 1 << max(0, (capacity - 1).bit_length())
+        self.nodes = np.zeros(2 * self.leaf_base, dtype=np.float64)
+
+    @property
+    def total(self) -> float:
+        return float(self.nodes[1])
+
+    def leaves(self, count: int | None = None) -> np.ndarray:
+        return self.nodes[self.leaf_base:self.leaf_base + (self.capacity if count is None else count)]
+
+    def update(self, indices: np.ndarray, values: np.ndarray) -> None:
+        """Set leaves (the last value wins for repeated indices) and recompute their ancestors."""
+        indices = np.asarray(indices, dtype=np.int64)
+        values = np.asarray(values, dtype=np.float64)
+        last = len(indices) - 1 - np.unique(indices[::-1], return_index=True)[1]
+        nodes = indices[last] + self.leaf_base
+        self.nodes[nodes] = values[last]
+        while nodes[0] > 1:
+            nodes = np.unique(nodes // 2)
+            self.nodes[nodes] = self.nodes[2 * nodes] + self.nodes[2 * nodes + 1]
+
+    def rebuild(self) -> None:
+        """Recompute every internal node from the leaves, level by level."""
+        level = self.leaf_base
+        while level > 1:
+            parents = np.arange(level // 2, level)
+            self.nodes[parents] = self.nodes[2 * parents] + self.nodes[2 * parents + 1]
+            level //= 2
+
+    def find(self, values: np.ndarray) -> np.ndarray:
+        """For each value in [0, total): the leaf i with prefix(i) <= value < prefix(i) + leaf(i)."""
+        values = np.array(values, dtype=np.float64)
+        nodes = np.ones(len(values), dtype=np.int64)
+        while nodes[0] < self.leaf_base:
+            left = self.nodes[2 * nodes]
+            right = values >= left
+            values = np.where(right, values - left, values)
+            nodes = 2 * nodes + right
+        return nodes - self.leaf_base
+
+
+class PrioritizedReplay:
+    """Proportional prioritised replay of n-step transitions over the last `capacity` ones."""
+
+    FIELDS = ("obs", "actions", "returns", "discounts", "next_obs")
+
+    def __init__(self, capacity: int, obs_dim: int, alpha: float, device: torch.device):
+        self.capacity, self.alpha, self.device = capacity, alpha, device
+        self.obs = torch.zeros(capacity, obs_dim, device=device)
+        self.actions = torch.zeros(capacity, dtype=torch.long, device=device)
+        self.returns = torch.zeros(capacity, device=device)
+        self.discounts = torch.zeros(capacity, device=device)
+        self.next_obs = torch.zeros(capacity, obs_dim, device=device)
+        self.tree = SumTree(capacity)     # leaves hold p_i^α
+        self.max_priority = 1.0           # largest p_i so far: the priority of new transitions
+        self.position = 0
+        self.size = 0
+
+    def add(self, obs, actions, returns, discounts, next_obs) -> None:
+        count = len(actions)
+        slots = (self.position + np.arange(count)) % self.capacity
+        slots_t = torch.as_tensor(slots, device=self.device)
+        for name, value in zip(self.FIELDS, (obs, actions, returns, discounts, next_obs)):
+            getattr(self, name)[slots_t] = value
+        self.tree.update(slots, np.full(count, self.max_priority ** self.alpha))
+        self.position = (self.position + count) % self.capacity
+        self.size = min(self.capacity, self.size + count)
+
+    def sample(self, batch_size: int, beta: float):
+        """(indices, importance weights) of `batch_size` transitions, one from each of `batch_size` equal
+        strata of the priority mass; uniforms from torch's global generator."""
+        total = self.tree.total
+        uniform = torch.rand(batch_size, dtype=torch.float64).numpy()
+        targets = (np.arange(batch_size) + uniform) * (total / batch_size)
+        indices = np.minimum(self.tree.find(targets), self.size - 1)   # guards against rounding at the end
+        weights = self.importance_weights(indices, beta)
+        return indices, weights
+
+    def importance_weights(self, indices: np.ndarray, beta: float) -> np.ndarray:
+        """(N·P(i))^−β / max_j (N·P(j))^−β, the maximum over all stored transitions (it has the smallest P)."""
+        leaves = self.tree.leaves(self.size)
+        total = self.tree.total
+        weights = (self.size * leaves[indices] / total) ** -beta
+        return weights / (self.size * leaves.min() / total) ** -beta
+
+    def batch(self, indices: np.ndarray):
+        idx = torch.as_tensor(indices, device=self.device)
+        return tuple(getattr(self, name)[idx] for name in self.FIELDS)
+
+    def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
+        priorities = np.asarray(priorities, dtype=np.float64)
+        self.tree.update(indices, priorities ** self.alpha)
+        self.max_priority = max(self.max_priority, float(priorities.max()))
+
+    def state_dict(self) -> dict:
+        n = self.size
+        state = {name: getattr(self, name)[:n].cpu().clone() for name in self.FIELDS}
+        return {"position": self.position, "size": n, "max_priority": self.max_priority,
+                "priorities": torch.from_numpy(self.tree.leaves(n).copy()), **state}
+
+    def load_state_dict(self, state: dict) -> None:
+        n = state["size"]
+        if n > self.capacity:
+            raise ValueError(f"replay state holds {n} transitions but buffer_size is {self.capacity}")
+        for name in self.FIELDS:
+            getattr(self, name)[:n] = state[name].to(self.device)
+        self.tree.nodes[:] = 0.0
+        self.tree.leaves(n)[:] = state["priorities"].numpy()
+        self.tree.rebuild()
+        self.position, self.size, self.max_priority = state["position"], n, state["max_priority"]
+
+
+# --- agent ---------------------------------------------------------------------------------------
+class RainbowAgent:
+    def __init__(self, config: Config, env_spec, total_steps: int, device):
+        self.config, self.device = config, torch.device(device)
+        self.total_steps = int(total_steps)
+        make_net = lambda: RainbowNetwork(env_spec.obs_dim, env_spec.num_actions, config.atoms, config.hidden_size,
+                                          config.noisy_std).to(self.device)
+        self.online = make_net()
+        self.target = make_net()
+        self.target.load_state_dict(self.online.state_dict())
+        self.support = torch.linspace(config.v_min, config.v_max, config.atoms, device=self.device)
+        self.optimizer = adam(self.online.parameters(), lr=config.learning_rate, eps=config.adam_eps)
+        self.replay = PrioritizedReplay(config.buffer_size, env_spec.obs_dim, config.priority_alpha, self.device)
+        self.window = NStepWindow(config.n_step, config.num_envs, env_spec.obs_dim, config.gamma, self.device)
+        self.env_steps = 0
+        self.gradient_steps = 0
+        self.next_train_step = config.train_frequency
+        self.next_target_step = config.target_update_frequency
+
+    def beta(self) -> float:
+        c = self.config
+        frac = min(1.0, self.env_steps / max(1, self.total_steps))
+        return c.priority_beta_start + frac * (1.0 - c.priority_beta_start)
+
+    def q_values(self, obs: torch.Tensor, noisy: bool) -> torch.Tensor:
+        """Expected return of each action under the online network, (B, num_actions)."""
+        return (self.online(obs, noisy).exp() * self.support).sum(dim=-1)
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, greedy: bool = False) -> torch.Tensor:
+        if greedy:   # mean weights: no noise drawn, no state changed
+            return self.q_values(obs, noisy=False).argmax(dim=1)
+        self.online.resample_noise()
+        return self.q_values(obs, noisy=True).argmax(dim=1)
+
+    def observe(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
+        transitions = self.window.push(obs, actions, rewards.float(), next_obs, terminated, truncated)
+        if transitions is not None:
+            self.replay.add(*transitions)
+        self.env_steps += len(actions)
+
+    def update(self) -> dict:
+        c = self.config
+        metrics = {}
+        while self.env_steps >= self.next_train_step:
+            self.next_train_step += c.train_frequency
+            if self.env_steps >= c.learning_starts and self.replay.size > 0:
+                metrics = self._gradient_step()
+        while self.env_steps >= self.next_target_step:
+            self.next_target_step += c.target_update_frequency
+            self.target.load_state_dict(self.online.state_dict())
+        return metrics
+
+    @torch.no_grad()
+    def target_distribution(self, returns, discounts, next_obs) -> torch.Tensor:
+        """Double Q: the online network (current noise) picks each next action by its expected return, the
+        target network's (current noise) distribution of that action, shifted and projected, is the target."""
+        next_actions = self.q_values(next_obs, noisy=True).argmax(dim=1)
+        next_probs = self.target(next_obs).exp()[torch.arange(len(next_obs), device=self.device), next_actions]
+        return project_distribution(next_probs, returns, discounts, self.support)
+
+    def _gradient_step(self) -> dict:
+        c = self.config
+        beta = self.beta()
+        indices, weights = self.replay.sample(c.batch_size, beta)
+        obs, actions, returns, discounts, next_obs = self.replay.batch(indices)
+        self.online.resample_noise()
+        self.target.resample_noise()
+        target = self.target_distribution(returns, discounts, next_obs)
+        log_probs = self.online(obs)[torch.arange(len(indices), device=self.device), actions]
+        cross_entropy = -(target * log_probs).sum(dim=1)
+        loss = (torch.as_tensor(weights, dtype=torch.float32, device=self.device) * cross_entropy).mean()
+        self.optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.online.parameters(), c.max_grad_norm)
+        self.optimizer.step()
+        with torch.no_grad():   # priority: KL(target || prediction) = cross-entropy - entropy(target)
+            kl = cross_entropy - (-torch.special.xlogy(target, target).sum(dim=1))
+        self.replay.update_priorities(indices, kl.clamp(min=0.0).cpu().double().numpy() + c.priority_epsilon)
+        self.gradient_steps += 1
+        return {"loss": loss.item(), "beta": beta}
+
+    # --- checkpointing ---------------------------------------------------------------------
+    def policy_state_dict(self) -> dict:
+        return {"online": self.online.state_dict()}
+
+    def load_policy_state_dict(self, state: dict) -> None:
+        self.online.load_state_dict(state["online"])
+
+    def state_dict(self) -> dict:
+        return {
+            "online": self.online.state_dict(),
+            "target": self.target.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "replay": self.replay.state_dict(),
+            "window": self.window.state_dict(),
+            "counters": {"env_steps": self.env_steps, "gradient_steps": self.gradient_steps,
+                         "next_train_step": self.next_train_step, "next_target_step": self.next_target_step},
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.online.load_state_dict(state["online"])
+        self.target.load_state_dict(state["target"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.replay.load_state_dict(state["replay"])
+        self.window.load_state_dict(state["window"])
+        for name, value in state["counters"].items():
+            setattr(self, name, value)
+
+
+def make(config: Config, env_spec, total_steps: int, device) -> RainbowAgent:
+    return RainbowAgent(config, env_spec, total_steps, device)
