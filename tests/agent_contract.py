@@ -56,17 +56,23 @@ def tensors_equal(a, b) -> bool:
 def assert_same_run(reference: Path, resumed: Path) -> None:
     ref_files = sorted(p.name for p in (reference / "checkpoints").iterdir())
     assert ref_files == sorted(p.name for p in (resumed / "checkpoints").iterdir())
+    identical_files = True
     for name in ref_files:
-        ref_bytes = (reference / "checkpoints" / name).read_bytes()
-        new_bytes = (resumed / "checkpoints" / name).read_bytes()
+        ref_bytes, new_bytes = (reference / "checkpoints" / name).read_bytes(), (resumed / "checkpoints" / name).read_bytes()
         ref, new = ckpt.load(reference / "checkpoints" / name), ckpt.load(resumed / "checkpoints" / name)
         ref_version, new_version = ref["provenance"].pop("code_version"), new["provenance"].pop("code_version")
         assert tensors_equal(ref, new), name
         # identical files too, unless the checkout changed between the two runs (shared working trees)
         assert ref_bytes == new_bytes or ref_version != new_version, name
+        identical_files &= ref_bytes == new_bytes
     ref_state, new_state = ckpt.load(reference / ckpt.RESUME_FILE), ckpt.load(resumed / ckpt.RESUME_FILE)
-    for key in ("agent", "env", "rng", "iteration", "checkpoints"):
+    for key in ("agent", "env", "rng", "iteration"):
         assert tensors_equal(ref_state[key], new_state[key]), key
+    # the checkpoints' sha256 match when the files do
+    if identical_files:
+        assert ref_state["checkpoints"] == new_state["checkpoints"]
+    else:
+        assert [c["env_steps"] for c in ref_state["checkpoints"]] == [c["env_steps"] for c in new_state["checkpoints"]]
 
 
 KILL_AFTER_CHECKPOINT_2 = (
