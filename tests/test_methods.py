@@ -60,6 +60,8 @@ def test_unknown_method_and_hyperparameters_are_named():
         build_config("mpc", {"candidates": "many"})
     with pytest.raises(ValueError, match="candidates must be an integer >= 1"):
         build_config("mpc", {"candidates": 0})
+    with pytest.raises(ValueError, match=r"num_envs of method 'dqn' must be in 1..65536, got 1000000000"):
+        build_config("dqn", {"num_envs": 10**9})
 
 
 @pytest.mark.parametrize("L,H,goal,bonus", [(8, 8, None, 1.0), (12, 10, [1, 0] * 6, 0.5)])

@@ -32,6 +32,7 @@ FAMILIES = {
     "reference": "Reference",
 }
 METHOD_ID = re.compile(r"^[a-z][a-z0-9_]*$")
+MAX_NUM_ENVS = 65_536   # parallel training environments of one run
 
 
 @dataclass(frozen=True)
@@ -209,8 +210,9 @@ def build_config(method_id: str, overrides: dict | None):
     for key, value in overrides.items():
         _check_type(method_id, key, value, fields[key].type)
     config = method.Config(**overrides)
-    if method.trains and (isinstance(config.num_envs, bool) or int(config.num_envs) < 1):
-        raise ValueError(f"hyperparameter num_envs of method {method_id!r} must be >= 1, got {config.num_envs}")
+    if method.trains and (isinstance(config.num_envs, bool) or not 1 <= int(config.num_envs) <= MAX_NUM_ENVS):
+        raise ValueError(f"hyperparameter num_envs of method {method_id!r} must be in 1..{MAX_NUM_ENVS}, "
+                         f"got {config.num_envs}")
     check = getattr(config, "check", None)
     if check is not None:
         check()
