@@ -17,8 +17,9 @@
   observation with γ^m, m the number of steps to the end.
 * Prioritised replay (Schaul et al., 2016), proportional: P(i) ∝ p_i^α with p_i the transition's last
   KL loss (new transitions get the largest priority seen), sampled from a sum-tree in `batch_size`
-  equal strata; importance weights (N·P(i))^−β / max_j (N·P(j))^−β with β annealed linearly from
-  `priority_beta_start` to 1 over the training budget.
+  equal strata; importance weights (N·P(i))^−β, divided by their largest value in the minibatch (so
+  they only scale updates down), with β annealed linearly from `priority_beta_start` to 1 over the
+  training budget.
 * Double Q (van Hasselt et al., 2016): the online network (with its noise) picks the next action by
   its expected return, the target network's distribution for that action is the bootstrap.
 
@@ -46,13 +47,13 @@ class Config:
     """width of the shared layer and of each stream's hidden layer"""
     atoms: int = 51
     """number of atoms of the categorical return distribution"""
-    v_min: float = -30.0
-    """lowest atom (return support [v_min, v_max]; targets outside are clipped onto it)"""
-    v_max: float = 2.0
-    """highest atom"""
+    v_min: float = -10.0
+    """lowest atom of the return support [v_min, v_max] (target values outside are clipped onto it)"""
+    v_max: float = 1.0
+    """highest atom: the largest possible return (success at the first step: reward = the bonus 1)"""
     noisy_std: float = 0.5
     """σ_0 of the factorised noisy layers (initial σ = σ_0 / sqrt(fan-in))"""
-    learning_rate: float = 2.5e-4
+    learning_rate: float = 5e-4
     """Adam learning rate"""
     adam_eps: float = 1.5e-4
     """Adam ε"""
@@ -62,7 +63,7 @@ class Config:
     """steps of the multi-step return (the window never crosses an episode boundary)"""
     buffer_size: int = 100_000
     """replay capacity, in n-step transitions"""
-    batch_size: int = 64
+    batch_size: int = 32
     """transitions per gradient step"""
     learning_starts: int = 1_000
     """environment steps collected before the first gradient step"""
@@ -325,11 +326,11 @@ class PrioritizedReplay:
         return indices, weights
 
     def importance_weights(self, indices: np.ndarray, beta: float) -> np.ndarray:
-        """(N·P(i))^−β / max_j (N·P(j))^−β, the maximum over all stored transitions (it has the smallest P)."""
-        leaves = self.tree.leaves(self.size)
-        total = self.tree.total
-        weights = (self.size * leaves[indices] / total) ** -beta
-        return weights / (self.size * leaves.min() / total) ** -beta
+        """(N·P(i))^−β for the sampled transitions, divided by the largest of them (the minibatch's
+        transition with the smallest P): the weights correct the sampling bias and only scale updates down."""
+        probabilities = self.tree.leaves(self.size)[indices] / self.tree.total
+        weights = (self.size * probabilities) ** -beta
+        return weights / weights.max()
 
     def batch(self, indices: np.ndarray):
         idx = torch.as_tensor(indices, device=self.device)
