@@ -6,8 +6,9 @@ import numpy as np
 from gymnasium import spaces
 
 from ..ca import reference
-from ..validation import (DEFAULT_INIT_DENSITY, DEFAULT_NOISE, as_scalar_action, check_action, check_goal, check_horizon,
-                          check_init_density, check_length, check_noise, check_rule, check_rules, check_success_bonus)
+from ..validation import (DEFAULT_INIT_DENSITY, DEFAULT_NOISE, as_scalar_action, check_action, check_goal,
+                          check_horizon, check_init_density, check_length, check_noise, check_rule, check_rules,
+                          check_success_bonus)
 
 
 class TapeEnv(gym.Env):
