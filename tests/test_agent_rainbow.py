@@ -48,6 +48,7 @@ def test_registered_as_a_value_based_method():
     ({"priority_beta_start": -0.1}, "priority_beta_start"),
     ({"n_step": 0}, "n_step must be >= 1"),
     ({"noisy_std": 0.0}, "noisy_std must be > 0"),
+    ({"buffer_size": 8, "num_envs": 4}, r"buffer_size must be >= num_envs \* n_step = 12"),
 ])
 def test_config_rejects_bad_values(overrides, needle):
     with pytest.raises(ValueError, match=needle):

@@ -97,6 +97,10 @@ class Config:
         for name in ("learning_rate", "adam_eps", "noisy_std", "priority_epsilon", "max_grad_norm"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"Rainbow hyperparameter {name} must be > 0, got {getattr(self, name)}")
+        if self.buffer_size < self.num_envs * self.n_step:
+            raise ValueError(f"Rainbow hyperparameter buffer_size must be >= num_envs * n_step = "
+                             f"{self.num_envs * self.n_step} (one step can complete that many transitions), "
+                             f"got {self.buffer_size}")
         if self.learning_starts < 0:
             raise ValueError(f"Rainbow hyperparameter learning_starts must be >= 0, got {self.learning_starts}")
 

@@ -7,8 +7,9 @@ import numpy as np
 from gymnasium import spaces
 
 from ..ca import reference
-from ..validation import (DEFAULT_INIT_DENSITY, as_scalar_action, check_action, check_goal, check_horizon,
-                          check_init_density, check_length, check_noise, check_rule, check_rules, check_success_bonus)
+from ..validation import (DEFAULT_INIT_DENSITY, DEFAULT_NOISE, as_scalar_action, check_action, check_goal,
+                          check_horizon, check_init_density, check_length, check_noise, check_rule, check_rules,
+                          check_success_bonus)
 
 
 class TapeEnv(gym.Env):
@@ -33,7 +34,7 @@ class TapeEnv(gym.Env):
 
     def __init__(self, rule: int = 30, L: int = 32, H: int = 32, goal=None, success_bonus: float = 1.0,
                  rules=None, render_mode: str | None = None, init_density: float = DEFAULT_INIT_DENSITY,
-                 noise: float = 0.0):
+                 noise: float = DEFAULT_NOISE):
         self.L = check_length(L)
         self.H = check_horizon(H)
         self.goal = check_goal(goal, self.L)
