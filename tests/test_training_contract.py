@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import torch
 
-from agent_contract import assert_same_run, tensors_equal
+from agent_contract import KILL_AFTER_CHECKPOINT_2, assert_same_run, tensors_equal
 from tapebench import agents, methods
 from tapebench.cli import main
 from tapebench.evaluation.records import AGENT_COLUMNS, EPISODE_COLUMNS
@@ -128,16 +128,7 @@ def test_resume_after_interruption_is_bit_identical(complete_runs, split_file, t
 
 def test_sigkilled_process_resumes_bit_identically(complete_runs, split_file, tmp_path):
     """A real SIGKILL right after checkpoint 2 (in a child process), then `tapebench train` again."""
-    script = (
-        "import os, signal, sys\n"
-        "import tapebench.training.cli as training_cli\n"
-        "from tapebench.cli import main\n"
-        "real_train = training_cli.train\n"
-        "kill = lambda index, steps: os.kill(os.getpid(), signal.SIGKILL) if index == 2 else None\n"
-        "training_cli.train = lambda *a, **k: real_train(*a, on_checkpoint=kill, **k)\n"
-        "sys.exit(main(sys.argv[1:]))\n"
-    )
-    child = subprocess.run([sys.executable, "-c", script, *train_args("ppo", split_file, tmp_path)],
+    child = subprocess.run([sys.executable, "-c", KILL_AFTER_CHECKPOINT_2, *train_args("ppo", split_file, tmp_path)],
                            capture_output=True, text=True, timeout=300)
     assert child.returncode == -9, child.stderr
     assert not (tmp_path / ckpt.MANIFEST_FILE).exists()
