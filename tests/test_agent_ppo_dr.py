@@ -1,4 +1,4 @@
-"""PPO + DR (SPEC §15): PPO trained with per-episode initial density ρ ~ U[0.2, 0.8] and cell-update
+"""PPO + DR (docs/methods.md): PPO trained with per-episode initial density ρ ~ U[0.2, 0.8] and cell-update
 noise ε ~ U[0, 0.02]; evaluated exactly like PPO (noise-free, the protocol's ρ = 0.5 episodes)."""
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import torch
 
 from agent_contract import assert_sigkill_resume_bit_identical, learned_success
 from tapebench.agents import EnvSpec, ppo, ppo_dr
+from tapebench.utils.artifacts import file_sha256
 from tapebench.ca import torch_kernel
 from tapebench.envs.batched import BatchedTapeEnv
 from tapebench.evaluation import runner
@@ -102,11 +103,12 @@ def test_evaluation_is_exactly_ppos_noise_free_rho_half_evaluation(tmp_path, mon
     ppo_fields = set(build_config("ppo", {}).__dataclass_fields__)
     manifest["agent"] = "ppo"
     manifest["hyperparameters"] = {k: v for k, v in manifest["hyperparameters"].items() if k in ppo_fields}
-    (as_ppo / ckpt.MANIFEST_FILE).write_text(json.dumps(manifest))
     for entry in manifest["checkpoints"]:
         payload = ckpt.load(as_ppo / entry["file"])
         payload["agent"], payload["hyperparameters"] = "ppo", manifest["hyperparameters"]
         ckpt.save(as_ppo / entry["file"], payload)
+        entry["sha256"] = file_sha256(as_ppo / entry["file"])   # the manifest vouches for its checkpoints
+    (as_ppo / ckpt.MANIFEST_FILE).write_text(json.dumps(manifest))
 
     made = []
     real_env = runner.BatchedTapeEnv

@@ -1,5 +1,5 @@
 """Rainbow: it learns a fixed easy rule, resumes bit-identically after SIGKILL, and its parts do what
-the spec says (SPEC §15): n-step returns per environment that stop at termination and bootstrap from
+the spec says (docs/methods.md): n-step returns per environment that stop at termination and bootstrap from
 the true last observation at truncation, the C51 projection, the proportional sum-tree and its
 importance weights, noisy layers whose greedy evaluation draws nothing, and the Double-Q target."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Dynamics nuisances of the environment (PPO + DR's domain randomisation, SPEC §15/§17): the initial
+"""Dynamics nuisances of the environment (PPO + DR's domain randomisation, docs/methods.md): the initial
 cell density ρ and the cell-update noise ε, in TapeEnv and BatchedTapeEnv.
 
 Exact where the semantics are exact (the noise is the CA update XOR a Bernoulli(ε) mask drawn from the
