@@ -35,3 +35,28 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, next_v
         last_gae = delta + gamma * gae_lambda * not_done * last_gae
         advantages[t] = last_gae
     return advantages, advantages + values
+
+
+def due_updates(agent, config) -> tuple[int, int]:
+    """The off-policy schedule of the DQN family after the latest environment steps.
+
+    One gradient step per `config.train_frequency` environment steps once `config.learning_starts`
+    steps are collected, one target-network update per `config.target_update_frequency` steps.
+    Advances `agent.next_train_step` / `agent.next_target_step` (part of the agent's resumable state)
+    and returns (gradient steps due, target updates due); run the gradient steps first.
+    """
+    gradient_steps = target_updates = 0
+    while agent.env_steps >= agent.next_train_step:
+        agent.next_train_step += config.train_frequency
+        gradient_steps += agent.env_steps >= config.learning_starts
+    while agent.env_steps >= agent.next_target_step:
+        agent.next_target_step += config.target_update_frequency
+        target_updates += 1
+    return gradient_steps, target_updates
+
+
+@torch.no_grad()
+def soft_update_(target: torch.nn.Module, online: torch.nn.Module, tau: float) -> None:
+    """target <- tau * online + (1 - tau) * target, parameter by parameter (tau = 1 copies)."""
+    for t, o in zip(target.parameters(), online.parameters()):
+        t.data.copy_(tau * o.data + (1.0 - tau) * t.data)

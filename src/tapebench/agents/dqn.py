@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .common import adam
+from .common import adam, due_updates, soft_update_
 
 
 @dataclass
@@ -163,16 +163,12 @@ class DQNAgent:
         self.env_steps += len(actions)
 
     def update(self) -> dict:
-        c = self.config
         metrics = {}
-        while self.env_steps >= self.next_train_step:
-            self.next_train_step += c.train_frequency
-            if self.env_steps >= c.learning_starts:
-                metrics = self._gradient_step()
-        while self.env_steps >= self.next_target_step:
-            self.next_target_step += c.target_update_frequency
-            for target, online in zip(self.target_network.parameters(), self.q_network.parameters()):
-                target.data.copy_(c.tau * online.data + (1.0 - c.tau) * target.data)
+        gradient_steps, target_updates = due_updates(self, self.config)
+        for _ in range(gradient_steps):
+            metrics = self._gradient_step()
+        for _ in range(target_updates):
+            soft_update_(self.target_network, self.q_network, self.config.tau)
         if metrics:
             metrics["epsilon"] = self.epsilon()
         return metrics

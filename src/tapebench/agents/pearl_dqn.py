@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .common import adam
+from .common import adam, due_updates, soft_update_
 from .dqn import ReplayBuffer, mlp
 
 MIN_FACTOR_VARIANCE = 1e-4  # σ_i² = softplus(raw) + this: caps one transition's precision at 1e4
@@ -274,16 +274,12 @@ class PearlDQNAgent:
         self.env_steps += len(actions)
 
     def update(self) -> dict:
-        c = self.config
         metrics = {}
-        while self.env_steps >= self.next_train_step:
-            self.next_train_step += c.train_frequency
-            if self.env_steps >= c.learning_starts:
-                metrics = self._gradient_step()
-        while self.env_steps >= self.next_target_step:
-            self.next_target_step += c.target_update_frequency
-            for target, online in zip(self.target_network.parameters(), self.network.parameters()):
-                target.data.copy_(c.tau * online.data + (1.0 - c.tau) * target.data)
+        gradient_steps, target_updates = due_updates(self, self.config)
+        for _ in range(gradient_steps):
+            metrics = self._gradient_step()
+        for _ in range(target_updates):
+            soft_update_(self.target_network, self.network, self.config.tau)
         if metrics:
             metrics["epsilon"] = self.epsilon()
         return metrics

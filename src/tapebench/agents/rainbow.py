@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .common import adam
+from .common import adam, due_updates
 
 
 @dataclass
@@ -405,14 +405,11 @@ class RainbowAgent:
         self.env_steps += len(actions)
 
     def update(self) -> dict:
-        c = self.config
         metrics = {}
-        while self.env_steps >= self.next_train_step:
-            self.next_train_step += c.train_frequency
-            if self.env_steps >= c.learning_starts and self.replay.size > 0:
-                metrics = self._gradient_step()
-        while self.env_steps >= self.next_target_step:
-            self.next_target_step += c.target_update_frequency
+        gradient_steps, target_updates = due_updates(self, self.config)
+        for _ in range(gradient_steps if self.replay.size > 0 else 0):
+            metrics = self._gradient_step()
+        for _ in range(target_updates):
             self.target.load_state_dict(self.online.state_dict())
         return metrics
 
