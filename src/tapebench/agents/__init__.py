@@ -30,6 +30,13 @@ The object returned by `make` has:
   that keeps per-episode state (a recurrent core, a context of transitions) instead defines
   `evaluation_policy() -> EvalPolicy` (contract in `tapebench.evaluation.policy`): a fresh policy object
   with its own per-episode state, told when episodes begin and shown every transition.
+* world models (registry entry `world_model=True`): `world_model_rollout(obs_prefix, action_prefix,
+  actions) -> probabilities`. `obs_prefix` (N, C+1, obs_dim) float is the start of N episodes
+  (`obs_prefix[:, 0]` the first observation, `obs_prefix[:, j+1]` the observation after
+  `action_prefix[:, j]`, C >= 0), `actions` (N, D) long the D actions that follow. Returns (N, D, L) float:
+  the model's probability that each cell is 1 after each of the D steps, predicted open loop from the
+  prefix (no observation after `obs_prefix[:, C]` is used). Deterministic and side-effect free: no draws
+  from the global generators, no change to any state (the pipeline's prediction-error diagnostics call it).
 """
 from __future__ import annotations
 

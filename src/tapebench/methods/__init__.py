@@ -62,6 +62,11 @@ class Method:
     by_rule          evaluate one rule per batch (the exact optimum builds value tables per rule)
     training_env     for methods that train: `config -> dict` of extra `BatchedTapeEnv` arguments for the
                      *training* environment only (e.g. domain randomisation); evaluation never sees them
+    world_model      for methods that train: the agent learns a next-tape model and provides
+                     `world_model_rollout` (agent contract); the pipeline measures its prediction error on
+                     ID and OOD rules beside its success
+    every_checkpoint for methods that train: evaluate every checkpoint (learning curves); False evaluates
+                     only the last K (planners whose evaluation costs far more than training)
     summary          one line for `tapebench methods`
     """
 
@@ -75,6 +80,8 @@ class Method:
     deterministic: bool = False
     by_rule: bool = False
     training_env: Callable | None = None
+    world_model: bool = False
+    every_checkpoint: bool = True
     summary: str = ""
 
     def __post_init__(self):
@@ -92,6 +99,8 @@ class Method:
             raise ValueError(f"method {self.id!r} trains, so its Config needs a num_envs field")
         if self.training_env is not None and not self.trains:
             raise ValueError(f"method {self.id!r}: training_env is only for methods that train")
+        if (self.world_model or not self.every_checkpoint) and not self.trains:
+            raise ValueError(f"method {self.id!r}: world_model and every_checkpoint are only for methods that train")
 
     @property
     def trains(self) -> bool:
