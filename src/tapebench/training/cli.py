@@ -20,7 +20,7 @@ import json
 from ..evaluation.protocol import DEFAULT_EPISODES_PER_RULE, DEFAULT_EVAL_SEED
 from ..methods import registry
 from ..validation import parse_rule_list
-from .evaluate import evaluate_run, write_evaluation
+from .evaluate import evaluate_run, model_error_run, write_evaluation
 from .loop import PAPER_ENV, PAPER_TRAINING, RunLog, TrainSpec, train
 
 PARAM_SECTIONS = {
@@ -28,6 +28,7 @@ PARAM_SECTIONS = {
     "env": tuple(PAPER_ENV),
     "training": tuple(PAPER_TRAINING),
     "evaluation": ("episodes_per_rule", "eval_seed", "checkpoints"),
+    "model_error": ("context", "depth"),
 }
 
 
@@ -109,6 +110,34 @@ def run_evaluate(args) -> int:
     return 0
 
 
+def run_model_error(args) -> int:
+    from ..evaluation.model_error import DEFAULT_CONTEXT, DEFAULT_DEPTH, summarize
+    from ..splits.io import load_split
+    from ..utils.io import provenance, write_parquet
+
+    params = parse_params(args.params)
+    split = load_split(args.split)
+    evaluation, probe = params.get("evaluation", {}), params.get("model_error", {})
+    table, summary = model_error_run(args.run, args.H, split=split,
+                                     episodes_per_rule=evaluation.get("episodes_per_rule", DEFAULT_EPISODES_PER_RULE),
+                                     eval_seed=evaluation.get("eval_seed", DEFAULT_EVAL_SEED),
+                                     context=probe.get("context", DEFAULT_CONTEXT),
+                                     depth=probe.get("depth", DEFAULT_DEPTH), device=args.device,
+                                     threads=args.threads)
+    config_slice = {k: params[k] for k in ("env", "evaluation", "model_error") if k in params}
+    config_slice["H"] = args.H
+    split_info = {"name": split.name, "content_hash": split.content_hash}
+    write_parquet(args.out, table, meta=provenance(config_slice, int(table["seed"].iloc[0]), split=split_info,
+                                                   model_error=summary))
+    if not args.quiet:
+        shown = summarize(table)
+        one_step = {r.side: r.error for r in shown[shown["depth"] == 1].itertuples()}
+        print(f"[model-error {summary['run']['agent']} seed {summary['run']['seed']}] one-step error "
+              f"ID {one_step.get('train', float('nan')):.3f} OOD {one_step.get('test', float('nan')):.3f}; "
+              f"wrote {args.out} ({summary['seconds']:.1f} s)")
+    return 0
+
+
 def _untrained_log(args):
     import sys
     import time
@@ -160,6 +189,20 @@ example:
 """
 
 
+MODEL_ERROR_DESCRIPTION = """\
+Measure the world model of a finished run (its last checkpoint) on probe trajectories: from every
+evaluation episode's initial tape, uniformly random cells (the same for every model) drive the true
+rule; the model sees the first --params model_error.context transitions and predicts the next `depth`
+tapes open loop. Error = fraction of wrongly predicted cells, per side (ID / OOD), rule and depth;
+depth 1 is the one-step error.
+"""
+MODEL_ERROR_EPILOG = """\
+example:
+  tapebench model-error --run results/runs/main/dreamer/seed0 --split results/splits/main.json \\
+      --params '{"model_error": {"context": 4, "depth": 16}}' --out results/runs/main/dreamer/seed0/model_error.parquet
+"""
+
+
 def _common(p) -> None:
     where = p.add_mutually_exclusive_group()
     where.add_argument("--split", help="split file written by `tapebench split` (results/splits/NAME.json)")
@@ -202,3 +245,19 @@ def register(sub) -> None:
                         'every checkpoint)')
     _common(p)
     p.set_defaults(func=run_evaluate)
+
+    p = sub.add_parser("model-error", help="a world model's open-loop prediction error on ID and OOD rules",
+                       description=MODEL_ERROR_DESCRIPTION, epilog=MODEL_ERROR_EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--run", required=True, help="run folder of a method with a world model (`tapebench methods -v`)")
+    p.add_argument("--split", required=True, help="split file the run was trained on")
+    p.add_argument("--H", type=int, default=PAPER_ENV["H"],
+                   help="the horizon behind the time feature t/H of the probe observations (default 32)")
+    p.add_argument("--out", required=True, help="Parquet file to write (one row per side x rule x depth)")
+    p.add_argument("--params", default="{}",
+                   help='settings as JSON: {"evaluation": {"episodes_per_rule", "eval_seed"}, "model_error": '
+                        '{"context", "depth"}}; defaults: 20 episodes per rule, 4 context steps, depth 16')
+    p.add_argument("--device", default="auto", help="auto (CUDA when available) | cpu | cuda[:N] (default auto)")
+    p.add_argument("--threads", type=int, default=1, help="CPU threads for torch (default 1)")
+    p.add_argument("--quiet", action="store_true", help="print nothing")
+    p.set_defaults(func=run_model_error)

@@ -15,8 +15,9 @@ import torch
 
 from ..evaluation.episodes import episode_set
 from ..evaluation.evaluate import play, side_protocols, with_run_columns
+from ..evaluation.model_error import DEFAULT_CONTEXT, DEFAULT_DEPTH, check_probe, error_table, rollout_errors
 from ..evaluation.policy import greedy_policy
-from ..evaluation.protocol import DEFAULT_EPISODES_PER_RULE, DEFAULT_EVAL_SEED
+from ..evaluation.protocol import DEFAULT_EPISODES_PER_RULE, DEFAULT_EVAL_SEED, protocol_episodes
 from ..evaluation.records import coerce_episode_frame
 from ..evaluation.runner import run_episodes
 from ..methods import get_method
@@ -40,14 +41,8 @@ def evaluate_run(run_dir, H: int, *, split=None, rules=None, episodes_per_rule: 
                  log=None) -> tuple[pd.DataFrame, dict]:
     """Evaluate the run's checkpoints; returns (episode records, summary for the Parquet metadata)."""
     run_dir = Path(run_dir)
-    manifest = read_manifest(run_dir)
-    if manifest is None:
-        raise FileNotFoundError(f"no finished training run in {run_dir}: {ckpt.MANIFEST_FILE} is missing "
-                                f"(run `tapebench train` first)")
-    if split is not None and manifest.get("split") and manifest["split"].get("content_hash") != split.content_hash:
-        raise ValueError(f"run {run_dir} was trained on split {manifest['split'].get('name')!r} "
-                         f"(hash {manifest['split'].get('content_hash', '')[:12]}), not on split {split.name!r} "
-                         f"(hash {split.content_hash[:12]})")
+    manifest = _finished_manifest(run_dir)
+    _check_same_split(run_dir, manifest, split)
     if (split is None) == (rules is None):
         raise ValueError("evaluate needs exactly one of a split or an explicit rule list")
     run_L = manifest["env"]["L"]
@@ -82,6 +77,59 @@ def evaluate_run(run_dir, H: int, *, split=None, rules=None, episodes_per_rule: 
                        "fingerprint": manifest["fingerprint"],
                        "code_version": manifest["provenance"]["code_version"]}}
     return records, summary
+
+
+def model_error_run(run_dir, H: int, *, split, episodes_per_rule: int = DEFAULT_EPISODES_PER_RULE,
+                    eval_seed: int = DEFAULT_EVAL_SEED, context: int = DEFAULT_CONTEXT, depth: int = DEFAULT_DEPTH,
+                    device="cpu", threads: int | None = 1) -> tuple[pd.DataFrame, dict]:
+    """Open-loop prediction error of the final checkpoint's world model on the split's ID and OOD rules
+    (`evaluation.model_error`); returns (per side x rule x depth table, summary for the Parquet metadata)."""
+    run_dir = Path(run_dir)
+    manifest = _finished_manifest(run_dir)
+    _check_same_split(run_dir, manifest, split)
+    method = get_method(manifest["agent"])
+    if not method.world_model:
+        raise ValueError(f"method {method.id!r} has no world model (its registry entry has world_model=False), "
+                         f"so there is no prediction error to measure")
+    check_probe(context, depth)
+    device = resolve_device(device)
+    start = time.perf_counter()
+    frames = []
+    with torch_settings(device, threads):
+        entry = manifest["checkpoints"][-1]
+        payload = ckpt.load(run_dir / entry["file"])
+        agent = ckpt.build_policy_agent(payload, device)
+        agent.load_policy_state_dict(payload["policy"])
+        for side in ("train", "test"):
+            episodes, protocol, types = protocol_episodes(L=manifest["env"]["L"], H=H, split=split, side=side,
+                                                          episodes_per_rule=episodes_per_rule, eval_seed=eval_seed)
+            errors, valid = rollout_errors(agent, episodes, H, context=context, depth=depth, device=device)
+            frames.append(error_table(errors, valid, episodes, side, types))
+    table = pd.concat(frames, ignore_index=True)
+    table.insert(0, "checkpoint", int(payload["env_steps"]))
+    table.insert(0, "seed", int(manifest["seed"]))
+    table.insert(0, "agent", manifest["agent"])
+    summary = {"checkpoint": int(payload["env_steps"]), "H": int(H), "context": int(context), "depth": int(depth),
+               "episodes_per_rule": int(episodes_per_rule), "eval_seed": int(eval_seed),
+               "seconds": round(time.perf_counter() - start, 3),
+               "run": {"agent": manifest["agent"], "seed": manifest["seed"], "fingerprint": manifest["fingerprint"],
+                       "code_version": manifest["provenance"]["code_version"]}}
+    return table, summary
+
+
+def _finished_manifest(run_dir: Path) -> dict:
+    manifest = read_manifest(run_dir)
+    if manifest is None:
+        raise FileNotFoundError(f"no finished training run in {run_dir}: {ckpt.MANIFEST_FILE} is missing "
+                                f"(run `tapebench train` first)")
+    return manifest
+
+
+def _check_same_split(run_dir: Path, manifest: dict, split) -> None:
+    if split is not None and manifest.get("split") and manifest["split"].get("content_hash") != split.content_hash:
+        raise ValueError(f"run {run_dir} was trained on split {manifest['split'].get('name')!r} "
+                         f"(hash {manifest['split'].get('content_hash', '')[:12]}), not on split {split.name!r} "
+                         f"(hash {split.content_hash[:12]})")
 
 
 def write_evaluation(out, records: pd.DataFrame, summary: dict, config_slice: dict, seed: int, split=None) -> None:
