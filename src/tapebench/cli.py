@@ -30,6 +30,7 @@ SUBCOMMAND_MODULES = (
     "tapebench.splits.cli",
     "tapebench.stats.cli",
     "tapebench.oracle.cli",
+    "tapebench.report.cli",
     "tapebench.status",
     "tapebench.pipeline.cli",
 )

@@ -2,7 +2,9 @@
 import json
 
 from tapebench.methods import get_method
-from tapebench.pipeline.config import dumps, eval_slice, method_eval_slice, train_slice, validate_config
+from tapebench.methods import build_config
+from tapebench.pipeline.config import (checkpoint_eval_slice, dumps, method_eval_slice, model_error_slice,
+                                       sweep_train_slice, train_slice, validate_config)
 
 validate_config(config, workflow.source_path("../schemas/config.schema.yaml"))
 
@@ -49,7 +51,7 @@ def train_params(wildcards):
 
 
 def eval_params(wildcards):
-    return dumps(eval_slice(config))
+    return dumps(checkpoint_eval_slice(config, wildcards.agent))
 
 
 def method_eval_params(wildcards):

@@ -185,6 +185,26 @@ def _check_schedule(config: dict) -> None:
                           f"eval_every = {training['eval_every']}); use last_k <= {n}")
 
 
+def _check_sweep(config: dict) -> None:
+    from ..methods import check_hyperparameters, registry
+
+    sweep = config["diagnostics"]["sweep"]
+    method, field = sweep["method"], sweep["hyperparameter"]
+    if method not in registry():
+        raise ConfigError(f"config key 'diagnostics.sweep.method': unknown method {method!r}; registered methods: "
+                          f"{sorted(registry())}")
+    if not registry()[method].world_model:
+        raise ConfigError(f"config key 'diagnostics.sweep.method': {method!r} has no world model; the sweep "
+                          f"measures success and prediction error per value, so it needs a method with one "
+                          f"(`tapebench methods -v` lists them)")
+    base = dict(config["agents"].get(method, {}) or {})
+    for i, value in enumerate(sweep["values"]):
+        try:
+            check_hyperparameters(method, {**base, field: value})
+        except ValueError as exc:
+            raise ConfigError(f"config key 'diagnostics.sweep.values[{i}]': {exc}") from None
+
+
 def validate_config(config: dict, schema_path) -> dict:
     """Validate against the JSON schema plus cross-field checks; fill defaults; raise ConfigError naming the key.
 
@@ -212,6 +232,7 @@ def validate_config(config: dict, schema_path) -> dict:
         if method == "exact" and config["env"]["L"] > 20:
             raise ConfigError(f"config key 'methods[{i}]': the exact optimum enumerates all 2^L tapes and needs "
                               f"env.L <= 20, but env.L = {config['env']['L']}")
+    _check_sweep(config)
     for agent, overrides in config["agents"].items():
         if agent not in methods:
             raise ConfigError(f"config key 'agents.{agent}': unknown method; registered methods: {sorted(methods)}")
@@ -245,6 +266,28 @@ def eval_slice(config: dict) -> dict:
         "env": config["env"],
         "evaluation": {"episodes_per_rule": ev["episodes_per_rule"], "eval_seed": ev["eval_seed"]},
     }
+
+
+def checkpoint_eval_slice(config: dict, method: str) -> dict:
+    """The evaluation slice of a trained method: planners that evaluate only the last K checkpoints say so."""
+    from ..methods import get_method
+
+    out = eval_slice(config)
+    if not get_method(method).every_checkpoint:
+        out["evaluation"]["checkpoints"] = config["evaluation"]["last_k"]
+    return out
+
+
+def model_error_slice(config: dict) -> dict:
+    return {"env": config["env"], "evaluation": eval_slice(config)["evaluation"],
+            "model_error": dict(config["diagnostics"]["model_error"])}
+
+
+def sweep_train_slice(config: dict, value: int) -> dict:
+    sweep = config["diagnostics"]["sweep"]
+    out = train_slice(config, sweep["method"])
+    out["agent"] = {**out["agent"], sweep["hyperparameter"]: int(value)}
+    return out
 
 
 def method_eval_slice(config: dict, method: str) -> dict:

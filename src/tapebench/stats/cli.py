@@ -36,6 +36,17 @@ def register(sub) -> None:
                    help="method whose OOD success normalises ON(p) = 100 p / p_ref (default mpc; skipped if absent)")
     p.set_defaults(func=_aggregate)
 
+    p = sub.add_parser("aggregate-model-error", help="world-model prediction errors -> means and CIs over seeds",
+                       description="Pool the tables of `tapebench model-error` (one per run): per method, side, "
+                                   "rule type ('all' pools them) and open-loop depth, the mean error over seeds "
+                                   "with a percentile bootstrap CI (docs/protocol.md#model-error).")
+    p.add_argument("--inputs", nargs="+", required=True, metavar="PARQUET", help="tables of `tapebench model-error`")
+    p.add_argument("--n-resamples", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    p.add_argument("--ci", type=float, default=0.95, help="confidence level (default 0.95)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap generators (default 0)")
+    p.add_argument("--out", required=True, help="aggregate Parquet")
+    p.set_defaults(func=_aggregate_model_error)
+
     from ..report.tables import render_subcommands
 
     tables = render_subcommands(sub)
@@ -92,6 +103,15 @@ def _aggregate(args) -> int:
         write_parquet(args.tests_out, tests, meta={**meta, "table": "tests"})
     groups = summary[["split", "agent", "L", "H"]].drop_duplicates().shape[0]
     print(f"aggregate: {groups} (split, agent, L, H) groups, {len(summary)} rows -> {args.out}")
+    return 0
+
+
+def _aggregate_model_error(args) -> int:
+    from .model_error import aggregate_model_error_files
+
+    table = aggregate_model_error_files(args.inputs, args.out, n_resamples=args.n_resamples, ci=args.ci,
+                                        seed=args.seed)
+    print(f"aggregate-model-error: {table['agent'].nunique()} methods, {len(table)} rows -> {args.out}")
     return 0
 
 

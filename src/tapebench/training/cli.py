@@ -127,8 +127,8 @@ def run_model_error(args) -> int:
     config_slice = {k: params[k] for k in ("env", "evaluation", "model_error") if k in params}
     config_slice["H"] = args.H
     split_info = {"name": split.name, "content_hash": split.content_hash}
-    write_parquet(args.out, table, meta=provenance(config_slice, int(table["seed"].iloc[0]), split=split_info,
-                                                   model_error=summary))
+    write_parquet(args.out, table, meta={**provenance(config_slice, int(table["seed"].iloc[0]), split=split_info,
+                                                      model_error=summary), "table": "model_error"})
     if not args.quiet:
         shown = summarize(table)
         one_step = {r.side: r.error for r in shown[shown["depth"] == 1].itertuples()}

@@ -107,6 +107,7 @@ def table_kinds() -> list[Kind]:
     """The pipeline's Parquet tables, most specific first (the first match names an unknown file)."""
     from ..evaluation.records import AGENT_COLUMNS, EPISODE_COLUMNS
     from ..stats.aggregate import AGGREGATE_COLUMNS, GROUP, PER_SEED_COLUMNS
+    from ..stats.model_error import COLUMNS as MODEL_ERROR_AGGREGATE_COLUMNS, RUN_COLUMNS as MODEL_ERROR_COLUMNS
 
     episode = tuple(EPISODE_COLUMNS)
     return [
@@ -118,6 +119,10 @@ def table_kinds() -> list[Kind]:
         Kind("aggregate", "an aggregate table", "tapebench aggregate --out", tuple(AGGREGATE_COLUMNS)),
         Kind("tests", "a Welch-tests table", "tapebench aggregate --tests-out",
              ("agent_a", "agent_b", "metric", "p", "p_holm")),
+        Kind("model_error", "a world model's prediction-error table", "tapebench model-error",
+             tuple(MODEL_ERROR_COLUMNS)),
+        Kind("model_error_aggregate", "a model-error aggregate", "tapebench aggregate-model-error",
+             tuple(MODEL_ERROR_AGGREGATE_COLUMNS)),
         Kind("episodes", "per-episode evaluation records of an agent", "tapebench evaluate",
              (*AGENT_COLUMNS, *episode)),
         Kind("records", "per-episode records", "tapebench mpc / tapebench exact", episode),
