@@ -84,6 +84,9 @@ def depth_figure(errors: pd.DataFrame, stem, title: str = "") -> list[str]:
             ax.plot(d["depth"], d["mean"], SIDE_STYLES[side], color=colour, marker="o", markersize=3,
                     label=f"{display_name(agent)} {SIDE_LABELS[side]}")
             ax.fill_between(d["depth"], d["ci_low"], d["ci_high"], color=colour, alpha=0.15, linewidth=0)
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("open-loop depth (steps predicted without observations)")
     ax.set_ylabel("fraction of cells predicted wrong")
     ax.set_ylim(bottom=0)

@@ -31,6 +31,8 @@ PROTOCOL_SEEDS = 20
 EPISODES_PER_RULE = 20
 BENCH_STEPS = 20_000          # training steps timed per agent (default of --steps)
 BENCH_EVAL_EVERY = 5_000      # -> 4 checkpoints to evaluate
+PROTOCOL_LAST_K = 3           # planners are evaluated at their last K checkpoints only
+PLANNER_EPISODES_PER_RULE = 2 # a planner's evaluation is timed on this many episodes per rule, then scaled
 
 
 def _load() -> str:
@@ -85,18 +87,26 @@ def select_agents(requested, allowed: list[str] | None = None, command: str = "b
 
 def measure_agent(agent: str, *, L: int, H: int, rules, eval_horizons, threads: int, device, seed: int = 0,
                   steps: int = BENCH_STEPS, eval_every: int = BENCH_EVAL_EVERY) -> dict:
+    """Train for `steps` and time the evaluation of its checkpoints. A planner (registry
+    `every_checkpoint=False`, evaluated only at its last K checkpoints) is timed on its last checkpoint
+    with PLANNER_EPISODES_PER_RULE episodes per rule and scaled to the protocol's episode count."""
     spec = TrainSpec(agent=agent, rules=tuple(rules), seed=seed, L=L, H=H, total_steps=steps, eval_every=eval_every)
+    planner = not registry()[agent].every_checkpoint
+    episodes = PLANNER_EPISODES_PER_RULE if planner else EPISODES_PER_RULE
     with tempfile.TemporaryDirectory(prefix=f"tapebench-bench-{agent}-") as run_dir:
         manifest = train(spec, run_dir, device=device, threads=threads, quiet=True)
         figures = {"train_steps": manifest["training"]["env_steps"], "train_seconds": manifest["wall_time_s"],
-                   "train_steps_per_s": manifest["steps_per_second"], "eval": {}}
+                   "train_steps_per_s": manifest["steps_per_second"], "eval": {},
+                   "evaluated_checkpoints": PROTOCOL_LAST_K if planner else PROTOCOL_STEPS // PROTOCOL_EVAL_EVERY,
+                   "eval_episodes_per_rule_timed": episodes}
         for eval_H in eval_horizons:
             start = time.perf_counter()
-            _, summary = evaluate_run(run_dir, eval_H, rules=rules, episodes_per_rule=EPISODES_PER_RULE,
-                                      device=device, threads=threads)
+            _, summary = evaluate_run(run_dir, eval_H, rules=rules, episodes_per_rule=episodes,
+                                      checkpoints=1 if planner else "all", device=device, threads=threads)
             total = time.perf_counter() - start
             checkpoints = len(summary["checkpoints"])
-            figures["eval"][str(eval_H)] = {"per_checkpoint_s": summary["seconds"] / checkpoints,
+            scale = EPISODES_PER_RULE / episodes
+            figures["eval"][str(eval_H)] = {"per_checkpoint_s": scale * summary["seconds"] / checkpoints,
                                             "setup_s": total - summary["seconds"], "checkpoints": checkpoints}
     return figures
 
@@ -104,7 +114,7 @@ def measure_agent(agent: str, *, L: int, H: int, rules, eval_horizons, threads: 
 def project(figures: dict, seeds: int = PROTOCOL_SEEDS, steps: int = PROTOCOL_STEPS,
             eval_every: int = PROTOCOL_EVAL_EVERY) -> dict:
     """CPU-seconds of the protocol for one agent (single-threaded jobs: wall seconds = CPU seconds)."""
-    checkpoints = steps // eval_every
+    checkpoints = figures.get("evaluated_checkpoints", steps // eval_every)
     train_s = steps / figures["train_steps_per_s"]
     eval_s = sum(e["setup_s"] + checkpoints * e["per_checkpoint_s"] for e in figures["eval"].values())
     return {"train_s_per_seed": train_s, "eval_s_per_seed": eval_s,
@@ -148,7 +158,8 @@ def bench_train(args) -> dict:
                     + " ".join(f"{measured['eval'][str(h)]['per_checkpoint_s']:>13.2f}s" for h in horizons))
     print("\nenv steps/s (env only = baseline; train = shared loop incl. checkpoint writes; incl. eval = "
           f"protocol ratio of {PROTOCOL_STEPS // PROTOCOL_EVAL_EVERY} evaluated checkpoints per "
-          f"{PROTOCOL_STEPS} steps):")
+          f"{PROTOCOL_STEPS} steps, {PROTOCOL_LAST_K} for planners, whose eval/ckpt is timed on "
+          f"{PLANNER_EPISODES_PER_RULE} episodes per rule and scaled to {EPISODES_PER_RULE}):")
     print(header)
     print("\n".join(rows))
     total = sum(f["protocol"]["cpu_hours"] for f in figures.values())
