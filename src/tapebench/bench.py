@@ -32,6 +32,8 @@ Each figure is the median of --repeats timed runs of --seconds each.
   dp     exact dynamic programming for all 256 rules at L = H = 16
   train  training steps/s per agent including evaluation, and the projected CPU-hours of the
          full protocol
+  methods  evaluation time of the methods that do not train (Bayes filter, identify-then-plan, ...)
+         on --rules x 20 episodes, beside the random policy, and their projected pipeline CPU-hours
 """
 
 BENCHMARKS: dict[str, str] = {
@@ -40,6 +42,7 @@ BENCHMARKS: dict[str, str] = {
     "mpc": "tapebench.oracle.bench:bench_mpc",
     "dp": "tapebench.oracle.bench:bench_dp",
     "sb3": "tapebench.training.sb3_bench:bench_sb3",
+    "methods": "tapebench.evaluation.bench:bench_methods",
 }
 
 KERNEL_GOAL = 2e8        # packed numba kernel, tape-steps/s on one core
