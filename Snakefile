@@ -20,6 +20,7 @@ include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/oracle.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/identifiability.smk"
 
 
 rule all:
@@ -30,3 +31,4 @@ rule all:
         "results/table4.tex",
         "results/table1.tex",
         "results/table7.tex",
+        expand("results/identifiability/{split}.{ext}", split=list(config["splits"]), ext=["parquet", "tex"]),
