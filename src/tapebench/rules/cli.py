@@ -1,5 +1,5 @@
 """`tapebench features`: rule features and operational types (docs/protocol.md#rule-types);
-`tapebench identifiability` and `tapebench render identifiability` (docs/protocol.md#identifiability)."""
+`tapebench identifiability` and `tapebench render identifiability` (docs/protocol.md, "Identifiability")."""
 from __future__ import annotations
 
 from collections import Counter
