@@ -17,9 +17,10 @@ def _list(args) -> int:
     from . import FAMILIES, registry
 
     methods = sorted(registry().values(), key=lambda m: (list(FAMILIES).index(m.family), m.id))
-    print(f"{'id':<14} {'table name':<22} {'family':<24} {'trains':<6}  summary")
+    width = max([14, *(len(m.id) for m in methods)])
+    print(f"{'id':<{width}} {'table name':<22} {'family':<24} {'trains':<6}  summary")
     for m in methods:
-        print(f"{m.id:<14} {m.display_name:<22} {m.family_name.replace('--', '-'):<24} "
+        print(f"{m.id:<{width}} {m.display_name:<22} {m.family_name.replace('--', '-'):<24} "
               f"{'yes' if m.trains else 'no':<6}  {m.summary}")
         if args.verbose:
             for f in dataclasses.fields(m.Config):
