@@ -21,6 +21,7 @@ include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/oracle.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/diagnostics.smk"
+include: "workflow/rules/identifiability.smk"
 
 
 rule all:
@@ -32,3 +33,4 @@ rule all:
         "results/table1.tex",
         "results/table7.tex",
         DIAGNOSTICS_TARGETS,
+        expand("results/identifiability/{split}.{ext}", split=list(config["splits"]), ext=["parquet", "tex"]),

@@ -108,6 +108,9 @@ def test_tiny_pipeline_produces_tables_and_data(tiny_run):
     aggregate = pd.read_parquet(results / "aggregate/main/aggregate.parquet")
     assert {"agent", "side", "metric", "mean", "ci_low", "ci_high"} <= set(aggregate.columns)
     assert (results / "oracle/feasibility_L8_H8.parquet").exists()
+    ident = pd.read_parquet(results / "identifiability/main.parquet")
+    assert set(ident["side"]) == {"train", "test"} and ident["steps"].between(1, 9).all()
+    assert "Identifiability of the rule" in (results / "identifiability/main.tex").read_text()
 
 
 def test_rerun_is_a_no_op(tiny_run):

@@ -124,7 +124,7 @@ class Method:
 def _builtin() -> list[Method]:
     from ..agents import curl_dqn, dqn, pearl_dqn, ppo, ppo_dr, rad_dqn, rainbow, rl2_a2c
     from ..oracle import exact, mpc
-    from . import random_policy
+    from . import bayes_filter, identify_then_plan, random_policy
 
     agent = Method.from_agent_module
     return [
@@ -136,6 +136,15 @@ def _builtin() -> list[Method]:
         agent("curl_dqn", "DQN + CURL", "augmentation", curl_dqn),
         agent("pearl_dqn", "PEARL-DQN", "task_inference", pearl_dqn),
         agent("rl2_a2c", "RL2-A2C", "task_inference", rl2_a2c),
+        Method("bayes_filter", "Bayes filter (train)", "belief", bayes_filter.Config,
+               make_policy=bayes_filter.make_policy,
+               summary="posterior over the training rules, one-step greedy on expected distance + 0.25 x IG"),
+        Method("bayes_filter_full", "Bayes filter (full)", "belief", bayes_filter.Config,
+               make_policy=bayes_filter.make_policy_full,
+               summary="posterior over all 256 rules, one-step greedy on expected distance + 0.25 x IG"),
+        Method("identify_then_plan", "Identify-then-plan", "belief", identify_then_plan.Config,
+               make_policy=identify_then_plan.make_policy,
+               summary="rule tables consistent with the transitions seen, MPC (8 x 512) averaged over them"),
         Method("random", "Random policy", "reference", random_policy.Config, make_policy=random_policy.make_policy,
                summary="a uniformly random cell each step: the floor"),
         Method("mpc", "True-dynamics MPC", "reference", mpc.MPCMethodConfig, make_policy=mpc.make_policy,

@@ -17,9 +17,10 @@ def _list(args) -> int:
     from . import FAMILIES, registry
 
     methods = sorted(registry().values(), key=lambda m: (list(FAMILIES).index(m.family), m.id))
-    print(f"{'id':<18} {'table name':<22} {'family':<24} {'trains':<6}  summary")
+    width = max([14, *(len(m.id) for m in methods)])
+    print(f"{'id':<{width}} {'table name':<22} {'family':<24} {'trains':<6}  summary")
     for m in methods:
-        print(f"{m.id:<18} {m.display_name:<22} {m.family_name.replace('--', '-'):<24} "
+        print(f"{m.id:<{width}} {m.display_name:<22} {m.family_name.replace('--', '-'):<24} "
               f"{'yes' if m.trains else 'no':<6}  {m.summary}")
         if args.verbose:
             notes = [text for flag, text in ((m.sees_true_rule, "sees the true rule (reference)"),
@@ -29,8 +30,8 @@ def _list(args) -> int:
                                              (m.deterministic, "deterministic: one seed is evaluated"))
                      if flag]
             if notes:
-                print(f"{'':<20}[{'; '.join(notes)}]")
+                print(f"{'':<{width + 2}}[{'; '.join(notes)}]")
             for f in dataclasses.fields(m.Config):
                 default = f.default if f.default is not dataclasses.MISSING else "(required)"
-                print(f"{'':<20}{f.name} = {default!r}")
+                print(f"{'':<{width + 2}}{f.name} = {default!r}")
     return 0

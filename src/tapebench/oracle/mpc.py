@@ -97,8 +97,9 @@ def _rule_masks(rule):
 
 
 @nb.njit(cache=True)
-def _plan_action(s, rule, k_t, depth, L, goal, score_bonus, horizon, candidates, tapes, score, alive):
-    """First action of the best of `candidates` random sequences of `depth` steps from tape s (one decision)."""
+def _score_candidates(s, rule, k_t, depth, L, goal, score_bonus, horizon, candidates, tapes, score, alive):
+    """score[c] = L x return of candidate sequence c (`depth` steps from tape s under `rule`), exact in floats:
+    minus the mismatch count after each step, `score_bonus` at the first success, nothing after it."""
     mask = length_mask(L)
     m0, m1, m2, m3, m4, m5, m6, m7 = _rule_masks(rule)
     for c in range(candidates):
@@ -118,6 +119,12 @@ def _plan_action(s, rule, k_t, depth, L, goal, score_bonus, horizon, candidates,
             n_alive += alive[c] > 0.0
         if n_alive == 0:
             break
+
+
+@nb.njit(cache=True)
+def _plan_action(s, rule, k_t, depth, L, goal, score_bonus, horizon, candidates, tapes, score, alive):
+    """First action of the best of `candidates` random sequences of `depth` steps from tape s (one decision)."""
+    _score_candidates(s, rule, k_t, depth, L, goal, score_bonus, horizon, candidates, tapes, score, alive)
     best = 0
     for c in range(1, candidates):
         if score[c] > score[best]:

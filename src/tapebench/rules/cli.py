@@ -1,4 +1,5 @@
-"""`tapebench features`: rule features and operational types (docs/protocol.md#rule-types)."""
+"""`tapebench features`: rule features and operational types (docs/protocol.md#rule-types);
+`tapebench identifiability` and `tapebench render identifiability` (docs/protocol.md, "Identifiability")."""
 from __future__ import annotations
 
 from collections import Counter
@@ -23,10 +24,62 @@ def register(sub) -> None:
     p.add_argument("--rules", default="0-255", help="rule space, e.g. '0-255' or '0-127,150'")
     p.set_defaults(func=run)
 
+    from ..evaluation.protocol import DEFAULT_EPISODES_PER_RULE, DEFAULT_EVAL_SEED
+
+    p = sub.add_parser("identifiability", help="observed transitions until the rule is identified, per episode",
+                       description="For every rule of both sides of a split, on the evaluation episodes' initial "
+                                   "tapes with uniformly random actions: the number of observed transitions until "
+                                   "the rule tables consistent with them are a single rule (H + 1 = not identified "
+                                   "within the episode). Writes one row per episode to a Parquet file.")
+    p.add_argument("--split", required=True, help="split name (in --splits-dir) or path to a split JSON")
+    p.add_argument("--splits-dir", default="results/splits", help="where split names are looked up")
+    p.add_argument("--L", type=int, default=32, help="tape length (default 32)")
+    p.add_argument("--H", type=int, default=32, help="episode horizon (default 32)")
+    p.add_argument("--episodes-per-rule", type=int, default=DEFAULT_EPISODES_PER_RULE,
+                   help=f"episodes per rule (default {DEFAULT_EPISODES_PER_RULE})")
+    p.add_argument("--eval-seed", type=int, default=DEFAULT_EVAL_SEED,
+                   help=f"evaluation seed of the common-random-number episodes (default {DEFAULT_EVAL_SEED})")
+    p.add_argument("--action-seed", type=int, default=0, help="seed of the random-action stream (default 0)")
+    p.add_argument("--out", required=True, help="per-episode Parquet, e.g. results/identifiability/main.parquet")
+    p.set_defaults(func=_identifiability)
+
+    from ..report.tables import render_subcommands
+
+    t = render_subcommands(sub).add_parser("identifiability", help="identifiability of the rule by operational type",
+                                           description="LaTeX table from `tapebench identifiability`: mean and "
+                                                       "median steps to identification, fraction identified after "
+                                                       "one step and not within H, per rule type.")
+    t.add_argument("--identifiability", required=True, help="Parquet from `tapebench identifiability`")
+    t.add_argument("--out", required=True, help="output .tex")
+    t.set_defaults(func=_render_identifiability)
+
 
 def run(args) -> int:
     protocol = FeatureProtocol(L=args.L, trials=args.trials, steps=args.steps, seed=args.seed)
     frame = write_features(args.out, protocol, parse_rule_list(args.rules))
     counts = Counter(frame["type"])
     print(f"wrote {args.out}: {len(frame)} rules, " + ", ".join(f"{t} {counts.get(t, 0)}" for t in RULE_TYPES))
+    return 0
+
+
+def _identifiability(args) -> int:
+    from .identifiability import summary_rows, write_identifiability
+    from ..validation import check_integer
+
+    check_integer(args.action_seed, "--action-seed", minimum=0)
+    check_integer(args.eval_seed, "--eval-seed", minimum=0)
+    frame = write_identifiability(args.out, args.split, L=args.L, H=args.H, episodes_per_rule=args.episodes_per_rule,
+                                  eval_seed=args.eval_seed, action_seed=args.action_seed, splits_dir=args.splits_dir)
+    for row in summary_rows(frame):
+        print(f"{row['type']:>9}: {row['rules']} rules, mean {row['mean']:.2f} steps, median {row['median']:.1f}, "
+              f"1 step {row['one_step']:.3f}, not identified {row['not_identified']:.3f}")
+    print(f"-> {args.out}")
+    return 0
+
+
+def _render_identifiability(args) -> int:
+    from .identifiability import render_identifiability
+
+    render_identifiability(args.identifiability, args.out)
+    print(f"-> {args.out}")
     return 0

@@ -128,6 +128,8 @@ def table_kinds() -> list[Kind]:
         Kind("records", "per-episode records", "tapebench mpc / tapebench exact", episode),
         Kind("feasibility", "a feasibility table", "tapebench feasibility",
              ("rule", "L", "H", "solvable_fraction", "any_solvable")),
+        Kind("identifiability", "an identifiability table", "tapebench identifiability",
+             ("split", "side", "rule", "type", "episode", "steps", "identified")),
         Kind("features", "a rule-features table", "tapebench features", ("rule", "type", "mirror_rule")),
     ]
 

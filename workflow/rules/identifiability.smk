@@ -1,0 +1,23 @@
+# Identifiability of the latent rule per split (docs/protocol.md, "Identifiability"): observed transitions until the
+# rule tables consistent with them are a single rule, on the evaluation episodes' initial tapes with random actions.
+
+
+rule identifiability:
+    input:
+        split="results/splits/{split}.json",
+    output:
+        parquet="results/identifiability/{split}.parquet",
+        tex="results/identifiability/{split}.tex",
+    params:
+        L=config["env"]["L"],
+        H=config["env"]["H"],
+        episodes=config["evaluation"]["episodes_per_rule"],
+        eval_seed=config["evaluation"]["eval_seed"],
+    log:
+        "logs/identifiability/{split}.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "(tapebench identifiability --split {input.split:q} --L {params.L:q} --H {params.H:q}"
+        " --episodes-per-rule {params.episodes:q} --eval-seed {params.eval_seed:q} --out {output.parquet:q}"
+        " && tapebench render identifiability --identifiability {output.parquet:q} --out {output.tex:q}) > {log:q} 2>&1"
