@@ -130,16 +130,12 @@ class EnsembleLinear(nn.Module):
         self.bias = nn.Parameter(torch.empty(members, 1, out_dim).uniform_(-bound, bound))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() == 2:   # the same inputs for every member (planning): one GEMM into (B, E * out)
-            members, in_dim, out_dim = self.weight.shape
-            shared = x @ self.weight.permute(1, 0, 2).reshape(in_dim, members * out_dim)
-            return shared.view(-1, members, out_dim).transpose(0, 1) + self.bias
         return torch.baddbmm(self.bias, x, self.weight)
 
 
 class Ensemble(nn.Module):
-    """E MLP next-tape models: inputs (E, B, 3L + 1) (each member its own) or (B, 3L + 1) (shared) ->
-    logits (E, B, L) of each cell being 1 after the step."""
+    """E MLP next-tape models: inputs (E, B, 3L + 1), each member its own -> logits (E, B, L) of each cell
+    being 1 after the step. `probs` takes inputs shared by all members (planning, rollouts)."""
 
     def __init__(self, members: int, L: int, hidden_size: int, hidden_layers: int):
         super().__init__()
@@ -154,7 +150,20 @@ class Ensemble(nn.Module):
         return self.net(x)
 
     def probs(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.sigmoid(self.net(x))
+        """(B, 3L + 1) inputs shared by every member -> (E, B, L) member probabilities (no gradient).
+
+        The planner's hot path: one fused GEMM + bias per member and layer on contiguous blocks, ReLUs in
+        place (the batched form that expands x to (E, B, in) spends more time moving memory than computing)."""
+        layers = [m for m in self.net if isinstance(m, EnsembleLinear)]
+        with torch.no_grad():
+            out = []
+            for e in range(layers[0].weight.shape[0]):
+                h = x
+                for i, layer in enumerate(layers):
+                    h = torch.addmm(layer.bias[e], h, layer.weight[e])
+                    h = h.relu_() if i < len(layers) - 1 else h.sigmoid_()
+                out.append(h)
+            return torch.stack(out)
 
 
 def bernoulli_entropy(p: torch.Tensor) -> torch.Tensor:
