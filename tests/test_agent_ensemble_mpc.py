@@ -262,6 +262,7 @@ def test_world_model_rollout_is_shaped_bounded_deterministic_and_side_effect_fre
     first = agent.world_model_rollout(obs_prefix, action_prefix, actions)
     second = agent.world_model_rollout(obs_prefix, action_prefix, actions)
     assert first.shape == (6, 5, 8) and first.dtype == torch.float32
+    assert not first.is_inference()   # callers may modify it in place
     assert bool(((first >= 0) & (first <= 1)).all())
     assert torch.equal(first, second)
     assert torch.equal(torch.get_rng_state(), states[0]) and np.array_equal(np.random.get_state()[1], states[1])

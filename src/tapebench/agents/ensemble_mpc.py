@@ -282,7 +282,7 @@ class EnsembleMPCAgent:
     def evaluation_policy(self) -> "EnsemblePlanner":
         return EnsemblePlanner(self.ensemble.probs, self.config, self.device)
 
-    @torch.inference_mode()
+    @torch.no_grad()
     def world_model_rollout(self, obs_prefix, action_prefix, actions) -> torch.Tensor:
         """(N, D, L) ensemble-mean probability of each cell after each of the D `actions`, open loop from the
         prefix's last transition (agent contract); the thresholded mean is fed back as the next tape."""
@@ -359,7 +359,7 @@ class EnsemblePlanner:
         self.ctx_post = torch.zeros(n, self.L, dtype=torch.uint8, device=self.device)
         self.has_ctx = torch.zeros(n, dtype=torch.uint8, device=self.device)
 
-    @torch.inference_mode()
+    @torch.no_grad()
     def act(self, obs: torch.Tensor) -> torch.Tensor:
         c = self.config
         tapes = obs[:, :self.L].to(self.device).to(torch.uint8)
