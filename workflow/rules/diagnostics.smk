@@ -125,15 +125,13 @@ rule evaluate_sweep:
         split="results/splits/{split}.json",
         manifest="results/sweeps/{split}/{method}/{field}{value}/seed{seed}/train.json",
     output:
-        episodes="results/sweeps/{split}/{method}/{field}{value}/seed{seed}/eval_H{H}.parquet",
-        errors="results/sweeps/{split}/{method}/{field}{value}/seed{seed}/model_error.parquet",
+        "results/sweeps/{split}/{method}/{field}{value}/seed{seed}/eval_H{H}.parquet",
     wildcard_constraints:
         method=SWEEP["method"],
         field=SWEEP["hyperparameter"],
         value=r"\d+",
     params:
         slice=lambda w: dumps(checkpoint_eval_slice(config, w.method)),
-        probe=model_error_params,
         run_dir=lambda w: f"results/sweeps/{w.split}/{w.method}/{w.field}{w.value}/seed{w.seed}",
     threads: 1
     resources:
@@ -144,10 +142,35 @@ rule evaluate_sweep:
     conda:
         CONDA_ENV
     shell:
-        "(tapebench evaluate --run {params.run_dir:q} --split {input.split:q} --H {wildcards.H:q}"
-        " --params {params.slice:q} --threads {threads:q} --out {output.episodes:q} &&"
-        " tapebench model-error --run {params.run_dir:q} --split {input.split:q} --H {wildcards.H:q}"
-        " --params {params.probe:q} --threads {threads:q} --device cpu --out {output.errors:q}) > {log:q} 2>&1"
+        "tapebench evaluate --run {params.run_dir:q} --split {input.split:q} --H {wildcards.H:q}"
+        " --params {params.slice:q} --threads {threads:q} --out {output:q} > {log:q} 2>&1"
+
+
+rule model_error_sweep:
+    input:
+        split="results/splits/{split}.json",
+        manifest="results/sweeps/{split}/{method}/{field}{value}/seed{seed}/train.json",
+    output:
+        "results/sweeps/{split}/{method}/{field}{value}/seed{seed}/model_error.parquet",
+    wildcard_constraints:
+        method=SWEEP["method"],
+        field=SWEEP["hyperparameter"],
+        value=r"\d+",
+    params:
+        slice=model_error_params,
+        run_dir=lambda w: f"results/sweeps/{w.split}/{w.method}/{w.field}{w.value}/seed{w.seed}",
+        H=config["env"]["H"],
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=30,
+    log:
+        "logs/sweep/{split}/{method}/{field}{value}/seed{seed}.model_error.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "tapebench model-error --run {params.run_dir:q} --split {input.split:q} --H {params.H:q}"
+        " --params {params.slice:q} --threads {threads:q} --device cpu --out {output:q} > {log:q} 2>&1"
 
 
 rule aggregate_sweep_point:
@@ -155,9 +178,11 @@ rule aggregate_sweep_point:
         episodes=lambda w: sweep_files(w, f"eval_H{config['env']['H']}.parquet"),
         errors=lambda w: sweep_files(w, "model_error.parquet"),
     output:
-        per_seed="results/sweeps/{split}/{value}.per_seed.parquet",
-        errors="results/sweeps/{split}/{value}.model_error.parquet",
+        per_seed="results/sweeps/{split}/{method}_{field}{value}.per_seed.parquet",
+        errors="results/sweeps/{split}/{method}_{field}{value}.model_error.parquet",
     wildcard_constraints:
+        method=SWEEP["method"],
+        field=SWEEP["hyperparameter"],
         value=r"\d+",
     params:
         last_k=config["evaluation"]["last_k"],
@@ -165,7 +190,7 @@ rule aggregate_sweep_point:
         ci=config["statistics"]["ci"],
         seed=config["statistics"]["seed"],
     log:
-        "logs/sweep/{split}/{value}.aggregate.log",
+        "logs/sweep/{split}/{method}_{field}{value}.aggregate.log",
     conda:
         CONDA_ENV
     shell:
@@ -176,8 +201,10 @@ rule aggregate_sweep_point:
 
 rule render_sweep:
     input:
-        per_seed=expand("results/sweeps/{split}/{value}.per_seed.parquet", split=MAIN_SPLIT, value=SWEEP_VALUES),
-        errors=expand("results/sweeps/{split}/{value}.model_error.parquet", split=MAIN_SPLIT, value=SWEEP_VALUES),
+        per_seed=expand("results/sweeps/{split}/{method}_{field}{value}.per_seed.parquet", split=MAIN_SPLIT,
+                        method=SWEEP["method"], field=SWEEP["hyperparameter"], value=SWEEP_VALUES),
+        errors=expand("results/sweeps/{split}/{method}_{field}{value}.model_error.parquet", split=MAIN_SPLIT,
+                      method=SWEEP["method"], field=SWEEP["hyperparameter"], value=SWEEP_VALUES),
     output:
         table="results/diagnostics/sweep.tex",
         parquet="results/diagnostics/sweep.parquet",
