@@ -27,10 +27,4 @@ include: "workflow/rules/identifiability.smk"
 rule all:
     default_target: True
     input:
-        "results/table3.tex",
-        "results/table2.tex",
-        "results/table4.tex",
-        "results/table1.tex",
-        "results/table7.tex",
-        DIAGNOSTICS_TARGETS,
-        expand("results/identifiability/{split}.{ext}", split=list(config["splits"]), ext=["parquet", "tex"]),
+        REPORT_TARGETS,

@@ -30,7 +30,7 @@ SUBCOMMAND_MODULES = (
     "tapebench.splits.cli",
     "tapebench.stats.cli",
     "tapebench.oracle.cli",
-    "tapebench.report.cli",
+    "tapebench.report.registry",
     "tapebench.status",
     "tapebench.pipeline.cli",
 )

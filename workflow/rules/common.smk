@@ -3,6 +3,7 @@ import json
 
 from tapebench.methods import get_method
 from tapebench.methods import build_config
+from tapebench.pipeline import layout
 from tapebench.pipeline.config import (checkpoint_eval_slice, dumps, method_eval_slice, model_error_slice,
                                        sweep_train_slice, train_slice, validate_config)
 
@@ -39,7 +40,7 @@ def seeds_of(method):
 
 
 def run_dir(split, agent, seed):
-    return f"results/runs/{split}/{agent}/seed{seed}"
+    return layout.run_dir(split, agent, seed)
 
 
 def split_params(wildcards):
@@ -86,3 +87,27 @@ FEAS = config["oracle"].get("feasibility", {"L": 16, "H": 16})
 def planner_args(wildcards=None):
     o = config["oracle"]
     return ["--horizon", str(o["horizon"]), "--candidates", str(o["candidates"]), "--seed", str(o["seed"])]
+
+
+# World-model diagnostics (diagnostics.smk)
+WORLD_MODELS = [m for m in TRAINED if get_method(m).world_model]
+SWEEP = config["diagnostics"]["sweep"]
+SWEEP_VALUES = [int(v) for v in SWEEP["values"]]
+SWEEP_SEEDS = list(range(SWEEP["seeds"]))
+
+
+def model_error_params(wildcards):
+    return dumps(model_error_slice(config))
+
+
+def sweep_run_dir(split, value, seed):
+    """A sweep point reuses the main run when it is the configured value of a method the pipeline runs."""
+    method, field = SWEEP["method"], SWEEP["hyperparameter"]
+    configured = getattr(build_config(method, config["agents"].get(method, {})), field)
+    if method in METHODS and int(value) == int(configured) and int(seed) < config["seeds"]:
+        return run_dir(split, method, seed)
+    return f"results/sweeps/{split}/{method}/{field}{value}/seed{seed}"
+
+
+def sweep_files(wildcards, name):
+    return [f"{sweep_run_dir(wildcards.split, wildcards.value, s)}/{name}" for s in SWEEP_SEEDS]

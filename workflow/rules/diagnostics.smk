@@ -2,29 +2,6 @@
 # prediction error of every method with a world model, on ID and OOD rules, beside its success; and a
 # one-hyperparameter sensitivity sweep (default: the DreamerV3 imagination horizon in {5, 10, 15, 20}).
 
-WORLD_MODELS = [m for m in TRAINED if get_method(m).world_model]
-SWEEP = config["diagnostics"]["sweep"]
-SWEEP_VALUES = [int(v) for v in SWEEP["values"]]
-SWEEP_SEEDS = list(range(SWEEP["seeds"]))
-
-
-def model_error_params(wildcards):
-    return dumps(model_error_slice(config))
-
-
-def sweep_run_dir(split, value, seed):
-    """A sweep point reuses the main run when it is the configured value of a method the pipeline runs."""
-    method, field = SWEEP["method"], SWEEP["hyperparameter"]
-    configured = getattr(build_config(method, config["agents"].get(method, {})), field)
-    if method in METHODS and int(value) == int(configured) and int(seed) < config["seeds"]:
-        return run_dir(split, method, seed)
-    return f"results/sweeps/{split}/{method}/{field}{value}/seed{seed}"
-
-
-def sweep_files(wildcards, name):
-    return [f"{sweep_run_dir(wildcards.split, wildcards.value, s)}/{name}" for s in SWEEP_SEEDS]
-
-
 rule model_error:
     input:
         split="results/splits/{split}.json",
@@ -66,29 +43,6 @@ rule aggregate_model_error:
     shell:
         "tapebench aggregate-model-error --inputs {input:q} --n-resamples {params.n_resamples:q} --ci {params.ci:q}"
         " --seed {params.seed:q} --out {output:q} > {log:q} 2>&1"
-
-
-rule render_model_error:
-    input:
-        errors=f"results/aggregate/{MAIN_SPLIT}/model_error.parquet",
-        aggregate=f"results/aggregate/{MAIN_SPLIT}/aggregate.parquet",
-    output:
-        table="results/diagnostics/model_error.tex",
-        pdf=report("results/figures/model_error.pdf", category="World models"),
-        png=report("results/figures/model_error.png", category="World models"),
-    params:
-        split=MAIN_SPLIT,
-        H=config["env"]["H"],
-        depth=config["diagnostics"]["model_error"]["depth"],
-        figure="results/figures/model_error",
-    log:
-        "logs/report/model_error.log",
-    conda:
-        CONDA_ENV
-    shell:
-        "tapebench render model-error --model-error {input.errors:q} --aggregate {input.aggregate:q}"
-        " --split {params.split:q} --H {params.H:q} --depth {params.depth:q} --out {output.table:q}"
-        " --figure {params.figure:q} > {log:q} 2>&1"
 
 
 rule train_sweep:
@@ -197,39 +151,3 @@ rule aggregate_sweep_point:
         "(tapebench aggregate-seed --episodes {input.episodes:q} --last-k {params.last_k:q} --out {output.per_seed:q}"
         " && tapebench aggregate-model-error --inputs {input.errors:q} --n-resamples {params.n_resamples:q}"
         " --ci {params.ci:q} --seed {params.seed:q} --out {output.errors:q}) > {log:q} 2>&1"
-
-
-rule render_sweep:
-    input:
-        per_seed=expand("results/sweeps/{split}/{method}_{field}{value}.per_seed.parquet", split=MAIN_SPLIT,
-                        method=SWEEP["method"], field=SWEEP["hyperparameter"], value=SWEEP_VALUES),
-        errors=expand("results/sweeps/{split}/{method}_{field}{value}.model_error.parquet", split=MAIN_SPLIT,
-                      method=SWEEP["method"], field=SWEEP["hyperparameter"], value=SWEEP_VALUES),
-    output:
-        table="results/diagnostics/sweep.tex",
-        parquet="results/diagnostics/sweep.parquet",
-        pdf=report("results/figures/sweep.pdf", category="World models"),
-        png=report("results/figures/sweep.png", category="World models"),
-    params:
-        method=SWEEP["method"],
-        field=SWEEP["hyperparameter"],
-        values=SWEEP_VALUES,
-        split=MAIN_SPLIT,
-        H=config["env"]["H"],
-        n_resamples=config["statistics"]["n_resamples"],
-        ci=config["statistics"]["ci"],
-        seed=config["statistics"]["seed"],
-        figure="results/figures/sweep",
-    log:
-        "logs/report/sweep.log",
-    conda:
-        CONDA_ENV
-    shell:
-        "tapebench render sweep --method {params.method:q} --hyperparameter {params.field:q} --values {params.values:q}"
-        " --per-seed {input.per_seed:q} --model-error {input.errors:q} --split {params.split:q} --H {params.H:q}"
-        " --n-resamples {params.n_resamples:q} --ci {params.ci:q} --seed {params.seed:q} --out {output.table:q}"
-        " --parquet {output.parquet:q} --figure {params.figure:q} > {log:q} 2>&1"
-
-
-DIAGNOSTICS_TARGETS = (["results/diagnostics/model_error.tex"] if WORLD_MODELS else []) + (
-    ["results/diagnostics/sweep.tex"] if SWEEP["method"] in METHODS else [])

@@ -6,8 +6,7 @@ rule identifiability:
     input:
         split="results/splits/{split}.json",
     output:
-        parquet="results/identifiability/{split}.parquet",
-        tex="results/identifiability/{split}.tex",
+        "results/identifiability/{split}.parquet",
     params:
         L=config["env"]["L"],
         H=config["env"]["H"],
@@ -18,6 +17,5 @@ rule identifiability:
     conda:
         CONDA_ENV
     shell:
-        "(tapebench identifiability --split {input.split:q} --L {params.L:q} --H {params.H:q}"
-        " --episodes-per-rule {params.episodes:q} --eval-seed {params.eval_seed:q} --out {output.parquet:q}"
-        " && tapebench render identifiability --identifiability {output.parquet:q} --out {output.tex:q}) > {log:q} 2>&1"
+        "tapebench identifiability --split {input.split:q} --L {params.L:q} --H {params.H:q}"
+        " --episodes-per-rule {params.episodes:q} --eval-seed {params.eval_seed:q} --out {output:q} > {log:q} 2>&1"

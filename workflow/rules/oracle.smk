@@ -82,34 +82,3 @@ rule mpc_by_type:
         "tapebench export-mpc-by-type --split {input.split:q} --side test --episodes-per-rule {params.episodes:q}"
         " --L {params.L:q} --H {params.H:q} --eval-seed {params.eval_seed:q} {params.planner:q}"
         " --out {output:q} > {log:q} 2>&1"
-
-
-rule render_table1:
-    input:
-        mpc=expand("results/oracle/{split}/mpc_{side}_H{H}.parquet", split=MAIN_SPLIT,
-                   side=["train", "test"], H=config["env"]["H"]),
-        fixed_z_mpc=f"results/oracle/fixed_z_L{FEAS['L']}_H{FEAS['H']}/mpc.parquet",
-        exact=f"results/oracle/fixed_z_L{FEAS['L']}_H{FEAS['H']}/exact.parquet",
-        feasibility=f"results/oracle/feasibility_L{FEAS['L']}_H{FEAS['H']}.parquet",
-    output:
-        "results/table1.tex",
-    log:
-        "logs/report/table1.log",
-    conda:
-        CONDA_ENV
-    shell:
-        "tapebench render table1 --mpc {input.mpc:q} {input.fixed_z_mpc:q} --exact {input.exact:q}"
-        " --feasibility {input.feasibility:q} --out {output:q} > {log:q} 2>&1"
-
-
-rule render_table7:
-    input:
-        f"results/oracle/{MAIN_SPLIT}/mpc_by_type_eval.json",
-    output:
-        "results/table7.tex",
-    log:
-        "logs/report/table7.log",
-    conda:
-        CONDA_ENV
-    shell:
-        "tapebench render table7 --by-type {input:q} --out {output:q} > {log:q} 2>&1"

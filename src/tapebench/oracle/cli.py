@@ -1,4 +1,4 @@
-"""Oracle subcommands: mpc, exact, feasibility, oracle-gap, export-mpc-by-type, render table1|table7."""
+"""Oracle subcommands: mpc, exact, feasibility, oracle-gap, export-mpc-by-type."""
 from __future__ import annotations
 
 import time
@@ -86,22 +86,6 @@ def register(sub) -> None:
     p.add_argument("--out", default="mpc_by_type_eval.json", help="output JSON (default mpc_by_type_eval.json)")
     p.set_defaults(func=_by_type)
 
-    from ..report.tables import render_subcommands
-
-    tables = render_subcommands(sub)
-    t = tables.add_parser("table1", help="planning reference (MPC, exact optimum) and feasibility",
-                          description="Paper Table 1 from oracle records and the feasibility table.")
-    t.add_argument("--mpc", nargs="+", default=[], help="MPC records Parquet(s), one row each")
-    t.add_argument("--exact", nargs="*", default=[], help="exact-optimum records Parquet(s), one row each")
-    t.add_argument("--feasibility", help="feasibility Parquet (tapebench feasibility)")
-    t.add_argument("--out", required=True, help="output .tex")
-    t.set_defaults(func=_table1)
-    t = tables.add_parser("table7", help="MPC strict success by rule type",
-                          description="Paper Table 7 from mpc_by_type_eval.json.")
-    t.add_argument("--by-type", required=True, help="by-type JSON (tapebench export-mpc-by-type)")
-    t.add_argument("--out", required=True, help="output .tex")
-    t.set_defaults(func=_table7)
-
 
 def _summary_line(frame) -> str:
     return (f"{len(frame)} episodes: success {frame['success'].mean():.3f}, final dist "
@@ -174,17 +158,5 @@ def _by_type(args) -> int:
     return 0
 
 
-def _table1(args) -> int:
-    from .tables import render_table1
-
-    render_table1(args.out, args.mpc, args.feasibility, args.exact)
-    print(f"-> {args.out}")
-    return 0
 
 
-def _table7(args) -> int:
-    from .tables import render_table7
-
-    render_table7(args.out, args.by_type)
-    print(f"-> {args.out}")
-    return 0

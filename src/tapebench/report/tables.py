@@ -268,16 +268,14 @@ def _single_H(H) -> int:
     return int(H)
 
 
-def render_subcommands(sub):
-    """The nested subparsers of `tapebench render TABLE ...`, created on first use so that other areas
-    can add their own tables: `render_subcommands(sub).add_parser("table1", ...)`."""
-    parser = sub.choices.get("render")
-    if parser is None:
-        parser = sub.add_parser("render", help="render a paper table (LaTeX) from pipeline artifacts",
-                                description="Write one of the paper's tables as LaTeX from the pipeline's "
-                                            "outputs; `tapebench render TABLE --help` names the inputs.")
-        parser.tables = parser.add_subparsers(dest="table", required=True, metavar="TABLE")
-    if not hasattr(parser, "tables"):
-        raise RuntimeError("a `render` command was registered without report.tables.render_subcommands; "
-                           "register render tables through it")
-    return parser.tables
+def render_table2(out, *, aggregate, split, H=None, L=None, agents=None) -> str:
+    return render_result_table("table2", aggregate, out, split=split, H=H, L=L, agents=agents)
+
+
+def render_table3(out, *, aggregate, split, H=32, L=None, agents=None, split_file=None, random_per_rule=None) -> str:
+    return render_result_table("table3", aggregate, out, split=split, H=H, L=L, agents=agents, split_file=split_file,
+                               random_per_rule=random_per_rule)
+
+
+def render_table4(out, *, aggregate, split, H=32, L=None, agents=None) -> str:
+    return render_result_table("table4", aggregate, out, split=split, H=H, L=L, agents=agents)

@@ -183,3 +183,13 @@ def render_sweep(values, per_seed_paths, error_paths, out, *, method: str, hyper
     return render_table("sweep.tex.j2", out, rows=rows, method=display_name(method),
                         hyperparameter=hyperparameter.replace("_", " "), split=split, H=H,
                         ci_percent=f"{100 * ci:g}")
+
+
+def render_model_error_cli(out, *, model_error, aggregate=None, split, H=32, depth=16, figure=None) -> str:
+    return render_model_error(model_error, out, aggregate_path=aggregate, split=split, H=H, depth=depth, figure=figure)
+
+
+def render_sweep_cli(out, *, method, hyperparameter, values, per_seed, model_error, split, H=32, n_resamples=2000,
+                     ci=0.95, seed=0, parquet=None, figure=None) -> str:
+    return render_sweep(values, per_seed, model_error, out, method=method, hyperparameter=hyperparameter, H=H,
+                        split=split, parquet=parquet, figure=figure, n_resamples=n_resamples, ci=ci, seed=seed)

@@ -1,5 +1,5 @@
 """`tapebench features`: rule features and operational types (docs/protocol.md#rule-types);
-`tapebench identifiability` and `tapebench render identifiability` (docs/protocol.md, "Identifiability")."""
+`tapebench identifiability` (docs/protocol.md, "Identifiability")."""
 from __future__ import annotations
 
 from collections import Counter
@@ -43,16 +43,6 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="per-episode Parquet, e.g. results/identifiability/main.parquet")
     p.set_defaults(func=_identifiability)
 
-    from ..report.tables import render_subcommands
-
-    t = render_subcommands(sub).add_parser("identifiability", help="identifiability of the rule by operational type",
-                                           description="LaTeX table from `tapebench identifiability`: mean and "
-                                                       "median steps to identification, fraction identified after "
-                                                       "one step and not within H, per rule type.")
-    t.add_argument("--identifiability", required=True, help="Parquet from `tapebench identifiability`")
-    t.add_argument("--out", required=True, help="output .tex")
-    t.set_defaults(func=_render_identifiability)
-
 
 def run(args) -> int:
     protocol = FeatureProtocol(L=args.L, trials=args.trials, steps=args.steps, seed=args.seed)
@@ -77,9 +67,3 @@ def _identifiability(args) -> int:
     return 0
 
 
-def _render_identifiability(args) -> int:
-    from .identifiability import render_identifiability
-
-    render_identifiability(args.identifiability, args.out)
-    print(f"-> {args.out}")
-    return 0

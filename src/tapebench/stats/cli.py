@@ -1,4 +1,4 @@
-"""`tapebench aggregate-seed`, `tapebench aggregate` and `tapebench render table2|table3|table4`."""
+"""`tapebench aggregate-seed`, `tapebench aggregate` and `tapebench aggregate-model-error`."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -47,28 +47,6 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="aggregate Parquet")
     p.set_defaults(func=_aggregate_model_error)
 
-    from ..report.tables import render_subcommands
-
-    tables = render_subcommands(sub)
-    for name, what in (("table2", "holdout length: success / final distance, ID/OOD x H"),
-                       ("table3", "ID vs OOD success, drop and OOD return with bootstrap CIs"),
-                       ("table4", "continuous metrics at one H, grouped by family")):
-        t = tables.add_parser(name, help=what, description=f"Paper {name.replace('table', 'Table ')}: {what}.")
-        t.add_argument("--aggregate", required=True, help="aggregate Parquet from `tapebench aggregate`")
-        t.add_argument("--split", required=True, help="split name as in the aggregate table")
-        if name == "table2":
-            t.add_argument("--H", type=int, nargs="+", help="evaluation horizons (default: all in the table)")
-        else:
-            t.add_argument("--H", type=int, default=32, help="evaluation horizon (default 32)")
-        t.add_argument("--L", type=int, help="tape length (needed only if the table holds several)")
-        t.add_argument("--agents", nargs="+", help="methods and their order (default: all, grouped by family)")
-        if name == "table3":
-            t.add_argument("--split-file", help="split JSON: the caption counts test rules solved by any action")
-            t.add_argument("--random-per-rule", help="the random policy's per-rule Parquet: the caption counts "
-                                                     "test rules it solves in >= 90%% of episodes")
-        t.add_argument("--out", required=True, help="output .tex")
-        t.set_defaults(func=_render, table_name=name)
-
 
 def _aggregate_seed(args) -> int:
     from .aggregate import read_tables, seed_tables
@@ -112,17 +90,6 @@ def _aggregate_model_error(args) -> int:
     table = aggregate_model_error_files(args.inputs, args.out, n_resamples=args.n_resamples, ci=args.ci,
                                         seed=args.seed)
     print(f"aggregate-model-error: {table['agent'].nunique()} methods, {len(table)} rows -> {args.out}")
-    return 0
-
-
-def _render(args) -> int:
-    from ..report.tables import render_result_table
-
-    extra = ({"split_file": args.split_file, "random_per_rule": args.random_per_rule}
-             if args.table_name == "table3" else {})
-    render_result_table(args.table_name, args.aggregate, args.out, split=args.split, H=args.H, L=args.L,
-                        agents=args.agents, **extra)
-    print(f"render {args.table_name}: {args.out}")
     return 0
 
 

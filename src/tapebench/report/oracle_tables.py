@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..report.render import render_table
-from ..utils.artifacts import read_table
-from .by_type import read_by_type
-from .feasibility import feasibility_summary
 from ..evaluation.protocol import read_records
+from ..oracle.by_type import read_by_type
+from ..oracle.feasibility import feasibility_summary
+from ..utils.artifacts import read_table
+from .render import render_table
 
 ORACLE_NAMES = {"mpc": "True-dynamics MPC", "exact": "Exact optimum (DP)"}
 SIDE_NAMES = {"train": "ID (train rules)", "test": "OOD (test rules)", "rules": "rule list"}
@@ -85,3 +85,11 @@ def render_table1(out, mpc_files, feasibility_file=None, exact_files=()) -> str:
 
 def render_table7(out, by_type_file) -> str:
     return render_table("table7.tex.j2", out, **table7_context(by_type_file))
+
+
+def render_table1_cli(out, *, mpc, exact=None, feasibility=None) -> str:
+    return render_table1(out, mpc, feasibility, exact or ())
+
+
+def render_table7_cli(out, *, by_type) -> str:
+    return render_table7(out, by_type)
