@@ -122,7 +122,7 @@ class Method:
 
 
 def _builtin() -> list[Method]:
-    from ..agents import curl_dqn, dqn, pearl_dqn, ppo, ppo_dr, rad_dqn, rainbow, rl2_a2c
+    from ..agents import curl_dqn, dqn, dreamer, pearl_dqn, planet, ppo, ppo_dr, rad_dqn, rainbow, rl2_a2c
     from ..oracle import exact, mpc
     from . import random_policy
 
@@ -136,6 +136,8 @@ def _builtin() -> list[Method]:
         agent("curl_dqn", "DQN + CURL", "augmentation", curl_dqn),
         agent("pearl_dqn", "PEARL-DQN", "task_inference", pearl_dqn),
         agent("rl2_a2c", "RL2-A2C", "task_inference", rl2_a2c),
+        agent("dreamer", "DreamerV3", "world_model", dreamer, world_model=True),
+        agent("planet", "PlaNet-MPC", "world_model", planet, world_model=True, every_checkpoint=False),
         Method("random", "Random policy", "reference", random_policy.Config, make_policy=random_policy.make_policy,
                summary="a uniformly random cell each step: the floor"),
         Method("mpc", "True-dynamics MPC", "reference", mpc.MPCMethodConfig, make_policy=mpc.make_policy,
