@@ -237,7 +237,7 @@ class DreamerEvalPolicy:
         self.h = self._z = None
 
     def begin(self, batch) -> None:
-        self.h = self.model.initial(len(batch), batch.device)
+        self.h = self.model.initial(len(batch), next(self.model.parameters()).device)
         self._z = None
 
     @torch.no_grad()

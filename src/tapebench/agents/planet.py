@@ -165,9 +165,9 @@ class CEMPolicy:
 
     def begin(self, batch) -> None:
         self.keys, self.H = np.asarray(batch.keys, dtype=np.uint64), int(batch.H)
-        self.h = self.model.initial(len(batch), batch.device)
+        self.h = self.model.initial(len(batch), next(self.model.parameters()).device)
         self.t, self._z = 0, None
-        self.active = torch.ones(len(batch), dtype=torch.bool, device=batch.device)
+        self.active = torch.ones(len(batch), dtype=torch.bool, device=self.h.device)
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor) -> torch.Tensor:
