@@ -164,7 +164,7 @@ def test_rollout_shapes_range_determinism_and_no_side_effects(fresh):
 def test_one_step_error_after_training_on_a_fixed_rule_is_low(tmp_path):
     """PlaNet-MPC trains the shared model on random-action data: cheap, so this runs on every test pass."""
     L = 16
-    spec = TrainSpec(agent="planet", rules=(4,), seed=0, hyperparameters={**SMALL, "train_ratio": 32}, L=L, H=L,
+    spec = TrainSpec(agent="planet", rules=(4,), seed=0, hyperparameters={**SMALL, "train_ratio": 32, "model_lr": 2e-3}, L=L, H=L,
                      total_steps=4_096, eval_every=4_096)
     torch.manual_seed(0)
     untrained = make_agent("planet", build_config("planet", spec.hyperparameters), EnvSpec.for_tape(L, L), 1, "cpu")

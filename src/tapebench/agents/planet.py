@@ -21,8 +21,8 @@ Candidate draws are a pure function of the episode key (`batch.keys`), the step 
 (counter-based hashing, `evaluation.policy.step_keys`), so they do not depend on batching and never
 touch the global torch generator.
 
-Cost: one decision rolls `iterations * candidates * plan_horizon` latent steps (defaults 2 x 64 x 6 =
-768). Faithful PlaNet uses 10 iterations of 1000 candidates over horizon 12 (120,000 latent steps per
+Cost: one decision rolls `iterations * candidates * plan_horizon` latent steps (defaults 2 x 32 x 5 =
+320). Faithful PlaNet uses 10 iterations of 1000 candidates over horizon 12 (120,000 latent steps per
 decision); one evaluation of the paper protocol (~5,120 episodes x 32 steps) would then take days on a
 CPU, so the defaults are the affordable budget measured in docs/methods.md (planet).
 """
@@ -43,13 +43,13 @@ PLAN_ROWS = 64                 # episodes planned together (memory bound; result
 
 @dataclass
 class Config(WorldModelConfig):
-    plan_horizon: int = 6
+    plan_horizon: int = 5
     """length of the planned action sequences"""
-    candidates: int = 64
+    candidates: int = 32
     """action sequences per CEM round"""
     iterations: int = 2
     """CEM rounds per decision"""
-    elites: int = 8
+    elites: int = 4
     """best sequences the per-depth categoricals are refitted to"""
     plan_mix: float = 0.1
     """uniform share mixed into the refitted categoricals (keeps every cell possible)"""
