@@ -37,6 +37,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .common import adam
+
 REWARD_LIMIT = 10.0     # reward bins span [-10, 10] in value space (rewards are in [-1, 1 + bonus])
 REWARD_BINS = 41        # evenly spaced in symlog space: spacing 0.12 in symlog units
 VALUE_LIMIT = 100.0     # critic bins span [-100, 100] (returns are within [-H, 1 + bonus])
@@ -420,7 +422,6 @@ class WorldModelLearner:
     `update()` takes one gradient step and returns the posterior states of the chunk."""
 
     def __init__(self, config: WorldModelConfig, env_spec, device):
-        from .common import adam
 
         self.config, self.device = config, torch.device(device)
         self.model = RSSM(config, env_spec).to(self.device)
