@@ -144,6 +144,14 @@ def test_resume_after_sigkill_is_bit_identical(tmp_path):
     assert_sigkill_resume_bit_identical("dreamer", params, tmp_path)
 
 
+def test_learns_fixed_rule_4_on_a_short_tape(tmp_path):
+    # the cheap learning check (~17 s): L = H = 8, a 64-wide model, 4,096 steps
+    small = {"deter_size": 64, "hidden_size": 64, "learning_starts": 256, "sequence_length": 8, "model_lr": 2e-3}
+    before, after = learned_success("dreamer", 4, 8, 8, 4_096, tmp_path, small)
+    assert before < 0.9
+    assert after >= 0.9
+
+
 @pytest.mark.slow
 def test_learns_fixed_rule_4(tmp_path):
     # defaults at L = H = 16: about 75 s on one thread
