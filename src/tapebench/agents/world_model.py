@@ -328,47 +328,51 @@ def observe_chunk(model: RSSM, chunk: dict, config: WorldModelConfig):
     1 - terminated, the starting points of imagination."""
     obs, next_obs = chunk["obs"], chunk["next_obs"]
     B, T = chunk["actions"].shape
-    embed = model.encoder(obs)                    # (B, T, E)
-    next_embed = model.encoder(next_obs)
-    # the posterior of every slot's o_t from h = 0: used where a chunk or an episode starts
-    h0 = model.initial(B * T, obs.device).reshape(B, T, -1)
-    start_post = model.posterior(h0, embed)
-    start_z = sample_straight_through(start_post)
+    next_embed = model.encoder(next_obs)          # (B, T, E)
+    # where a chunk or an episode starts: the posterior of o_t from h = 0 (only at those slots)
     starts = chunk["first"].clone()
     starts[:, 0] = True
+    start_obs = obs[starts]                       # (S, obs_dim), in row-major order of (b, t)
+    h0 = model.initial(len(start_obs), obs.device)
+    start_post = model.posterior(h0, model.encoder(start_obs))
+    start_z = model.flat(sample_straight_through(start_post))
+    slot = (starts.reshape(-1).long().cumsum(0) - 1).reshape(B, T)   # index into the S start slots
     hs, posts, priors, zs = [], [], [], []
-    h, z = h0[:, 0], start_z[:, 0]
+    h = z = None
     for t in range(T):
-        if t > 0:
-            restart = starts[:, t].unsqueeze(-1)
-            h = torch.where(restart, h0[:, t], h)
-            z = torch.where(restart.unsqueeze(-1), start_z[:, t], z)
-        h = model.transition(h, model.flat(z), chunk["actions"][:, t])
+        restart = starts[:, t]
+        if t == 0:
+            h, z = h0[slot[:, 0]], start_z[slot[:, 0]]
+        elif bool(restart.any()):
+            rows = restart.nonzero().squeeze(1)
+            h, z = h.clone(), z.clone()
+            h[rows] = 0.0
+            z[rows] = start_z[slot[rows, t]]
+        h = model.transition(h, z, chunk["actions"][:, t])
         post = model.posterior(h, next_embed[:, t])
-        z = sample_straight_through(post)
+        z = model.flat(sample_straight_through(post))
         hs.append(h)
         zs.append(z)
         posts.append(post)
         priors.append(model.prior(h))
-    h, z = torch.stack(hs, 1), model.flat(torch.stack(zs, 1))           # (B, T, ...)
+    h, z = torch.stack(hs, 1), torch.stack(zs, 1)                    # (B, T, ...)
     post, prior = torch.stack(posts, 1), torch.stack(priors, 1)
     feat = model.features(h, z)
     tape = next_obs[..., :model.L]
-    decoder_nll = F.binary_cross_entropy_with_logits(model.decoder(feat), tape, reduction="none").sum(-1)
+    decoder_logits = model.decoder(feat)
+    decoder_nll = F.binary_cross_entropy_with_logits(decoder_logits, tape, reduction="none").sum(-1)
     reward_nll = REWARD_GRID.loss(model.reward_head(feat), chunk["rewards"])
     cont_nll = F.binary_cross_entropy_with_logits(model.cont_head(feat).squeeze(-1),
                                                   1.0 - chunk["terminated"].float(), reduction="none")
     kl, kl_value = kl_loss(post, prior, config.free_bits, config.kl_dyn_scale, config.kl_rep_scale)
     # the first observation of a chunk or episode: decoder and KL against the prior of h = 0
-    start_feat = model.features(h0, model.flat(start_z))
-    start_nll = F.binary_cross_entropy_with_logits(model.decoder(start_feat), obs[..., :model.L],
+    start_nll = F.binary_cross_entropy_with_logits(model.decoder(model.features(h0, start_z)), start_obs[:, :model.L],
                                                    reduction="none").sum(-1)
     start_kl, _ = kl_loss(start_post, model.prior(h0), config.free_bits, config.kl_dyn_scale, config.kl_rep_scale)
-    mask = starts.float()
-    start_loss = ((start_nll + start_kl) * mask).sum() / (B * T)
+    start_loss = (start_nll + start_kl).sum() / (B * T)
     loss = (decoder_nll + reward_nll + cont_nll + kl).mean() + start_loss
     with torch.no_grad():
-        wrong = ((model.decoder(feat) > 0).float() != tape).float().mean()
+        wrong = ((decoder_logits > 0).float() != tape).float().mean()
     metrics = {"model_loss": loss.item(), "decoder_nll": decoder_nll.mean().item(), "reward_nll": reward_nll.mean().item(),
                "kl": kl_value.mean().item(), "cell_error": wrong.item()}
     weight = 1.0 - chunk["terminated"].float()
