@@ -122,7 +122,8 @@ class Method:
 
 
 def _builtin() -> list[Method]:
-    from ..agents import curl_dqn, dqn, ensemble_mpc, pearl_dqn, ppo, ppo_dr, rad_dqn, rainbow, rl2_a2c
+    from ..agents import (curl_dqn, dqn, dreamer, ensemble_mpc, pearl_dqn, planet, ppo, ppo_dr, rad_dqn, rainbow,
+                          rl2_a2c)
     from ..oracle import exact, mpc
     from . import bayes_filter, identify_then_plan, random_policy
 
@@ -136,6 +137,8 @@ def _builtin() -> list[Method]:
         agent("curl_dqn", "DQN + CURL", "augmentation", curl_dqn),
         agent("pearl_dqn", "PEARL-DQN", "task_inference", pearl_dqn),
         agent("rl2_a2c", "RL2-A2C", "task_inference", rl2_a2c),
+        agent("dreamer", "DreamerV3", "world_model", dreamer, world_model=True),
+        agent("planet", "PlaNet-MPC", "world_model", planet, world_model=True, every_checkpoint=False),
         agent("ensemble_mpc", "Ensemble MPC", "world_model", ensemble_mpc, world_model=True, every_checkpoint=False),
         Method("ensemble_mpc_ig", "Ensemble MPC + IG", "world_model", ensemble_mpc.IGConfig,
                make_agent=ensemble_mpc.make, world_model=True, every_checkpoint=False,

@@ -1,0 +1,255 @@
+"""DreamerV3-style agent (Hafner et al., 2023): a world model and an actor-critic trained in imagination.
+
+World model: the RSSM of `world_model.py` (categorical latents, Bernoulli tape decoder, symlog two-hot
+reward head, continue head, balanced KL with free bits), trained on chunks of a sequence replay.
+
+Actor-critic, trained on imagined rollouts: from the posterior state of every step of the replayed
+chunks, the actor (a categorical over the L cells, 1% unimix) and the prior (sampled) roll out
+`imagination_horizon` steps; the reward and continue heads give the imagined rewards and continues.
+λ-returns bootstrap from a slow (EMA) copy of the critic; the critic (symlog two-hot) regresses them;
+the actor follows REINFORCE on the advantages (λ-return minus the critic's value) divided by
+max(1, S), S the EMA of the 5th-95th percentile range of the λ-returns (DreamerV3's return
+normalisation), with an entropy bonus. Imagined steps are weighted by the cumulative product of the
+discount and predicted continues, so reaching the goal ends an imagined trajectory's contribution.
+
+Small preset for L = 32 (the Config defaults): h 128, z 32 x 4 categoricals, MLPs with one hidden
+layer of 128, batch 16 chunks x 32 steps, train ratio 16 replayed steps per environment step (one
+world-model and one actor-critic update every 32 environment steps), imagination from 256 of the 512
+replayed posterior states. DreamerV3's own presets are far larger (h >= 512, train ratio 32-1024);
+this one trains at ~200 environment steps/s on one CPU thread (200k steps in about 17 minutes).
+
+Acting in training samples the posterior and the actor; each row keeps its deterministic state h,
+reset to zeros when its episode ends. Evaluation (`evaluation_policy()`) keeps h per row (reset in
+`begin`), takes the posterior mode and the actor's most likely cell: deterministic.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .common import adam, soft_update_
+from .world_model import (VALUE_BINS, VALUE_GRID, RSSM, WorldModelConfig, WorldModelLearner, filter_mode, mlp,
+                          sample_index, sample_straight_through, unimix_logits, world_model_rollout)
+
+
+@dataclass
+class Config(WorldModelConfig):
+    imagination_horizon: int = 15
+    """imagined steps per actor-critic update (DreamerV3: 15)"""
+    imagination_starts: int = 256
+    """posterior states of the replayed chunk that start imagined rollouts (a random subset of the
+    batch_size * sequence_length states; all of them when larger)"""
+    gamma: float = 0.97
+    """discount of the imagined returns (horizon ~ 33 steps, about H = 32)"""
+    lambda_: float = 0.95
+    """λ of the λ-returns"""
+    actor_lr: float = 1e-3
+    """Adam learning rate of the actor"""
+    critic_lr: float = 1e-3
+    """Adam learning rate of the critic"""
+    ent_coef: float = 3e-4
+    """entropy bonus of the actor (on returns normalised by max(1, S))"""
+    slow_critic_tau: float = 0.02
+    """rate of the slow target critic's EMA per update"""
+    return_norm_decay: float = 0.99
+    """EMA decay of the 5th-95th percentile range S of the λ-returns"""
+    ac_grad_clip: float = 100.0
+    """gradient-norm clipping threshold of the actor and of the critic"""
+
+    def check(self) -> None:
+        super().check("DreamerV3")
+        for name in ("imagination_horizon", "imagination_starts"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"DreamerV3 hyperparameter {name} must be >= 1, got {getattr(self, name)}")
+        for name in ("gamma", "lambda_", "slow_critic_tau", "return_norm_decay"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"DreamerV3 hyperparameter {name} must be in [0, 1], got {getattr(self, name)}")
+        if self.ent_coef < 0:
+            raise ValueError(f"DreamerV3 hyperparameter ent_coef must be >= 0, got {self.ent_coef}")
+        for name in ("actor_lr", "critic_lr", "ac_grad_clip"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"DreamerV3 hyperparameter {name} must be > 0, got {getattr(self, name)}")
+
+
+def lambda_returns(rewards, conts, values, gamma: float, lam: float) -> torch.Tensor:
+    """λ-returns R_j, j = 0..T-1, of an imagined trajectory: rewards[j], conts[j] belong to the step into
+    state j+1, values (T+1, N) to the states 0..T. R_{T} = v_T and
+    R_j = r_{j+1} + γ c_{j+1} ((1 - λ) v_{j+1} + λ R_{j+1})."""
+    T = rewards.shape[0]
+    returns = torch.zeros_like(rewards)
+    last = values[T]
+    for j in reversed(range(T)):
+        last = rewards[j] + gamma * conts[j] * ((1.0 - lam) * values[j + 1] + lam * last)
+        returns[j] = last
+    return returns
+
+
+class ReturnNormalizer:
+    """DreamerV3's return scale: S = EMA of the 95th minus the 5th percentile of the returns; divide by max(1, S)."""
+
+    def __init__(self, decay: float):
+        self.decay, self.range = decay, torch.zeros(())
+
+    def update(self, returns: torch.Tensor) -> torch.Tensor:
+        flat = returns.detach().flatten().float().cpu()
+        spread = torch.quantile(flat, 0.95) - torch.quantile(flat, 0.05)
+        self.range = self.decay * self.range + (1.0 - self.decay) * spread
+        return self.scale()
+
+    def scale(self) -> torch.Tensor:
+        return torch.clamp(self.range, min=1.0)
+
+
+class DreamerAgent:
+    def __init__(self, config: Config, env_spec, total_steps: int, device):
+        self.config, self.device = config, torch.device(device)
+        self.num_actions = env_spec.num_actions
+        self.learner = WorldModelLearner(config, env_spec, self.device)
+        self.model: RSSM = self.learner.model
+        feat = self.model.feat_size
+        self.actor = mlp(feat, env_spec.num_actions, config.hidden_size).to(self.device)
+        self.critic = mlp(feat, VALUE_BINS, config.hidden_size, zero_out=True).to(self.device)
+        self.slow_critic = mlp(feat, VALUE_BINS, config.hidden_size, zero_out=True).to(self.device)
+        self.slow_critic.load_state_dict(self.critic.state_dict())
+        self.actor_optimizer = adam(self.actor.parameters(), lr=config.actor_lr)
+        self.critic_optimizer = adam(self.critic.parameters(), lr=config.critic_lr)
+        self.normalizer = ReturnNormalizer(config.return_norm_decay)
+        self.h = self.model.initial(config.num_envs, self.device)   # per row: the state before its observation
+        self._pending = None
+
+    def actor_logits(self, feat: torch.Tensor) -> torch.Tensor:
+        return unimix_logits(self.actor(feat), self.config.unimix)
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, greedy: bool = False) -> torch.Tensor:
+        if greedy:
+            raise ValueError("DreamerV3 keeps a recurrent state per episode: evaluate it through "
+                             "evaluation_policy(), not act(obs, greedy=True)")
+        post = self.model.posterior(self.h, self.model.encoder(obs))
+        z = self.model.flat(sample_straight_through(post))
+        logits = self.actor_logits(self.model.features(self.h, z))
+        actions = sample_index(logits.exp())
+        self._pending = z
+        return actions
+
+    @torch.no_grad()
+    def observe(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
+        if self._pending is None:
+            raise RuntimeError("DreamerV3 observe() needs the preceding act(obs, greedy=False)")
+        z, self._pending = self._pending, None
+        self.learner.add(obs, actions, rewards, next_obs, terminated, truncated)
+        h = self.model.transition(self.h, z, actions)
+        self.h = h * (~(terminated | truncated)).to(h.dtype).unsqueeze(1)   # a new episode starts from h = 0
+
+    def update(self) -> dict:
+        metrics = {}
+        for _ in range(self.learner.due()):
+            metrics, states = self.learner.update()
+            metrics.update(self.actor_critic_update(*states))
+        return metrics
+
+    def imagine(self, h, z):
+        """Roll the actor and the prior (sampled) forward from the start states: features (T+1, N, F)
+        and actions (T, N)."""
+        feats, actions = [self.model.features(h, z)], []
+        with torch.no_grad():
+            for _ in range(self.config.imagination_horizon):
+                a = sample_index(self.actor_logits(feats[-1]).exp())
+                h = self.model.transition(h, z, a)
+                z = self.model.flat(sample_straight_through(self.model.prior(h)))
+                feats.append(self.model.features(h, z))
+                actions.append(a)
+        return torch.stack(feats), torch.stack(actions)
+
+    def actor_critic_update(self, h, z, start_weight) -> dict:
+        c = self.config
+        if c.imagination_starts < len(h):
+            pick = torch.randperm(len(h))[:c.imagination_starts].to(h.device)
+            h, z, start_weight = h[pick], z[pick], start_weight[pick]
+        feats, actions = self.imagine(h, z)
+        with torch.no_grad():
+            rewards = self.model.reward(feats[1:])
+            conts = self.model.cont(feats[1:])
+            target_values = VALUE_GRID.mean(self.slow_critic(feats))
+            returns = lambda_returns(rewards, conts, target_values, c.gamma, c.lambda_)
+            discount = torch.cumprod(torch.cat([torch.ones_like(conts[:1]), c.gamma * conts[:-1]]), 0)
+            weight = discount * start_weight
+            scale = self.normalizer.update(returns).to(returns.device)
+        critic_logits = self.critic(feats[:-1])
+        values = VALUE_GRID.mean(critic_logits).detach()
+        advantages = (returns - values) / scale
+        logits = self.actor_logits(feats[:-1])
+        logp = logits.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+        entropy = -(logits.exp() * logits).sum(-1)
+        actor_loss = -(weight * (logp * advantages + c.ent_coef * entropy)).mean()
+        critic_loss = (weight * VALUE_GRID.loss(critic_logits, returns)).mean()
+        for loss, net, opt in ((actor_loss, self.actor, self.actor_optimizer),
+                               (critic_loss, self.critic, self.critic_optimizer)):
+            opt.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(net.parameters(), c.ac_grad_clip)
+            opt.step()
+        soft_update_(self.slow_critic, self.critic, c.slow_critic_tau)
+        return {"actor_loss": actor_loss.item(), "critic_loss": critic_loss.item(), "entropy": entropy.mean().item(),
+                "return_scale": float(scale), "imagined_return": returns[0].mean().item()}
+
+    # --- evaluation and the world-model contract ----------------------------------------------
+    def evaluation_policy(self) -> "DreamerEvalPolicy":
+        return DreamerEvalPolicy(self.model, self.actor)
+
+    def world_model_rollout(self, obs_prefix, action_prefix, actions) -> torch.Tensor:
+        return world_model_rollout(self.model, obs_prefix, action_prefix, actions)
+
+    # --- checkpointing ---------------------------------------------------------------------
+    def policy_state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "actor": self.actor.state_dict()}
+
+    def load_policy_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.actor.load_state_dict(state["actor"])
+
+    def state_dict(self) -> dict:
+        return {"learner": self.learner.state_dict(), "actor": self.actor.state_dict(),
+                "critic": self.critic.state_dict(), "slow_critic": self.slow_critic.state_dict(),
+                "actor_optimizer": self.actor_optimizer.state_dict(),
+                "critic_optimizer": self.critic_optimizer.state_dict(),
+                "return_range": self.normalizer.range.clone(), "h": self.h.cpu().clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.learner.load_state_dict(state["learner"])
+        self.actor.load_state_dict(state["actor"])
+        self.critic.load_state_dict(state["critic"])
+        self.slow_critic.load_state_dict(state["slow_critic"])
+        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
+        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        self.normalizer.range = state["return_range"].clone()
+        self.h = state["h"].to(self.device).clone()
+
+
+class DreamerEvalPolicy:
+    """Per row: h (reset in `begin`), the posterior mode of z, the actor's most likely cell."""
+
+    def __init__(self, model: RSSM, actor: nn.Module):
+        self.model, self.actor = model, actor
+        self.h = self._z = None
+
+    def begin(self, batch) -> None:
+        self.h = self.model.initial(len(batch), next(self.model.parameters()).device)
+        self._z = None
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        self._z = filter_mode(self.model, self.h, obs)
+        return self.actor(self.model.features(self.h, self._z)).argmax(dim=1)
+
+    @torch.no_grad()
+    def observe(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
+        # rows whose episode ended are stepped on with frozen records; their state no longer matters
+        self.h = self.model.transition(self.h, self._z, actions)
+        self._z = None
+
+
+def make(config: Config, env_spec, total_steps: int, device) -> DreamerAgent:
+    return DreamerAgent(config, env_spec, total_steps, device)
