@@ -1,4 +1,4 @@
-# Identifiability of the latent rule per split (docs/protocol.md, "Identifiability"): observed transitions until the
+# Identifiability of the latent rule per split (docs/protocol.md#identifiability): observed transitions until the
 # rule tables consistent with them are a single rule, on the evaluation episodes' initial tapes with random actions.
 
 

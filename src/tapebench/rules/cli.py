@@ -1,5 +1,5 @@
 """`tapebench features`: rule features and operational types (docs/protocol.md#rule-types);
-`tapebench identifiability` (docs/protocol.md, "Identifiability")."""
+`tapebench identifiability` (docs/protocol.md#identifiability)."""
 from __future__ import annotations
 
 from collections import Counter

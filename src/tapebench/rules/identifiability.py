@@ -1,5 +1,5 @@
 """Identifiability of the latent rule (benchmark health report): how many observed transitions until the
-rule tables consistent with them are a single rule (docs/protocol.md, "Identifiability").
+rule tables consistent with them are a single rule (docs/protocol.md#identifiability).
 
 For every rule of both sides of a split, on the protocol's common-random-number episodes (the initial
 tapes every method plays), a uniformly random action each step (a counter-based stream of the episode
