@@ -161,7 +161,7 @@ _SPLIT = _value("split", "split name as in the aggregate table")
 _AGENTS = _value("agents", "methods and their order (default: all, grouped by family)", many=True, required=False)
 _L = _value("L", "tape length (needed only if the table holds several)", type=int, required=False)
 
-OUTPUTS: dict[str, Output] = {o.id: o for o in [
+_CORE: list[Output] = [
     Output("table1", TABLE, "Table 1: planning reference (MPC, exact optimum) and feasibility",
            "tapebench.report.oracle_tables:render_table1_cli", (
                Option("mpc", "MPC records Parquet(s), one row each", many=True),
@@ -221,7 +221,24 @@ OUTPUTS: dict[str, Output] = {o.id: o for o in [
            _sweep_jobs, category="World models",
            extra_outputs=lambda job: {"parquet": job.values["parquet"], "pdf": f"{job.values['figure']}.pdf",
                                       "png": f"{job.values['figure']}.png"}),
-]}
+]
+
+# Modules that contribute entries: each defines `ENTRIES: list[Output]` (figures, studies, ...).
+ENTRY_MODULES: tuple[str, ...] = ()
+
+
+def _assemble() -> dict[str, Output]:
+    entries = list(_CORE)
+    for name in ENTRY_MODULES:
+        entries.extend(importlib.import_module(name).ENTRIES)
+    ids = [e.id for e in entries]
+    duplicated = sorted({i for i in ids if ids.count(i) > 1})
+    if duplicated:
+        raise ValueError(f"report registry: output ids registered twice: {duplicated}")
+    return {e.id: e for e in entries}
+
+
+OUTPUTS: dict[str, Output] = _assemble()
 
 
 def outputs() -> list[Output]:
