@@ -122,8 +122,8 @@ def test_config_command_shows_the_merged_config_and_names_bad_files(tmp_path, ca
     out = capsys.readouterr().out
     merged = yaml.safe_load(out)
     assert merged["training"]["total_steps"] == 30000 and merged["methods"][-2:] == ["random", "mpc"]
-    assert ("# 12 training runs (split main: 4 methods that train x 3 seeds) of 30000 steps with 3 checkpoints "
-            "each; 18 evaluation jobs (H = 32) for 6 methods") in out
+    assert ("# 15 training runs (split main: 5 methods that train x 3 seeds) of 30000 steps with 3 checkpoints "
+            "each; 24 evaluation jobs (H = 32) for 8 methods") in out
     bad = tmp_path / "bad.yaml"
     bad.write_text("training: {total_steps: 5\n")
     assert main(["config", "--workflow", str(REPO), "--configfile", str(bad)]) == 2

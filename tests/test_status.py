@@ -95,9 +95,9 @@ def test_each_run_state_with_progress_eta_and_failure_log(workdir, capsys):
 
 
 def test_runs_the_config_expects_are_pending(workdir, capsys):
-    runs = status_json(workdir, capsys)    # config/config.yaml alone: 20 seeds x its 6 methods that train
-    assert len(runs) == 120
-    assert {agent for _, agent, _ in runs} == {"dqn", "ppo", "ppo_dr", "rad_dqn", "curl_dqn", "pearl_dqn"}
+    runs = status_json(workdir, capsys)    # config/config.yaml alone: 20 seeds x its 7 methods that train
+    assert len(runs) == 140
+    assert {agent for _, agent, _ in runs} == {"dqn", "ppo", "ppo_dr", "rad_dqn", "curl_dqn", "pearl_dqn", "dreamer"}
     assert runs[("main", "ppo", 19)]["state"] == "pending" and runs[("main", "ppo", 19)]["evaluations"] == []
 
 
