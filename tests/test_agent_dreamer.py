@@ -23,12 +23,7 @@ def small_agent(L=8, H=8, **overrides):
     return make_agent("dreamer", build_config("dreamer", {**SMALL, **overrides}), EnvSpec.for_tape(L, H), 10_000, "cpu")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_registered_as_a_world_model_that_evaluates_every_checkpoint():

@@ -30,13 +30,7 @@ SMALL = {"num_envs": 4, "ensemble_size": 3, "hidden_size": 16, "batch_size": 16,
 PLANNER = {"plan_horizon": 4, "candidates": 48, "planner_seed": 5}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    """Small tensors: more threads only add contention on a shared machine."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def fresh_agent(method="ensemble_mpc", L=8, H=8, **overrides):

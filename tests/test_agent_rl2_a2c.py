@@ -29,13 +29,7 @@ def small_agent(L=8, H=8, **overrides):
 
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    """Small tensors: more threads only add contention on a shared machine."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 # --- registry and config -------------------------------------------------------------------------
 def test_registered_as_task_inference():

@@ -21,12 +21,7 @@ SMALL = {"num_envs": 8, "deter_size": 64, "hidden_size": 64, "batch_size": 8, "s
          "learning_starts": 256}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 # --- symlog two-hot --------------------------------------------------------------------------------
