@@ -219,8 +219,8 @@ def render_figure3(out, *, per_rule, split=None, H=None, metric: str = "success"
     handles += [Line2D([], [], marker="o", linestyle="", color="#555555", label="ID rule (left, filled)"),
                 Line2D([], [], marker="o", linestyle="", markerfacecolor="none", markeredgecolor="#555555",
                        label="OOD rule (right, hollow)")]
-    ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(handles), frameon=False,
-              handletextpad=0.2, columnspacing=0.9)
+    ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False, handletextpad=0.2,
+              columnspacing=0.9, ncol=len(handles) if width >= 5.5 else len(types))
     fig.tight_layout()
     return style.save_figure(fig, out)
 
@@ -337,8 +337,9 @@ def _label_points(ax, x: np.ndarray, y: np.ndarray, labels: list[str]) -> None:
     for xi, yi, label in zip(x, y, labels):
         spots.setdefault((round(float(xi), 6), round(float(yi), 6)), []).append(label)
     for (xi, yi), names in spots.items():
-        ax.annotate(", ".join(names), (xi, yi), xytext=(4, -3 if yi > 0.9 else 3), textcoords="offset points",
-                    fontsize=6, ha="left" if xi < 0.75 else "right")
+        right = xi < 0.75
+        ax.annotate(", ".join(names), (xi, yi), xytext=(5 if right else -5, -7 if yi > 0.9 else 3),
+                    textcoords="offset points", fontsize=6, ha="left" if right else "right")
 
 
 def render_oracle_gap(out, *, gap) -> list[str]:
