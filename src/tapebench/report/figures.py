@@ -196,6 +196,8 @@ def render_figure3(out, *, per_rule, split=None, H=None, metric: str = "success"
     agents = list(dict.fromkeys(points["agent"]))
     width = max(style.COLUMN_WIDTH, min(style.FULL_WIDTH, 0.9 + 0.55 * len(agents)))
     fig, ax = plt.subplots(figsize=(width, 2.9))
+    crowded = points.groupby(["agent", "side"]).size().max() > 60
+    size, alpha = (7, 0.6) if crowded else (14, 1.0)
     for i, agent in enumerate(agents):
         for side, shift in (("train", -0.2), ("test", 0.2)):
             d = points[(points["agent"] == agent) & (points["side"] == side)]
@@ -203,8 +205,9 @@ def render_figure3(out, *, per_rule, split=None, H=None, metric: str = "success"
             for rule_type in style.types_present(d["type"]):
                 sel = (d["type"] == rule_type).to_numpy()
                 colour = style.type_colour(rule_type)
-                ax.scatter(x[sel], d["value"].to_numpy()[sel], s=14, marker=style.type_marker(rule_type),
-                           facecolors=colour if side == "train" else "none", edgecolors=colour, linewidths=0.8)
+                ax.scatter(x[sel], d["value"].to_numpy()[sel], s=size, marker=style.type_marker(rule_type),
+                           facecolors=colour if side == "train" else "none", edgecolors=colour, linewidths=0.8,
+                           alpha=alpha)
         if i:
             ax.axvline(i - 0.5, color="#dddddd", linewidth=0.6, zorder=0)
     ax.set_xticks(np.arange(len(agents)), [display_name(a) for a in agents], rotation=35, ha="right",
@@ -219,6 +222,8 @@ def render_figure3(out, *, per_rule, split=None, H=None, metric: str = "success"
     handles += [Line2D([], [], marker="o", linestyle="", color="#555555", label="ID rule (left, filled)"),
                 Line2D([], [], marker="o", linestyle="", markerfacecolor="none", markeredgecolor="#555555",
                        label="OOD rule (right, hollow)")]
+    if width < 5.5 and len(types) == 3:     # two rows, filled column by column: types above, ID / OOD below
+        handles = [handles[0], handles[3], handles[1], handles[4], handles[2]]
     ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False, handletextpad=0.2,
               columnspacing=0.9, ncol=len(handles) if width >= 5.5 else len(types))
     fig.tight_layout()
@@ -346,7 +351,10 @@ def render_oracle_gap(out, *, gap) -> list[str]:
     from matplotlib.lines import Line2D
 
     plt = style.pyplot()
+    from ..utils.io import read_parquet_meta
+
     points = oracle_gap_points(read_gap(gap))
+    protocol = read_parquet_meta(gap).get("protocol", {})
     fig, axes = plt.subplots(1, 2, figsize=(style.FULL_WIDTH * 0.8, 2.9))
     panels = (("success", "strict success", "upper left"), ("final_dist", "final distance", "upper left"))
     for ax, (metric, label, _) in zip(axes, panels):
@@ -368,5 +376,8 @@ def render_oracle_gap(out, *, gap) -> list[str]:
     handles = [Line2D([], [], marker=style.type_marker(t), linestyle="", color=style.type_colour(t), label=t)
                for t in types] + [Line2D([], [], color="#888888", linestyle="--", label="MPC = exact")]
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False, bbox_to_anchor=(0.5, -0.02))
+    if {"L", "H", "episodes_per_rule"} <= set(protocol):
+        fig.suptitle(f"MPC vs exact optimum on the same episodes: L = {protocol['L']}, H = {protocol['H']}, "
+                     f"{protocol['episodes_per_rule']} episode{'s' if protocol['episodes_per_rule'] != 1 else ''} per rule", fontsize=8)
     fig.tight_layout(rect=(0, 0.07, 1, 1))
     return style.save_figure(fig, out)
