@@ -47,6 +47,7 @@ def test_no_stage_imports_the_report_layer():
 def test_every_entry_is_a_render_subcommand_that_parses_its_jobs_arguments():
     parser = build_parser()
     config = _config("tests/data/tiny.yaml", "tests/data/world_models.yaml")
+    config["methods"] = ["dqn", *config["methods"]]      # a method with learning curves beside the planner
     jobs = registry.jobs(config)
     assert {entry.id for entry, _ in jobs} == set(registry.OUTPUTS)   # this config asks for every entry
     for entry, job in jobs:

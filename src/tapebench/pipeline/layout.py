@@ -21,6 +21,15 @@ def per_rule(split: str, agent: str, H) -> str:
     return f"results/aggregate/{split}/{agent}_H{H}.per_rule.parquet"
 
 
+def curves(split: str, agent: str, H) -> str:
+    return f"results/aggregate/{split}/{agent}_H{H}.curves.parquet"
+
+
+def figure(name: str) -> str:
+    """A figure's path stem: the render job writes <stem>.pdf and <stem>.png."""
+    return f"results/figures/{name}"
+
+
 def mpc_records(split: str, side: str, H) -> str:
     return f"results/oracle/{split}/mpc_{side}_H{H}.parquet"
 
