@@ -13,14 +13,11 @@ import pandas as pd
 from ..stats.aggregate import aggregate_seeds, read_tables
 from ..stats.model_error import ALL_TYPES, growth, value
 from ..utils.artifacts import read_table
-from ..utils.io import atomic_path, write_parquet
+from ..utils.io import write_parquet
 from .render import render_table
+from .style import METHOD_COLOURS, SIDE_LABELS, SIDE_LINESTYLES, save_figure
 from .tables import display_name
 
-SIDE_LABELS = {"train": "ID", "test": "OOD"}
-SIDE_STYLES = {"train": "-", "test": "--"}
-# Okabe-Ito: colour-blind-safe, one colour per method in order
-PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
 
 
 def _success(aggregate: pd.DataFrame, agent: str, H: int, side: str) -> dict | None:
@@ -76,12 +73,12 @@ def depth_figure(errors: pd.DataFrame, stem, title: str = "") -> list[str]:
     data = errors[errors["type"] == ALL_TYPES]
     fig, ax = plt.subplots(figsize=(5.0, 3.4))
     for i, agent in enumerate(dict.fromkeys(data["agent"])):
-        colour = PALETTE[i % len(PALETTE)]
+        colour = METHOD_COLOURS[i % len(METHOD_COLOURS)]
         for side in ("train", "test"):
             d = data[(data["agent"] == agent) & (data["side"] == side)].sort_values("depth")
             if d.empty:
                 continue
-            ax.plot(d["depth"], d["mean"], SIDE_STYLES[side], color=colour, marker="o", markersize=3,
+            ax.plot(d["depth"], d["mean"], SIDE_LINESTYLES[side], color=colour, marker="o", markersize=3,
                     label=f"{display_name(agent)} {SIDE_LABELS[side]}")
             ax.fill_between(d["depth"], d["ci_low"], d["ci_high"], color=colour, alpha=0.15, linewidth=0)
     from matplotlib.ticker import MaxNLocator
@@ -96,20 +93,6 @@ def depth_figure(errors: pd.DataFrame, stem, title: str = "") -> list[str]:
     ax.legend(fontsize=7, frameon=False)
     fig.tight_layout()
     return save_figure(fig, stem)
-
-
-def save_figure(fig, stem) -> list[str]:
-    """Write `stem`.pdf and `stem`.png atomically; returns the paths."""
-    import matplotlib.pyplot as plt
-
-    paths = []
-    for ext in ("pdf", "png"):
-        path = f"{stem}.{ext}"
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=ext, dpi=200 if ext == "png" else None)
-        paths.append(path)
-    plt.close(fig)
-    return paths
 
 
 def sweep_summary(values: list, per_seed_paths: list, error_paths: list, *, method: str, hyperparameter: str,
@@ -146,12 +129,12 @@ def sweep_figure(summary: pd.DataFrame, stem) -> list[str]:
 
     method, hyper = summary["method"].iloc[0], summary["hyperparameter"].iloc[0]
     fig, axes = plt.subplots(1, 2, figsize=(7.5, 3.0))
-    for side, colour in (("train", PALETTE[0]), ("test", PALETTE[1])):
+    for side, colour in (("train", METHOD_COLOURS[0]), ("test", METHOD_COLOURS[1])):
         d = summary[summary["side"] == side].sort_values("value")
         for ax, col, low, high in ((axes[0], "success", "success_low", "success_high"),
                                    (axes[1], "one_step_error", "error_low", "error_high")):
             ax.errorbar(d["value"], d[col], yerr=[d[col] - d[low], d[high] - d[col]], color=colour, marker="o",
-                        linestyle=SIDE_STYLES[side], capsize=3, label=SIDE_LABELS[side])
+                        linestyle=SIDE_LINESTYLES[side], capsize=3, label=SIDE_LABELS[side])
     axes[0].set_ylabel("strict success")
     axes[1].set_ylabel("one-step prediction error")
     for ax in axes:
