@@ -34,13 +34,16 @@ def bench_methods(args) -> dict:
     for a in agents:
         if get_method(a).trains:
             raise ValueError(f"--agents: {a!r} trains; `tapebench bench train` times it")
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    import numba
+
+    threads = args.threads or 1
+    torch.set_num_threads(threads)
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))   # as the pipeline's jobs run
     sides = side_protocols(L=L, H=H, episodes_per_rule=EPISODES_PER_RULE, eval_seed=0, rules=rules)
     episodes = len(sides[0][0])
     print(f"tapebench bench methods: L={L}, H={H}, {len(rules)} rules x {EPISODES_PER_RULE} episodes = {episodes} "
-          f"episodes (candidate set `train` = these rules), {os.cpu_count()} CPU cores, numba threads "
-          f"{os.environ.get('NUMBA_NUM_THREADS', 'default')}; baseline: the {BASELINE} policy in the same run")
+          f"episodes (candidate set `train` = these rules), {os.cpu_count()} CPU cores, {threads} "
+          f"thread(s) (--threads; the pipeline's evaluation jobs use 1); baseline: the {BASELINE} policy in the same run")
     _time(BASELINE, sides, rules, args.seed)   # compile / warm caches outside the timings
     base_s, base_success = _time(BASELINE, sides, rules, args.seed)
     figures = {BASELINE: {"seconds": base_s, "success": base_success}}
