@@ -201,7 +201,8 @@ def compile_pdf(tex: str, pdf_path, root=".") -> str:
     command = latex_command()
     pdf_path = Path(pdf_path)
     pdf_path.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "TEXINPUTS": f"{Path(root).resolve()}{os.pathsep}"}   # trailing separator: defaults too
+    # inputs relative to root (the trailing separator keeps TeX's own paths); unwrapped log lines
+    env = {**os.environ, "TEXINPUTS": f"{Path(root).resolve()}{os.pathsep}", "max_print_line": "10000"}
     with tempfile.TemporaryDirectory(prefix=".report-", dir=pdf_path.parent) as tmp:
         (Path(tmp) / "report.tex").write_text(tex)
         runs = [command + ["report.tex"]] if command[0] == "latexmk" else [command + ["report.tex"]] * 2
