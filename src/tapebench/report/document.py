@@ -27,7 +27,8 @@ from .render import environment, tex_escape
 
 TEMPLATE = "report.tex.j2"
 # LaTeX packages the template needs beyond texlive-latex-base (checked before compiling).
-REQUIRED_PACKAGES = ("booktabs", "graphicx", "adjustbox", "placeins", "geometry", "caption", "float", "hyperref")
+REQUIRED_PACKAGES = ("booktabs", "graphicx", "adjustbox", "placeins", "geometry", "caption", "float", "needspace",
+                     "hyperref")
 LATEX_INSTALL = """\
 Install LaTeX, then run the same command again:
   Debian/Ubuntu:  sudo apt-get install -y texlive-latex-base texlive-latex-recommended texlive-latex-extra latexmk
