@@ -11,6 +11,8 @@ if Path("config/config.yaml").is_file():
 
 configfile: "config/config.yaml"
 
+report: "workflow/report/workflow.rst"
+
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/integrity.smk"
@@ -22,9 +24,11 @@ include: "workflow/rules/oracle.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/diagnostics.smk"
 include: "workflow/rules/identifiability.smk"
+include: "workflow/rules/document.smk"
 
 
 rule all:
     default_target: True
     input:
         REPORT_TARGETS,
+        DOCUMENT_TARGETS,

@@ -31,6 +31,7 @@ SUBCOMMAND_MODULES = (
     "tapebench.stats.cli",
     "tapebench.oracle.cli",
     "tapebench.report.registry",
+    "tapebench.report.document",
     "tapebench.status",
     "tapebench.pipeline.cli",
 )

@@ -1,5 +1,6 @@
 # Helpers shared by every stage: config validation, the config slices that become params, paths.
 import json
+import os
 
 from tapebench.methods import get_method
 from tapebench.methods import build_config
@@ -20,6 +21,7 @@ UNTRAINED = [m for m in METHODS if not get_method(m).trains]
 HORIZONS = config["evaluation"]["horizons"]
 MAIN_SPLIT = config["main_split"]
 CONDA_ENV = "../../envs/tapebench.yaml"
+PRESETS = [os.path.relpath(path) for path in workflow.overwrite_configfiles]   # --configfile, for the report
 
 
 wildcard_constraints:

@@ -5,6 +5,10 @@ from __future__ import annotations
 import re
 
 
+REPORT_TEX = "results/report.tex"
+REPORT_PDF = "results/report.pdf"
+
+
 def split_file(split: str) -> str:
     return f"results/splits/{split}.json"
 

@@ -193,7 +193,7 @@ _CORE: list[Output] = [
     Output("identifiability", TABLE, "Identifiability of the rule by operational type",
            "tapebench.report.identifiability:render_identifiability_cli", (
                Option("identifiability", "Parquet from `tapebench identifiability`"),),
-           _identifiability_jobs),
+           _identifiability_jobs, category="Belief and identifiability"),
     Output("model_error", TABLE, "World models: success beside open-loop prediction error, ID / OOD",
            "tapebench.report.world_model:render_model_error_cli", (
                Option("model_error", "aggregate from `tapebench aggregate-model-error`"),

@@ -1,0 +1,297 @@
+"""The compiled report: one LaTeX document holding every table and figure a config produces.
+
+The document is generated from the report registry (`registry.jobs(config)`), so an entry added there
+appears here without edits: tables are `\\input` (they carry their own caption), figures are included
+from their PDF with a caption built from the entry title and the protocol. A first page summarises the
+config that produced it. `tapebench report` writes the .tex and compiles it with latexmk (or pdflatex
+twice) in a temporary folder, then moves the PDF into place; without LaTeX it stops before doing
+anything and says how to install it (`--tex-only` needs no LaTeX).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path, PurePosixPath
+
+import yaml
+
+from ..pipeline import layout
+from ..utils.io import atomic_path, code_version, content_hash, write_text
+from . import registry
+from .render import environment, tex_escape
+
+TEMPLATE = "report.tex.j2"
+# LaTeX packages the template needs beyond texlive-latex-base (checked before compiling).
+REQUIRED_PACKAGES = ("booktabs", "graphicx", "adjustbox", "placeins", "geometry", "caption", "float", "needspace",
+                     "hyperref")
+LATEX_INSTALL = """\
+Install LaTeX, then run the same command again:
+  Debian/Ubuntu:  sudo apt-get install -y texlive-latex-base texlive-latex-recommended texlive-latex-extra latexmk
+  Fedora:         sudo dnf install -y texlive-scheme-medium latexmk
+  macOS:          MacTeX (https://tug.org/mactex/), or BasicTeX (`brew install --cask basictex`) followed by
+                  `sudo tlmgr install latexmk booktabs adjustbox collectbox placeins caption`
+Or skip the PDF: every table and figure is built without LaTeX (`snakemake --cores 2` builds them all),
+and `tapebench report --tex-only` writes the report's .tex without compiling it."""
+# Path characters a LaTeX \input / \includegraphics takes without escaping (registry paths are ours).
+_SAFE_PATH = re.compile(r"^[A-Za-z0-9_./-]+$")
+
+
+class LatexMissing(RuntimeError):
+    """No LaTeX compiler, or one without the packages the report needs."""
+
+
+# --- what the document holds ---------------------------------------------------------------------------------
+def job_split(job: registry.Job, config: dict) -> str:
+    """The split a render job reports on: its `split` value, else the one configured split named by a
+    path component of its output or inputs (e.g. results/identifiability/<split>.tex), else the main split."""
+    if isinstance(job.values.get("split"), str):
+        return job.values["split"]
+    paths = [job.out] + [v for value in job.values.values()
+                         for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, str)]
+    named = set()
+    for path in paths:
+        parts = PurePosixPath(path).parts
+        components = set(parts[:-1]) | {PurePosixPath(parts[-1]).name.split(".")[0]} if parts else set()
+        named |= components & set(config["splits"])
+    return named.pop() if len(named) == 1 else config["main_split"]
+
+
+def protocol(config: dict, split: str) -> dict:
+    """The protocol numbers a caption states."""
+    env, training, evaluation = config["env"], config["training"], config["evaluation"]
+    return {"split": split, "L": env["L"], "H": env["H"], "horizons": list(evaluation["horizons"]),
+            "seeds": config["seeds"], "episodes_per_rule": evaluation["episodes_per_rule"],
+            "total_steps": training["total_steps"], "eval_every": training["eval_every"],
+            "last_k": evaluation["last_k"]}
+
+
+def protocol_text(p: dict) -> str:
+    """One sentence, plain text (escape it for LaTeX or RST where it goes)."""
+    horizons = ", ".join(map(str, p["horizons"]))
+    return (f"Protocol: split {p['split']}; L = {p['L']}, training horizon H = {p['H']} (evaluated at H = "
+            f"{horizons}); {p['seeds']} seed{'s' if p['seeds'] != 1 else ''}; {p['episodes_per_rule']} "
+            f"episode{'s' if p['episodes_per_rule'] != 1 else ''} per rule; training budget "
+            f"{p['total_steps']:,} environment steps per run, a checkpoint every {p['eval_every']:,}, final "
+            f"value over the last {p['last_k']} checkpoint{'s' if p['last_k'] != 1 else ''}.")
+
+
+def caption(entry: registry.Output, job: registry.Job, config: dict) -> str:
+    """Plain-text caption of a render job's outputs: the entry title and its protocol."""
+    return f"{entry.title}. {protocol_text(protocol(config, job_split(job, config)))}"
+
+
+_RST_SPECIALS = re.compile(r"([\\`*_|<>\[\]])")
+
+
+def caption_rst(entry: registry.Output, job: registry.Job, config: dict) -> str:
+    """The caption for Snakemake's HTML report (reStructuredText, so its markup characters escaped)."""
+    return _RST_SPECIALS.sub(r"\\\1", caption(entry, job, config))
+
+
+def _checked_path(path: str) -> str:
+    if not _SAFE_PATH.match(path) or ".." in PurePosixPath(path).parts:
+        raise ValueError(f"report: the path {path!r} cannot be included in LaTeX as is; registry outputs must "
+                         f"be relative paths of letters, digits and _ . / -")
+    return path
+
+
+def items(config: dict) -> list[dict]:
+    """One item per render job, in registry order: its tables (.tex), figures (PDF with the PNG beside it) and
+    other files, each registry target of the config in exactly one place."""
+    out = []
+    for entry, job in registry.jobs(config):
+        files = list(job.outputs(entry).values()) + list(entry.extra_outputs(job).values())
+        tables, figures, data = [], {}, []
+        for path in files:
+            suffix = PurePosixPath(path).suffix
+            if suffix == ".tex":
+                tables.append(_checked_path(path))
+            elif suffix in (".pdf", ".png"):
+                figures.setdefault(path[: -len(suffix)], {"pdf": None, "png": None})[suffix[1:]] = _checked_path(path)
+            else:
+                data.append(path)
+        split = job_split(job, config)
+        out.append({"id": entry.id, "job": job.name, "kind": entry.kind, "category": entry.category,
+                    "title": entry.title, "split": split, "protocol": protocol_text(protocol(config, split)),
+                    "tables": tables, "figures": list(figures.values()), "data": data})
+    return out
+
+
+def sections(config: dict) -> list[dict]:
+    """Items grouped by registry category, in order of first appearance."""
+    grouped: dict[str, list[dict]] = {}
+    for item in items(config):
+        grouped.setdefault(item["category"], []).append(item)
+    return [{"title": title, "items": group} for title, group in grouped.items()]
+
+
+def summary(config: dict, presets=(), version: str | None = None) -> dict:
+    """The first page: which config produced the report."""
+    training, evaluation, stats = config["training"], config["evaluation"], config["statistics"]
+    return {
+        "code_version": version if version is not None else code_version(),
+        "config_digest": content_hash(config)[:12],
+        "presets": list(presets),
+        "methods": list(config["methods"]),
+        "main_split": config["main_split"],
+        "splits": [{"name": name, **{k: spec.get(k, "") for k in ("method", "test_size", "seed", "unit", "rules")}}
+                   for name, spec in config["splits"].items()],
+        "env": config["env"],
+        "budget": {"total_steps": training["total_steps"], "eval_every": training["eval_every"],
+                   "seeds": config["seeds"], "episodes_per_rule": evaluation["episodes_per_rule"],
+                   "horizons": list(evaluation["horizons"]), "last_k": evaluation["last_k"]},
+        "statistics": stats,
+        "config_yaml": yaml.safe_dump(config, sort_keys=False, default_flow_style=None, width=110).rstrip(),
+    }
+
+
+def context(config: dict, presets=(), version: str | None = None) -> dict:
+    return {"summary": summary(config, presets, version), "sections": sections(config)}
+
+
+def render_tex(config: dict, presets=(), version: str | None = None) -> str:
+    env = environment()
+    env.filters["tex"] = tex_text
+    return env.get_template(TEMPLATE).render(**context(config, presets, version))
+
+
+# Characters pdflatex has no glyph for by default, written as LaTeX (the template declares the same ones for
+# text that comes from the tables).
+_UNICODE = {"−": "$-$", "×": r"$\times$", "≥": r"$\geq$", "≤": r"$\leq$", "±": r"$\pm$", "∈": r"$\in$",
+            "→": r"$\rightarrow$", "≈": r"$\approx$"}
+
+
+def tex_text(s) -> str:
+    """LaTeX-escape plain text, including the non-ASCII symbols our titles use."""
+    return "".join(_UNICODE.get(c, c) for c in tex_escape(s))
+
+
+# --- LaTeX ---------------------------------------------------------------------------------------------------
+def latex_command() -> list[str]:
+    """The compile command (latexmk, else pdflatex), after checking the packages the template needs.
+
+    Raises LatexMissing with installation instructions."""
+    if shutil.which("latexmk") and shutil.which("pdflatex"):
+        command = ["latexmk", "-pdf", "-silent", "-interaction=nonstopmode", "-halt-on-error", "-file-line-error"]
+    elif shutil.which("pdflatex"):
+        command = ["pdflatex", "-interaction=batchmode", "-halt-on-error", "-file-line-error"]
+    else:
+        raise LatexMissing("the PDF report needs LaTeX (latexmk or pdflatex on PATH) and neither was found.\n"
+                           + LATEX_INSTALL)
+    if shutil.which("kpsewhich"):
+        missing = [p for p in REQUIRED_PACKAGES if not _has_package(p)]
+        if missing:
+            raise LatexMissing(f"LaTeX is installed but lacks the package(s) {', '.join(missing)} that the report "
+                               f"needs.\n" + LATEX_INSTALL)
+    return command
+
+
+def _has_package(name: str) -> bool:
+    found = subprocess.run(["kpsewhich", f"{name}.sty"], capture_output=True, text=True, timeout=60)
+    return found.returncode == 0 and bool(found.stdout.strip())
+
+
+def compile_pdf(tex: str, pdf_path, root=".") -> str:
+    """Compile `tex` in a temporary folder beside `pdf_path` (inputs are found relative to `root`), move the
+    PDF onto `pdf_path` atomically; returns the compiler's output. Raises RuntimeError with LaTeX's error."""
+    command = latex_command()
+    pdf_path = Path(pdf_path)
+    pdf_path.parent.mkdir(parents=True, exist_ok=True)
+    # inputs relative to root (the trailing separator keeps TeX's own paths); unwrapped log lines
+    env = {**os.environ, "TEXINPUTS": f"{Path(root).resolve()}{os.pathsep}", "max_print_line": "10000"}
+    with tempfile.TemporaryDirectory(prefix=".report-", dir=pdf_path.parent) as tmp:
+        (Path(tmp) / "report.tex").write_text(tex)
+        runs = [command + ["report.tex"]] if command[0] == "latexmk" else [command + ["report.tex"]] * 2
+        output = []
+        for run in runs:
+            proc = subprocess.run(run, cwd=tmp, env=env, capture_output=True, text=True, errors="replace",
+                                  timeout=600)
+            output.append(proc.stdout + proc.stderr)
+            if proc.returncode != 0 or not (Path(tmp) / "report.pdf").is_file():
+                log = Path(tmp) / "report.log"
+                log_text = log.read_text(errors="replace") if log.is_file() else output[-1]
+                raise RuntimeError(f"LaTeX failed ({' '.join(run)}):\n{_latex_errors(log_text)}")
+        with atomic_path(pdf_path) as target:
+            shutil.move(str(Path(tmp) / "report.pdf"), target)
+    return "\n".join(output)
+
+
+def _latex_errors(log: str) -> str:
+    """The error lines of a LaTeX log with a little context, or its tail."""
+    lines = log.splitlines()
+    hits = [i for i, line in enumerate(lines) if line.startswith("!") or re.match(r"^\S+:\d+: ", line)]
+    if not hits:
+        return "\n".join(lines[-30:])
+    return "\n".join("\n".join(lines[i:i + 4]) for i in hits[:5])
+
+
+# --- command line --------------------------------------------------------------------------------------------
+def register(sub) -> None:
+    p = sub.add_parser(
+        "report", help="the compiled report: every table and figure of a config in one PDF",
+        description="Write the report's LaTeX source (every table and figure the config produces, grouped by "
+                    "category, with the protocol in each caption and a summary of the config on the first page) "
+                    "and compile it to PDF with latexmk or pdflatex. The tables and figures must exist (Snakemake "
+                    "builds them: `snakemake --cores 2 results/report.pdf`). Without LaTeX use --tex-only.")
+    p.add_argument("--configfile", nargs="+", default=[], metavar="FILE",
+                   help="presets merged on top of config/config.yaml, in order (as snakemake --configfile)")
+    p.add_argument("--config-json", metavar="JSON",
+                   help="the whole, already checked config as JSON (what the Snakemake rule passes)")
+    p.add_argument("--presets-json", metavar="JSON", default="[]",
+                   help="names of the presets behind --config-json, as a JSON list (shown on the first page)")
+    p.add_argument("--tex", default=layout.REPORT_TEX, help=f"LaTeX source to write (default {layout.REPORT_TEX})")
+    p.add_argument("--pdf", default=layout.REPORT_PDF, help=f"PDF to write (default {layout.REPORT_PDF})")
+    p.add_argument("--tex-only", action="store_true", help="write the LaTeX source only (no LaTeX needed)")
+    p.add_argument("--check-latex", action="store_true",
+                   help="only check that LaTeX and the packages the report needs are installed")
+    p.add_argument("--workflow", default=".", metavar="DIR",
+                   help="the pipeline folder holding config/, workflow/ and results/ (default: the current folder)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    if args.check_latex or not args.tex_only:
+        try:
+            command = latex_command()
+        except LatexMissing as exc:
+            print(f"tapebench report: {exc}", file=sys.stderr)
+            return 3
+        if args.check_latex:
+            print(f"tapebench report: LaTeX found ({command[0]}), packages {', '.join(REQUIRED_PACKAGES)} present")
+            return 0
+    root = Path(args.workflow)
+    config, presets = _config(args, root)
+    missing = [path for path in registry.targets(config) if not (root / path).is_file()]
+    if missing:
+        raise FileNotFoundError(f"the report needs every table and figure of the config; missing: "
+                                f"{', '.join(missing)}. Build them first, e.g. `snakemake --cores 2 "
+                                f"{' '.join(missing[:3])}`")
+    tex = render_tex(config, presets)
+    write_text(root / args.tex, tex)
+    print(f"report: {args.tex}")
+    if not args.tex_only:
+        try:
+            print(compile_pdf(tex, root / args.pdf, root=root))
+        except RuntimeError as exc:
+            print(f"tapebench report: {exc}", file=sys.stderr)
+            return 1
+        print(f"report: {args.pdf}")
+    return 0
+
+
+def _config(args, root: Path) -> tuple[dict, list]:
+    from ..pipeline.config import load_config, validate_config
+
+    if args.config_json is not None:
+        if args.configfile:
+            raise ValueError("give either --config-json or --configfile, not both")
+        return json.loads(args.config_json), list(json.loads(args.presets_json))
+    schema = root / "workflow" / "schemas" / "config.schema.yaml"
+    if not schema.is_file():
+        raise FileNotFoundError(f"{schema} not found; run from the pipeline folder or give --workflow DIR")
+    return validate_config(load_config(args.configfile, root=root), schema), list(args.configfile)
