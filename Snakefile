@@ -22,6 +22,7 @@ include: "workflow/rules/oracle.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/diagnostics.smk"
 include: "workflow/rules/identifiability.smk"
+include: "workflow/rules/studies.smk"
 
 
 rule all:
