@@ -123,7 +123,7 @@ def render_robustness(out, *, aggregate, splits, kinds, L, H, agents=None, parqu
     rows = [{"name": display_name(r["agent"]), "mean": r["mean"], "sd": r["sd"], "min": r["min"], "max": r["max"],
              "ranks": [r[f"rank_{s}"] for s in splits], "mean_rank": r["mean_rank"]}
             for r in summary.sort_values("mean_rank", kind="stable").to_dict("records")]
-    seeds = {s: sorted(set(table[table["split"] == s]["n_seeds"])) for s in splits}
+    seeds = {s: int(table[table["split"] == s]["n_seeds"].max()) for s in splits}
     render_table("robustness.tex.j2", out, rows=rows, splits=list(splits), kinds=kind_of, tau=tau, L=int(L),
                  H=int(H), seeds=seeds)
     return paths
