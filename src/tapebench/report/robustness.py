@@ -1,4 +1,4 @@
-"""Split robustness (paper §6.5, Figure 5; docs/protocol.md#robustness): the methods trained and evaluated on
+"""Split robustness (paper §6.5, Figure 5; docs/protocol.md#split-robustness): the methods trained and evaluated on
 several partitions of the rules (farthest-point "diverse" and seeded random), their OOD strict success per
 partition (mean over seeds, from each split's aggregate table), its spread across partitions, and how stable
 the methods' ranking is (rank per partition, 1 = best, ties averaged; Kendall's tau-b between the rankings of
