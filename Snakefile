@@ -25,6 +25,7 @@ include: "workflow/rules/report.smk"
 include: "workflow/rules/diagnostics.smk"
 include: "workflow/rules/identifiability.smk"
 include: "workflow/rules/document.smk"
+include: "workflow/rules/studies.smk"
 
 
 rule all:

@@ -5,8 +5,9 @@ import os
 from tapebench.methods import get_method
 from tapebench.methods import build_config
 from tapebench.pipeline import layout
-from tapebench.pipeline.config import (checkpoint_eval_slice, dumps, method_eval_slice, model_error_slice,
-                                       sweep_train_slice, train_slice, validate_config)
+from tapebench.pipeline.config import (checkpoint_eval_slice, dumps, fixed_z_eval_slice, fixed_z_train_slice,
+                                       method_eval_slice, model_error_slice, sweep_train_slice, train_slice,
+                                       validate_config)
 
 validate_config(config, workflow.source_path("../schemas/config.schema.yaml"))
 
@@ -36,9 +37,21 @@ def one_of(names):
     return "|".join(names) if names else "(?!)"
 
 
-def seeds_of(method):
-    """Evaluation seeds of a method: one for deterministic methods (the exact optimum), else all."""
-    return [0] if get_method(method).deterministic else SEEDS
+def split_seeds(split):
+    """Training seeds on a split: `seeds` on the main split, `studies.robustness.seeds` on the others."""
+    return SEEDS if split == MAIN_SPLIT else list(range(config["studies"]["robustness"]["seeds"]))
+
+
+def split_horizons(split):
+    """Evaluation horizons on a split: all of them on the main split, the training H on the others (Figure 5)."""
+    return HORIZONS if split == MAIN_SPLIT else [config["env"]["H"]]
+
+
+def seeds_of(method, split=None):
+    """Evaluation seeds of a method on a split: one for deterministic methods (the exact optimum), else all."""
+    if get_method(method).deterministic:
+        return [0]
+    return split_seeds(split) if split is not None else SEEDS
 
 
 def run_dir(split, agent, seed):
@@ -63,7 +76,7 @@ def method_eval_params(wildcards):
 
 def episode_files(wildcards):
     return [f"{run_dir(wildcards.split, wildcards.agent, s)}/eval_H{wildcards.H}.parquet"
-            for s in seeds_of(wildcards.agent)]
+            for s in seeds_of(wildcards.agent, wildcards.split)]
 
 
 def random_per_rule_files(wildcards):
@@ -79,10 +92,12 @@ def random_per_rule_flag(wildcards, input):
 
 
 def per_seed_files(wildcards):
-    return [f"results/aggregate/{wildcards.split}/{a}_H{h}.per_seed.parquet" for a in METHODS for h in HORIZONS]
+    return [f"results/aggregate/{wildcards.split}/{a}_H{h}.per_seed.parquet" for a in METHODS
+            for h in split_horizons(wildcards.split)]
 
 
-FIXED_Z_RULES = "0,4,108,204,30,110"  # the paper's representative rules (App. B)
+FIXED_Z = config["studies"]["fixed_z"]
+FIXED_Z_RULES = ",".join(str(z) for z in FIXED_Z["rules"])  # the representative rules (paper App. B)
 FEAS = config["oracle"].get("feasibility", {"L": 16, "H": 16})
 
 
@@ -113,3 +128,32 @@ def sweep_run_dir(split, value, seed):
 
 def sweep_files(wildcards, name):
     return [f"{sweep_run_dir(wildcards.split, wildcards.value, s)}/{name}" for s in SWEEP_SEEDS]
+
+
+# The fixed-z study (studies.smk, docs/protocol.md#fixed-z): runs at the study's own L, H
+FIXED_Z_SEEDS = list(range(FIXED_Z["seeds"]))
+FIXED_Z_METHODS = sorted({m for t in ("table5", "table6") for m in FIXED_Z[t]["methods"]})
+MULTI_RULE_METHODS = list(FIXED_Z["table6"]["multi_rule"])
+
+
+def fixed_z_train_params(wildcards):
+    return dumps(fixed_z_train_slice(config, wildcards.agent, wildcards.L, wildcards.H))
+
+
+def fixed_z_eval_params(wildcards):
+    return dumps(fixed_z_eval_slice(config, wildcards.agent, wildcards.L, wildcards.H))
+
+
+def fixed_z_episode_files(wildcards):
+    return [f"{layout.fixed_z_run_dir(wildcards.L, wildcards.H, wildcards.agent, wildcards.rule, s)}/eval.parquet"
+            for s in FIXED_Z_SEEDS]
+
+
+def multi_rule_episode_files(wildcards):
+    return [f"{layout.multi_rule_run_dir(wildcards.L, wildcards.H, wildcards.split, wildcards.agent, s)}/eval.parquet"
+            for s in FIXED_Z_SEEDS]
+
+
+def multi_rule_per_seed_files(wildcards):
+    return [f"{layout.fixed_z_dir(wildcards.L, wildcards.H)}/multi_{wildcards.split}/{a}.per_seed.parquet"
+            for a in MULTI_RULE_METHODS]

@@ -205,6 +205,38 @@ def _check_sweep(config: dict) -> None:
             raise ConfigError(f"config key 'diagnostics.sweep.values[{i}]': {exc}") from None
 
 
+def _check_studies(config: dict) -> None:
+    from ..methods import registry
+
+    studies = config["studies"]
+    fixed = studies["fixed_z"]
+    n = checkpoints_per_run(fixed["total_steps"], fixed["eval_every"])
+    if fixed["eval_every"] > fixed["total_steps"] or n > MAX_CHECKPOINTS_PER_RUN:
+        raise ConfigError(f"config key 'studies.fixed_z.eval_every': {fixed['eval_every']} must be at most "
+                          f"studies.fixed_z.total_steps = {fixed['total_steps']} and give at most "
+                          f"{MAX_CHECKPOINTS_PER_RUN} checkpoints per run (it gives {n})")
+    last_k = config["evaluation"]["last_k"]
+    if last_k > n:
+        raise ConfigError(f"config key 'evaluation.last_k': {last_k} is more than the {n} checkpoint(s) of a fixed-z "
+                          f"run (studies.fixed_z.total_steps = {fixed['total_steps']}, eval_every = "
+                          f"{fixed['eval_every']}); use last_k <= {n}")
+    methods = registry()
+    for table, keys in (("table5", ("methods",)), ("table6", ("methods", "multi_rule"))):
+        for key in keys:
+            for i, method in enumerate(fixed[table][key]):
+                where = f"config key 'studies.fixed_z.{table}.{key}[{i}]'"
+                if method not in methods:
+                    raise ConfigError(f"{where}: unknown method {method!r}; registered methods: {sorted(methods)}")
+                if not methods[method].trains:
+                    raise ConfigError(f"{where}: {method!r} does not train, and the fixed-z study trains one run "
+                                      f"per rule; give a method that trains (`tapebench methods` lists them)")
+    robustness = studies["robustness"]
+    for i, split in enumerate(robustness["splits"]):
+        if split not in config["splits"]:
+            raise ConfigError(f"config key 'studies.robustness.splits[{i}]': {split!r} is not one of the configured "
+                              f"splits {sorted(config['splits'])}")
+
+
 def validate_config(config: dict, schema_path) -> dict:
     """Validate against the JSON schema plus cross-field checks; fill defaults; raise ConfigError naming the key.
 
@@ -233,6 +265,7 @@ def validate_config(config: dict, schema_path) -> dict:
             raise ConfigError(f"config key 'methods[{i}]': the exact optimum enumerates all 2^L tapes and needs "
                               f"env.L <= 20, but env.L = {config['env']['L']}")
     _check_sweep(config)
+    _check_studies(config)
     for agent, overrides in config["agents"].items():
         if agent not in methods:
             raise ConfigError(f"config key 'agents.{agent}': unknown method; registered methods: {sorted(methods)}")
@@ -258,6 +291,19 @@ def train_slice(config: dict, agent: str) -> dict:
         "env": config["env"],
         "training": {k: config["training"][k] for k in ("total_steps", "eval_every")},
     }
+
+
+def fixed_z_train_slice(config: dict, agent: str, L: int, H: int) -> dict:
+    """A fixed-z study run: the agent's hyperparameters, the study's L, H and schedule (not env.L / training)."""
+    fixed = config["studies"]["fixed_z"]
+    return {"agent": config["agents"].get(agent, {}), "env": {**config["env"], "L": int(L), "H": int(H)},
+            "training": {k: fixed[k] for k in ("total_steps", "eval_every")}}
+
+
+def fixed_z_eval_slice(config: dict, agent: str, L: int, H: int) -> dict:
+    out = checkpoint_eval_slice(config, agent)
+    out["env"] = {**out["env"], "L": int(L), "H": int(H)}
+    return out
 
 
 def eval_slice(config: dict) -> dict:

@@ -63,6 +63,38 @@ def sweep_point(split: str, method: str, field: str, value) -> dict:
     return {"per_seed": f"{stem}.per_seed.parquet", "model_error": f"{stem}.model_error.parquet"}
 
 
+# --- the fixed-z study (Tables 5-6): runs and tables under results/fixed_z/L{L}_H{H}/ ------------------------
+def fixed_z_dir(L, H) -> str:
+    return f"results/fixed_z/L{L}_H{H}"
+
+
+def fixed_z_run_dir(L, H, agent: str, rule, seed) -> str:
+    """A run trained on one rule (no rule randomisation)."""
+    return f"{fixed_z_dir(L, H)}/{agent}/rule{rule}/seed{seed}"
+
+
+def fixed_z_per_rule(L, H, agent: str, rule) -> str:
+    return f"{fixed_z_dir(L, H)}/{agent}/rule{rule}.per_rule.parquet"
+
+
+def multi_rule_run_dir(L, H, split: str, agent: str, seed) -> str:
+    """A run trained with z ~ Unif(training rules of `split`) at the study's L, H."""
+    return f"{fixed_z_dir(L, H)}/multi_{split}/{agent}/seed{seed}"
+
+
+def multi_rule_aggregate(L, H, split: str) -> str:
+    return f"{fixed_z_dir(L, H)}/multi_{split}/aggregate.parquet"
+
+
+def multi_rule_oracle(L, H, split: str, oracle: str, side: str) -> str:
+    """MPC (`mpc`) or exact-optimum (`exact`) records on one side of `split` at the study's L, H."""
+    return f"{fixed_z_dir(L, H)}/multi_{split}/{oracle}_{side}.parquet"
+
+
+def rule_features() -> str:
+    return "results/rules/features.parquet"
+
+
 def rule_safe(name: str) -> str:
     """A name usable inside a Snakemake rule name."""
     return re.sub(r"[^A-Za-z0-9_]", "_", name)

@@ -1,0 +1,107 @@
+"""Success by operational rule type (docs/protocol.md#per-type), from the per-rule tables of one split.
+
+Per method, side (ID / OOD) and seed: the strict success of each type is the episode-weighted mean over the
+side's rules of that type; "micro" is the episode-weighted mean over all the side's rules; "macro" the mean of
+the per-type values of the types present. Each is then averaged over seeds with a percentile-bootstrap CI
+over seeds (one resampling of the seeds shared by every column of a method and side). The test split is
+type-imbalanced (paper: 22 of 30 test rules chaotic), so micro and macro can differ a lot.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..stats.aggregate import group_generator
+from ..stats.bootstrap import bootstrap_means, percentile_interval, resample_indices
+from .render import render_table
+from .style import TYPE_ORDER, types_present
+from .tables import display_name
+
+MICRO, MACRO = "micro", "macro"
+SIDES = ("train", "test")
+
+
+def per_seed_by_type(per_rule: pd.DataFrame, metric: str = "success") -> pd.DataFrame:
+    """One row per (agent, side, seed, stratum): value; strata are the types present, micro and macro."""
+    data = per_rule[per_rule["metric"] == metric]
+    if data.empty:
+        raise ValueError(f"the per-rule tables have no metric {metric!r}")
+    rows = []
+    for (agent, side, seed), grp in data.groupby(["agent", "side", "seed"], sort=True):
+        weights = grp["n_episodes"].to_numpy(np.float64)
+        values = grp["value"].to_numpy(np.float64)
+        by_type = {}
+        for t in types_present(grp["type"]):
+            mask = (grp["type"] == t).to_numpy()
+            by_type[t] = float(np.average(values[mask], weights=weights[mask]))
+            rows.append({"agent": agent, "side": side, "seed": int(seed), "stratum": t, "value": by_type[t]})
+        rows.append({"agent": agent, "side": side, "seed": int(seed), "stratum": MICRO,
+                     "value": float(np.average(values, weights=weights))})
+        rows.append({"agent": agent, "side": side, "seed": int(seed), "stratum": MACRO,
+                     "value": float(np.mean(list(by_type.values())))})
+    return pd.DataFrame(rows)
+
+
+def type_summary(per_rule: pd.DataFrame, *, n_resamples: int = 2000, ci: float = 0.95, seed: int = 0,
+                 metric: str = "success") -> pd.DataFrame:
+    """Mean over seeds and bootstrap CI per (agent, side, stratum), with the number of rules per stratum."""
+    per_seed = per_seed_by_type(per_rule, metric)
+    split = ",".join(sorted(str(s) for s in per_rule["split"].unique()))
+    rows = []
+    for (agent, side), grp in per_seed.groupby(["agent", "side"], sort=True):
+        wide = grp.pivot(index="seed", columns="stratum", values="value").sort_index()
+        indices = resample_indices(len(wide), n_resamples, group_generator(seed, (split, agent, side, "types")))
+        rules = per_rule[(per_rule["agent"] == agent) & (per_rule["side"] == side) & (per_rule["metric"] == metric)]
+        for stratum in wide.columns:
+            values = wide[stratum].dropna().to_numpy(np.float64)
+            if len(values) != len(wide):
+                raise ValueError(f"{agent} {side}: type {stratum!r} is missing for some seeds (rule sets differ)")
+            low, high = percentile_interval(bootstrap_means(values, indices=indices), ci)
+            n_rules = (rules["rule"].nunique() if stratum in (MICRO, MACRO)
+                       else rules.loc[rules["type"] == stratum, "rule"].nunique())
+            rows.append({"agent": agent, "side": side, "stratum": stratum, "n_rules": int(n_rules),
+                         "n_seeds": int(len(values)), "mean": float(values.mean()), "ci_low": float(low),
+                         "ci_high": float(high)})
+    return pd.DataFrame(rows)
+
+
+def per_type_context(summary: pd.DataFrame, *, split: str, H: int, agents: list[str] | None = None,
+                     ci: float = 0.95, n_resamples: int = 2000) -> dict:
+    agents = agents or list(dict.fromkeys(summary["agent"]))
+    types = types_present(summary.loc[~summary["stratum"].isin([MICRO, MACRO]), "stratum"])
+    columns = [*types, MICRO, MACRO]
+    counts = {side: {t: int(summary[(summary["side"] == side) & (summary["stratum"] == t)]["n_rules"].max())
+                     if not summary[(summary["side"] == side) & (summary["stratum"] == t)].empty else 0
+                     for t in types} for side in SIDES}
+    rows = []
+    for agent in agents:
+        for side in SIDES:
+            sel = summary[(summary["agent"] == agent) & (summary["side"] == side)]
+            if sel.empty:
+                continue
+            cells = []
+            for col in columns:
+                c = sel[sel["stratum"] == col]
+                cells.append(None if c.empty else {"mean": float(c["mean"].iloc[0]), "low": float(c["ci_low"].iloc[0]),
+                                                   "high": float(c["ci_high"].iloc[0])})
+            rows.append({"name": display_name(agent), "side": "ID" if side == "train" else "OOD",
+                         "n": int(sel["n_seeds"].max()), "cells": cells})
+    return {"rows": rows, "columns": columns, "counts": counts, "types": types, "split": split, "H": H,
+            "ci_percent": f"{100 * ci:g}", "n_resamples": n_resamples, "known_types": list(TYPE_ORDER)}
+
+
+def render_per_type(out, *, per_rule, split, H, agents=None, n_resamples=2000, ci=0.95, seed=0, parquet=None) -> str:
+    from ..utils.io import write_parquet
+    from .fixed_z import read_per_rule
+
+    frame = read_per_rule(per_rule)
+    frame = frame[(frame["split"] == split) & (frame["H"] == int(H)) & frame["side"].isin(SIDES)]
+    if frame.empty:
+        raise ValueError(f"the per-rule tables have no ID / OOD values on split {split!r} at H = {H}")
+    summary = type_summary(frame, n_resamples=n_resamples, ci=ci, seed=seed)
+    if parquet:
+        write_parquet(parquet, summary, meta={"table": "per_type", "split": split, "H": int(H), "ci": ci,
+                                              "n_resamples": n_resamples, "seed": seed})
+    context = per_type_context(summary, split=split, H=int(H), agents=list(agents) if agents else None, ci=ci,
+                               n_resamples=n_resamples)
+    return render_table("table_types.tex.j2", out, **context)

@@ -1,0 +1,106 @@
+"""The studies in the pipeline, on the tiny protocol: the fixed-z job layout (runs at the study's own L, H, one
+per method x rule x seed), the seeds per split of the robustness study, and the study targets built."""
+from __future__ import annotations
+
+import json
+import re
+
+import pandas as pd
+import pytest
+import yaml
+
+from pipeline_helpers import make_workdir, scheduled_jobs, snakemake
+
+TARGETS = ("results/table5.tex", "results/table6.tex", "results/table_types.tex", "results/figures/figure5.png")
+
+
+def _dry_run(workdir, *targets, overlay=None):
+    files = ("tiny.yaml",)
+    if overlay is not None:
+        (workdir / "overlay.yaml").write_text(yaml.safe_dump(overlay))
+        files = ("tiny.yaml", "overlay.yaml")
+    proc = snakemake(workdir, "--dry-run", "--printshellcmds", *targets, configfiles=files)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_fixed_z_runs_use_the_study_L_and_H(tmp_path):
+    workdir = make_workdir(tmp_path)
+    overlay = {"studies": {"fixed_z": {"rules": [4, 30, 110], "seeds": 2,
+                                       "table5": {"L": 12, "H": 10, "methods": ["rad_dqn"]},
+                                       "table6": {"L": 9, "H": 7, "methods": ["pearl_dqn"],
+                                                  "multi_rule": ["rad_dqn"]}}}}
+    out = _dry_run(workdir, "results/table5.tex", "results/table6.tex", overlay=overlay)
+    jobs = scheduled_jobs(out)
+    fixed = sorted((w["L"], w["H"], w["agent"], int(w["rule"]), int(w["seed"])) for r, w in jobs if r == "train_fixed_z")
+    assert fixed == sorted([("12", "10", "rad_dqn", z, s) for z in (4, 30, 110) for s in (0, 1)]
+                           + [("9", "7", "pearl_dqn", z, s) for z in (4, 30, 110) for s in (0, 1)])
+    multi = sorted((w["L"], w["H"], w["split"], w["agent"], w["seed"]) for r, w in jobs if r == "train_multi_rule")
+    assert multi == [("9", "7", "main", "rad_dqn", "0"), ("9", "7", "main", "rad_dqn", "1")]
+    assert sorted(w["side"] for r, w in jobs if r == "oracle_multi_rule") == ["test", "train"]
+    assert [(w["L"], w["H"]) for r, w in jobs if r == "fixed_z_oracle"] == [("9", "7")]
+    # the env of the training jobs is the study's, not env.L / env.H (8 / 8 in tiny)
+    shell = re.findall(r"tapebench train --agent rad_dqn --rules 4 --seed 0 --params '(\{.*?\})'", out)
+    assert shell, out[-3000:]
+    params = json.loads(shell[0])
+    assert params["env"]["L"] == 12 and params["env"]["H"] == 10
+    assert params["training"] == {"total_steps": 256, "eval_every": 128}
+    assert not any(r in ("train", "evaluate") for r, _ in jobs)      # no main-protocol run is needed
+
+
+def test_robustness_seeds_per_split(tmp_path):
+    workdir = make_workdir(tmp_path)
+    overlay = {"seeds": 2, "studies": {"robustness": {"splits": ["main", "random1", "diverse2"], "seeds": 3}}}
+    jobs = scheduled_jobs(_dry_run(workdir, "results/figures/figure5.png", overlay=overlay))
+    runs = {}
+    for rule, w in jobs:
+        if rule == "train":
+            runs.setdefault(w["split"], set()).add((w["agent"], int(w["seed"])))
+    assert runs["main"] == {(a, s) for a in ("dqn", "ppo") for s in (0, 1)}
+    for split in ("random1", "diverse2"):
+        assert runs[split] == {(a, s) for a in ("dqn", "ppo") for s in (0, 1, 2)}
+    # other splits are evaluated at the training horizon only; main keeps every horizon
+    horizons = {(w["split"], w["H"]) for rule, w in jobs if rule in ("evaluate", "evaluate_method")}
+    assert horizons == {("main", "8"), ("main", "16"), ("random1", "8"), ("diverse2", "8")}
+    exact = {(w["split"], w["seed"]) for rule, w in jobs if rule == "evaluate_method" and w["agent"] == "exact"}
+    assert exact == {("main", "0"), ("random1", "0"), ("diverse2", "0")}
+
+
+@pytest.fixture(scope="module")
+def studies_run(tmp_path_factory):
+    workdir = make_workdir(tmp_path_factory.mktemp("studies"))
+    proc = snakemake(workdir, *TARGETS)
+    (workdir / "snakemake.out").write_text(proc.stdout + proc.stderr)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return workdir
+
+
+def test_study_targets_are_built(studies_run):
+    results = studies_run / "results"
+    table5 = (results / "table5.tex").read_text()
+    assert re.search(r"^0 & stable & DQN \+ RAD & [01]\.\d\d ", table5, re.M), table5
+    assert re.search(r"^30 & chaotic & DQN \+ RAD & ", table5, re.M)
+    manifest = json.loads((results / "fixed_z/L8_H8/rad_dqn/rule30/seed0/train.json").read_text())
+    assert manifest["env"]["L"] == 8
+    episodes = pd.read_parquet(results / "fixed_z/L8_H8/rad_dqn/rule30/seed0/eval.parquet")
+    assert set(episodes["rule"]) == {30} and set(episodes["side"]) == {"rules"}
+
+    table6 = (results / "table6.tex").read_text()
+    for row in (r"^True-dynamics MPC & episodes \(\d+ / \d+\) & ", r"^Exact optimum & episodes", r"^PEARL-DQN & seeds \(1\)",
+                r"^0 & stable & 1\.00 & 1\.00 & ", r"^30 & chaotic & "):
+        assert re.search(row, table6, re.M), (row, table6)
+
+    types = pd.read_parquet(results / "table_types.parquet")
+    assert set(types["stratum"]) >= {"micro", "macro"} and set(types["agent"]) == {"dqn", "ppo", "random", "mpc", "exact"}
+    micro = types[types["stratum"] == "micro"].set_index(["agent", "side"])["mean"]
+    aggregate = pd.read_parquet(results / "aggregate/main/aggregate.parquet")
+    overall = aggregate[(aggregate["H"] == 8) & (aggregate["metric"] == "success")].set_index(["agent", "side"])["mean"]
+    for key, value in micro.items():     # same episodes per rule: micro = the overall success of Table 3
+        assert value == pytest.approx(overall[key])
+
+    robustness = pd.read_parquet(results / "robustness.parquet")
+    assert set(robustness["split"]) == {"main", "random1"}
+    seeds = robustness.set_index(["split", "agent"])["n_seeds"]
+    assert seeds[("main", "dqn")] == 2 and seeds[("random1", "dqn")] == 1 and seeds[("random1", "exact")] == 1
+    for ext in ("pdf", "png"):
+        assert (results / f"figures/figure5.{ext}").stat().st_size > 1000

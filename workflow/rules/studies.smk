@@ -1,0 +1,200 @@
+# The fixed-z study (paper App. B, Tables 5-6; docs/protocol.md#fixed-z): one training run per representative
+# rule (no rule randomisation) at the study's own L, H and schedule, evaluated on that rule (side "rules");
+# at Table 6's L, H also multi-rule runs on the main split's training rules and the oracle on both sides.
+# The split-robustness study needs no rules of its own: train / evaluate / aggregate are per {split}.
+
+
+rule train_fixed_z:
+    output:
+        manifest="results/fixed_z/L{L}_H{H}/{agent}/rule{rule}/seed{seed}/train.json",
+    wildcard_constraints:
+        agent=one_of(FIXED_Z_METHODS),
+        L=r"\d+",
+        rule=r"\d+",
+    params:
+        slice=fixed_z_train_params,
+        run_dir=lambda w: layout.fixed_z_run_dir(w.L, w.H, w.agent, w.rule, w.seed),
+        device=config["training"]["device"],
+    threads: config["training"]["threads"]
+    resources:
+        gpu=config["training"]["gpus"],
+        mem_mb=4000,
+        runtime=240,
+    log:
+        "logs/fixed_z/L{L}_H{H}/{agent}/rule{rule}/seed{seed}_train.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "set -o pipefail; tapebench train --agent {wildcards.agent:q} --rules {wildcards.rule:q} --seed {wildcards.seed:q}"
+        " --params {params.slice:q} --device {params.device:q} --threads {threads:q}"
+        " --out {params.run_dir:q} 2>&1 | tee {log:q}"
+
+
+rule evaluate_fixed_z:
+    input:
+        manifest="results/fixed_z/L{L}_H{H}/{agent}/rule{rule}/seed{seed}/train.json",
+    output:
+        "results/fixed_z/L{L}_H{H}/{agent}/rule{rule}/seed{seed}/eval.parquet",
+    wildcard_constraints:
+        agent=one_of(FIXED_Z_METHODS),
+        L=r"\d+",
+        rule=r"\d+",
+    params:
+        slice=fixed_z_eval_params,
+        run_dir=lambda w: layout.fixed_z_run_dir(w.L, w.H, w.agent, w.rule, w.seed),
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=60,
+    log:
+        "logs/fixed_z/L{L}_H{H}/{agent}/rule{rule}/seed{seed}_evaluate.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "tapebench evaluate --run {params.run_dir:q} --rules {wildcards.rule:q} --H {wildcards.H:q}"
+        " --params {params.slice:q} --threads {threads:q} --out {output:q} > {log:q} 2>&1"
+
+
+rule aggregate_fixed_z:
+    input:
+        fixed_z_episode_files,
+    output:
+        per_seed="results/fixed_z/L{L}_H{H}/{agent}/rule{rule}.per_seed.parquet",
+        curves="results/fixed_z/L{L}_H{H}/{agent}/rule{rule}.curves.parquet",
+        per_rule="results/fixed_z/L{L}_H{H}/{agent}/rule{rule}.per_rule.parquet",
+    wildcard_constraints:
+        agent=one_of(FIXED_Z_METHODS),
+        L=r"\d+",
+        rule=r"\d+",
+    params:
+        last_k=config["evaluation"]["last_k"],
+    log:
+        "logs/fixed_z/L{L}_H{H}/{agent}/rule{rule}_aggregate.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "tapebench aggregate-seed --episodes {input:q} --last-k {params.last_k:q} --out {output.per_seed:q}"
+        " --curves-out {output.curves:q} --per-rule-out {output.per_rule:q} > {log:q} 2>&1"
+
+
+rule train_multi_rule:
+    input:
+        split="results/splits/{split}.json",
+        health="results/splits/{split}.health.json",
+    output:
+        manifest="results/fixed_z/L{L}_H{H}/multi_{split}/{agent}/seed{seed}/train.json",
+    wildcard_constraints:
+        agent=one_of(MULTI_RULE_METHODS),
+        L=r"\d+",
+    params:
+        slice=fixed_z_train_params,
+        run_dir=lambda w: layout.multi_rule_run_dir(w.L, w.H, w.split, w.agent, w.seed),
+        device=config["training"]["device"],
+    threads: config["training"]["threads"]
+    resources:
+        gpu=config["training"]["gpus"],
+        mem_mb=4000,
+        runtime=240,
+    log:
+        "logs/fixed_z/L{L}_H{H}/multi_{split}/{agent}/seed{seed}_train.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "set -o pipefail; tapebench train --agent {wildcards.agent:q} --split {input.split:q} --seed {wildcards.seed:q}"
+        " --params {params.slice:q} --device {params.device:q} --threads {threads:q}"
+        " --out {params.run_dir:q} 2>&1 | tee {log:q}"
+
+
+rule evaluate_multi_rule:
+    input:
+        split="results/splits/{split}.json",
+        manifest="results/fixed_z/L{L}_H{H}/multi_{split}/{agent}/seed{seed}/train.json",
+    output:
+        "results/fixed_z/L{L}_H{H}/multi_{split}/{agent}/seed{seed}/eval.parquet",
+    wildcard_constraints:
+        agent=one_of(MULTI_RULE_METHODS),
+        L=r"\d+",
+    params:
+        slice=fixed_z_eval_params,
+        run_dir=lambda w: layout.multi_rule_run_dir(w.L, w.H, w.split, w.agent, w.seed),
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=60,
+    log:
+        "logs/fixed_z/L{L}_H{H}/multi_{split}/{agent}/seed{seed}_evaluate.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "tapebench evaluate --run {params.run_dir:q} --split {input.split:q} --H {wildcards.H:q}"
+        " --params {params.slice:q} --threads {threads:q} --out {output:q} > {log:q} 2>&1"
+
+
+rule aggregate_seed_multi_rule:
+    input:
+        multi_rule_episode_files,
+    output:
+        per_seed="results/fixed_z/L{L}_H{H}/multi_{split}/{agent}.per_seed.parquet",
+        curves="results/fixed_z/L{L}_H{H}/multi_{split}/{agent}.curves.parquet",
+        per_rule="results/fixed_z/L{L}_H{H}/multi_{split}/{agent}.per_rule.parquet",
+    wildcard_constraints:
+        agent=one_of(MULTI_RULE_METHODS),
+        L=r"\d+",
+    params:
+        last_k=config["evaluation"]["last_k"],
+    log:
+        "logs/fixed_z/L{L}_H{H}/multi_{split}/{agent}_aggregate_seed.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "tapebench aggregate-seed --episodes {input:q} --last-k {params.last_k:q} --out {output.per_seed:q}"
+        " --curves-out {output.curves:q} --per-rule-out {output.per_rule:q} > {log:q} 2>&1"
+
+
+rule aggregate_multi_rule:
+    input:
+        multi_rule_per_seed_files,
+    output:
+        aggregate="results/fixed_z/L{L}_H{H}/multi_{split}/aggregate.parquet",
+        tests="results/fixed_z/L{L}_H{H}/multi_{split}/tests.parquet",
+    wildcard_constraints:
+        L=r"\d+",
+    params:
+        n_resamples=config["statistics"]["n_resamples"],
+        ci=config["statistics"]["ci"],
+        seed=config["statistics"]["seed"],
+    log:
+        "logs/fixed_z/L{L}_H{H}/multi_{split}/aggregate.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "tapebench aggregate --per-seed {input:q} --n-resamples {params.n_resamples:q} --ci {params.ci:q}"
+        " --seed {params.seed:q} --out {output.aggregate:q} --tests-out {output.tests:q} > {log:q} 2>&1"
+
+
+rule oracle_multi_rule:
+    """True-dynamics MPC and the exact optimum on the multi-rule runs' own episodes (both sides of the split)."""
+    input:
+        split="results/splits/{split}.json",
+    output:
+        mpc="results/fixed_z/L{L}_H{H}/multi_{split}/mpc_{side}.parquet",
+        exact="results/fixed_z/L{L}_H{H}/multi_{split}/exact_{side}.parquet",
+    wildcard_constraints:
+        side="train|test",
+        L=r"\d+",
+    params:
+        planner=planner_args,
+        episodes=config["evaluation"]["episodes_per_rule"],
+        eval_seed=config["evaluation"]["eval_seed"],
+    threads: 2
+    log:
+        "logs/fixed_z/L{L}_H{H}/multi_{split}/oracle_{side}.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "(export NUMBA_NUM_THREADS={threads:q}; tapebench mpc --split {input.split:q} --side {wildcards.side:q}"
+        " --episodes-per-rule {params.episodes:q} --L {wildcards.L:q} --H {wildcards.H:q}"
+        " --eval-seed {params.eval_seed:q} {params.planner:q} --out {output.mpc:q}"
+        " && tapebench exact --split {input.split:q} --side {wildcards.side:q} --episodes-per-rule {params.episodes:q}"
+        " --L {wildcards.L:q} --H {wildcards.H:q} --eval-seed {params.eval_seed:q} --out {output.exact:q})"
+        " > {log:q} 2>&1"
