@@ -78,7 +78,7 @@ def test_config_mapping_on_the_command_line_merges_into_the_config(tmp_path):
     proc = snakemake(workdir, "--dry-run", "--printshellcmds", "--config",
                      "training={total_steps: 512, eval_every: 128}")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    train = [line for line in proc.stdout.splitlines() if "tapebench train" in line]
+    train = [line for line in proc.stdout.splitlines() if "tapebench train" in line and "results/runs/main/" in line]
     assert len(train) == 4 and all('"training":{"eval_every":128,"total_steps":512}' in c for c in train)
     assert all("--threads 1" in c for c in train)
     proc = snakemake(workdir, "--dry-run", "--config", "training.total_steps=512")
@@ -125,8 +125,8 @@ def test_changing_dqn_hyperparameter_reruns_only_dqn_jobs(tiny_run):
     assert proc.returncode == 0, proc.stderr
     jobs = scheduled_jobs(proc.stdout)
     rules = {rule for rule, _ in jobs}
-    trained = sorted((wc["agent"], wc["seed"]) for rule, wc in jobs if rule == "train")
-    assert trained == [("dqn", "0"), ("dqn", "1")]
+    trained = sorted((wc["split"], wc["agent"], wc["seed"]) for rule, wc in jobs if rule == "train")
+    assert trained == [("main", "dqn", "0"), ("main", "dqn", "1"), ("random1", "dqn", "0")]   # + the robustness split
     assert {wc["agent"] for rule, wc in jobs if rule in ("evaluate", "aggregate_seed")} == {"dqn"}
     assert {"evaluate", "aggregate_seed", "aggregate", "render_table3"} <= rules
     assert not rules & {"rule_features", "split", "split_health", "mpc_split", "feasibility",
@@ -139,7 +139,8 @@ def test_changing_a_reference_method_reruns_only_its_evaluations(tiny_run):
     assert proc.returncode == 0, proc.stderr
     jobs = scheduled_jobs(proc.stdout)
     rules = {rule for rule, _ in jobs}
-    assert sorted((wc["agent"], wc["seed"], wc["H"]) for rule, wc in jobs if rule == "evaluate_method") == [
+    assert sorted((wc["agent"], wc["seed"], wc["H"]) for rule, wc in jobs
+                  if rule == "evaluate_method" and wc["split"] == "main") == [
         ("mpc", s, h) for s in ("0", "1") for h in ("16", "8")]
     assert "train" not in rules and "evaluate" not in rules
     assert {wc["agent"] for rule, wc in jobs if rule == "aggregate_seed"} == {"mpc"}

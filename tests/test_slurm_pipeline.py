@@ -202,6 +202,9 @@ def test_profile_names_only_real_rules():
     rules = set()
     for smk in [REPO / "Snakefile", *(REPO / "workflow" / "rules").glob("*.smk")]:
         rules |= set(re.findall(r"^rule (\w+):", smk.read_text(), re.M))
+    from tapebench.report.registry import OUTPUTS   # render rules are generated from the report registry
+
+    rules |= {f"render_{entry_id}" for entry_id in OUTPUTS}
     assert {"train", "evaluate", "aggregate_seed", "mpc_split"} <= rules
     profile = yaml.safe_load((REPO / "slurm" / "config.yaml").read_text())
     named = set(profile.get("set-resources") or {}) | set(profile.get("groups") or {})
