@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .rules.family import ELEMENTARY
+
 MIN_L, MAX_L = 3, 64
 NUM_RULES = 256
 
@@ -16,26 +18,18 @@ def check_integer(value, name: str, minimum: int = 0, maximum: int | None = None
     return int(value)
 
 
-def check_rule(rule) -> int:
-    if isinstance(rule, (bool, np.bool_)) or not isinstance(rule, (int, np.integer)):
-        raise ValueError(f"rule must be an integer in 0..255, got {rule!r}")
-    if not 0 <= int(rule) < NUM_RULES:
-        raise ValueError(f"rule must be in 0..255 (elementary CA, Wolfram numbering), got {rule}")
-    return int(rule)
+def check_rule(rule, family=None) -> int:
+    """A rule of `family` (default the elementary family, 0..255) as a Python int."""
+    return _family(family).check_rule(rule)
 
 
-def check_rules(rules) -> list[int]:
-    if isinstance(rules, str):
-        raise ValueError(f"rules must be a collection of integers in 0..255, got the string {rules!r} "
-                         f"(parse_rule_list turns '0-255' or '30,110' into a list)")
-    if hasattr(rules, "tolist"):   # numpy arrays and torch tensors
-        rules = rules.tolist()
-    if not hasattr(rules, "__iter__"):
-        raise ValueError(f"rules must be a collection of integers in 0..255 (e.g. [30, 110]), got {rules!r}")
-    rules = [check_rule(r) for r in rules]
-    if not rules:
-        raise ValueError("rule set must contain at least one rule in 0..255, got an empty set")
-    return rules
+def check_rules(rules, family=None) -> list[int]:
+    """A non-empty collection of rules of `family` (default elementary) as a list of Python ints."""
+    return _family(family).check_rules(rules)
+
+
+def _family(family):
+    return ELEMENTARY if family is None else family
 
 
 def check_length(L) -> int:

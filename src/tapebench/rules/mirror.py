@@ -10,38 +10,38 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..validation import NUM_RULES, check_action, check_rule, check_rules
+from ..validation import NUM_RULES, check_action
+from .family import ELEMENTARY, RuleFamily
 
 
-def mirror_rule(rule: int) -> int:
+def mirror_rule(rule: int, family: RuleFamily = ELEMENTARY) -> int:
     """The rule whose truth table is `rule`'s with left and right neighbour swapped."""
-    rule = check_rule(rule)
-    mirrored = 0
-    for idx in range(8):
-        left, centre, right = (idx >> 2) & 1, (idx >> 1) & 1, idx & 1
-        swapped = 4 * right + 2 * centre + left
-        mirrored |= ((rule >> idx) & 1) << swapped
-    return mirrored
+    return family.mirror_rule(rule)
 
 
-def is_self_mirror(rule: int) -> bool:
-    return mirror_rule(rule) == check_rule(rule)
+def is_self_mirror(rule: int, family: RuleFamily = ELEMENTARY) -> bool:
+    return family.is_self_mirror(rule)
 
 
-def class_representative(rule: int) -> int:
+def class_representative(rule: int, family: RuleFamily = ELEMENTARY) -> int:
     """The smaller rule number of {rule, mirror(rule)} names the class."""
-    return min(check_rule(rule), mirror_rule(rule))
+    return family.class_representative(rule)
 
 
-def mirror_classes(rules=None) -> list[tuple[int, ...]]:
-    """Mirror classes restricted to `rules` (default all 256), sorted by representative.
+def mirror_classes(rules=None, family: RuleFamily = ELEMENTARY) -> list[tuple[int, ...]]:
+    """Mirror classes restricted to `rules` (default all 256 elementary rules), sorted by representative.
 
     A class whose mirror partner lies outside `rules` has one member here.
     """
-    rules = sorted(set(check_rules(range(NUM_RULES) if rules is None else rules)))
+    if rules is None:
+        if not family.elementary:
+            raise ValueError(f"mirror_classes of {family.describe()} needs an explicit rule list "
+                             f"(the family has {family.num_rules} rules)")
+        rules = range(NUM_RULES)
+    rules = sorted(set(family.check_rules(rules)))
     members: dict[int, list[int]] = {}
     for rule in rules:
-        members.setdefault(class_representative(rule), []).append(rule)
+        members.setdefault(family.class_representative(rule), []).append(rule)
     return [tuple(members[rep]) for rep in sorted(members)]
 
 
@@ -54,12 +54,12 @@ def reflect_action(action: int, L: int) -> int:
     return L - 1 - check_action(action, L)
 
 
-def mirror_leaks(train, test) -> list[tuple[int, int]]:
+def mirror_leaks(train, test, family: RuleFamily = ELEMENTARY) -> list[tuple[int, int]]:
     """(test rule, train rule) pairs that are each other's mirror: the split leaks these tasks."""
-    train_set = set(check_rules(train)) if len(train) else set()
+    train_set = set(family.check_rules(train)) if len(train) else set()
     leaks = []
     for rule in sorted(set(test)):
-        partner = mirror_rule(rule)
+        partner = family.mirror_rule(rule)
         if partner != rule and partner in train_set:
             leaks.append((rule, partner))
     return leaks
