@@ -86,9 +86,10 @@ def step_padded_(padded: torch.Tensor, tables: torch.Tensor, k: int, r: int, scr
     L = padded.shape[1] - 2 * r
     wide, index = scratch.wide, scratch.index
     wide.copy_(padded)
-    index.copy_(wide[:, :L])
-    for j in range(1, 2 * r + 1):   # Horner: idx = (...(x[i-r] * k + x[i-r+1]) * k + ...) + x[i+r]
-        index.mul_(k).add_(wide[:, j:j + L])
+    # Horner, one fused op per cell of the window: idx = (...(x[i-r] * k + x[i-r+1]) * k + ...) + x[i+r]
+    torch.add(wide[:, 1:1 + L], wide[:, :L], alpha=k, out=index)
+    for j in range(2, 2 * r + 1):
+        torch.add(wide[:, j:j + L], index, alpha=k, out=index)
     torch.gather(tables, 1, index, out=padded[:, r:-r])
 
 
