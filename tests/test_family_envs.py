@@ -276,3 +276,29 @@ def test_checkpoint_env_state_round_trip_for_families(k, r):
     restored = BatchedTapeEnv(16, L=10, H=6, rules=rule_set, family=family, seed=99)
     load_env_state(restored, state)
     assert torch.equal(run(restored, 12), expected)
+
+
+# --- the throughput benchmark (figures are not asserted: only what the command computes and writes) --
+
+def test_bench_families_writes_ratios_json_and_figure(tmp_path):
+    import json
+
+    from tapebench.cli import main
+
+    out_json, out_png = tmp_path / "families.json", tmp_path / "families.png"
+    assert main(["bench", "families", "--seconds", "0.01", "--repeats", "1", "--L", "8", "--num-envs", "16",
+                 "--json", str(out_json), "--figure", str(out_png)]) == 0
+    figures = json.loads(out_json.read_text())["figures"]
+    env = figures["env"]
+    assert set(env) == {"eca", "k3r1", "k2r2", "k4r1"} and figures["num_envs"] == 16 and figures["threads"] == 1
+    for row in env.values():
+        assert row["steps_per_s"] > 0 and row["slowdown"] == env["eca"]["steps_per_s"] / row["steps_per_s"]
+    assert set(figures["kernel"]) == {"packed_eca", "eca", "k3r1", "k2r2", "k4r1"}
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_families_rejects_a_figure_it_cannot_write(tmp_path, capsys):
+    from tapebench.cli import main
+
+    assert main(["bench", "families", "--figure", str(tmp_path / "f.svg")]) != 0
+    assert "--figure must end in .png or .pdf" in capsys.readouterr().err
