@@ -34,6 +34,10 @@ Each figure is the median of --repeats timed runs of --seconds each.
          full protocol
   methods  evaluation time of the methods that do not train (Bayes filter, identify-then-plan, ...)
          on --rules x 20 episodes, beside the random policy, and their projected pipeline CPU-hours
+  families  rule families (k colours, radius r): batched-environment steps/s on one thread for
+         k=3 r=1, k=2 r=2, k=4 r=1 beside the elementary family (goal: k=3 r=1 within 2x), and the
+         numba table kernel's cell updates/s beside the packed elementary kernel; --figure PATH
+         writes a bar chart (PNG or PDF)
 """
 
 BENCHMARKS: dict[str, str] = {
@@ -43,6 +47,7 @@ BENCHMARKS: dict[str, str] = {
     "dp": "tapebench.oracle.bench:bench_dp",
     "sb3": "tapebench.training.sb3_bench:bench_sb3",
     "methods": "tapebench.evaluation.bench:bench_methods",
+    "families": "tapebench.bench:bench_families",
 }
 
 KERNEL_GOAL = 2e8        # packed numba kernel, tape-steps/s on one core
@@ -50,6 +55,8 @@ ENV_GOAL = 5e6           # BatchedTapeEnv on CPU, env steps/s with 4096 tapes
 KERNEL_BATCH = 1 << 16   # tapes per kernel call: large enough that call overhead is negligible
 EVOLVE_STEPS = 64
 ACTION_POOL = 64         # pre-drawn action batches cycled through, so the RNG is not timed
+CA_ENVS = 4096           # default tapes of the `ca` environment figures
+FAMILY_ENVS = 256        # default tapes of the `families` environment figures
 
 
 def register(sub) -> None:
@@ -58,7 +65,9 @@ def register(sub) -> None:
     p.add_argument("what", choices=sorted(BENCHMARKS), help="which benchmark (see above)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
                    help="devices for torch figures: auto = cpu, plus cuda when available (default auto)")
-    p.add_argument("--num-envs", type=int, default=4096, help="parallel tapes for environment figures")
+    p.add_argument("--num-envs", type=int, default=None,
+                   help=f"parallel tapes for environment figures (default {CA_ENVS} for ca, "
+                        f"{FAMILY_ENVS} for families)")
     p.add_argument("--seconds", type=float, default=1.0, help="length of one timed run (default 1.0)")
     p.add_argument("--repeats", type=int, default=3, help="timed runs per figure; the median is shown")
     p.add_argument("--L", type=int, default=32, help="tape length (default 32)")
@@ -75,6 +84,8 @@ def register(sub) -> None:
     p.add_argument("--split", default=None, metavar="PATH",
                    help="sb3: train on this split file's train rules instead of --rules")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the figures to this JSON file")
+    p.add_argument("--figure", default=None, metavar="PATH",
+                   help="families: write a bar chart of env steps/s per family here (.png or .pdf)")
     p.set_defaults(func=run)
 
 
@@ -94,7 +105,7 @@ def run(args) -> int:
 
 
 def check_options(args) -> None:
-    if args.num_envs < 1:
+    if args.num_envs is not None and args.num_envs < 1:
         raise ValueError(f"--num-envs must be >= 1, got {args.num_envs}")
     if not args.seconds > 0:
         raise ValueError(f"--seconds must be > 0, got {args.seconds}")
@@ -104,6 +115,8 @@ def check_options(args) -> None:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
     if args.steps < 1:
         raise ValueError(f"--steps must be >= 1 (environment steps), got {args.steps}")
+    if args.figure is not None and os.path.splitext(args.figure)[1].lower() not in (".png", ".pdf"):
+        raise ValueError(f"--figure must end in .png or .pdf, got {args.figure!r}")
     check_length(args.L)
     check_horizon(args.H)
     parse_rule_list(args.rules)
@@ -210,8 +223,8 @@ class NumpyBatchedEnv:
 
 # --- `bench ca` ----------------------------------------------------------------------------
 
-def env_steps_per_second(env_cls, torch, device, n, L, H, rules, seed, seconds, repeats) -> float:
-    env = env_cls(n, L=L, H=H, rules=rules, device=device, seed=seed)
+def env_steps_per_second(env_cls, torch, device, n, L, H, rules, seed, seconds, repeats, **env_kwargs) -> float:
+    env = env_cls(n, L=L, H=H, rules=rules, device=device, seed=seed, **env_kwargs)
     env.reset()
     gen = torch.Generator().manual_seed(seed)
     actions = [torch.randint(0, L, (n,), generator=gen).to(device) for _ in range(ACTION_POOL)]
@@ -260,7 +273,7 @@ def bench_ca(args) -> dict:
         figures["kernel"][str(rule)] = {"step_words": step, "evolve_words": evolve, "numpy_baseline": base}
 
     # (b, c) batched environment
-    n, H = args.num_envs, args.H
+    n, H = args.num_envs or CA_ENVS, args.H
     print(f"\n(b) BatchedTapeEnv.step: env steps/s, {n} tapes, rules {args.rules}, H={H}, auto-reset on, "
           f"random actions (goal >= {ENV_GOAL:.0e} on CPU)")
     numpy_env = NumpyBatchedEnv(n, L, H, rules, args.seed)
@@ -289,3 +302,116 @@ def bench_ca(args) -> dict:
     if "cuda" not in devices:
         print("  (c) cuda: not available here")
     return figures
+
+
+# --- `bench families` ------------------------------------------------------------------------
+
+FAMILY_GOAL_RATIO = 2.0        # k = 3, r = 1 env steps/s within 2x of the elementary family
+BENCH_FAMILIES = ((3, 1), (2, 2), (4, 1))
+FAMILY_RULES = 64              # random rules per family (tables drawn uniformly, seeded)
+TABLE_KERNEL_BATCH = 1 << 14   # tapes per numba kernel call
+
+
+def bench_families(args) -> dict:
+    """Batched-env steps/s per family on one thread (elementary baseline in the same run) and the numba
+    table kernel's cell updates/s beside the packed elementary kernel."""
+    import numba
+    import torch
+
+    from .ca import packed, table_kernel
+    from .envs.batched import BatchedTapeEnv
+    from .rules.family import ELEMENTARY, RuleFamily
+
+    L, H, seconds, repeats = check_length(args.L), args.H, args.seconds, args.repeats
+    n = args.num_envs or FAMILY_ENVS
+    threads = args.threads or 1
+    device = "cuda" if args.device == "cuda" else "cpu"
+    rng = np.random.default_rng(args.seed)
+    families = [ELEMENTARY] + [RuleFamily(k, r) for k, r in BENCH_FAMILIES]
+    rule_sets = {ELEMENTARY.name: parse_rule_list(args.rules)}
+    for family in families[1:]:
+        tables = rng.integers(0, family.k, (FAMILY_RULES, family.neighbourhoods), dtype=np.uint8)
+        rule_sets[family.name] = [family.number(t) for t in tables]
+    print(f"tapebench bench families: L={L}, H={H}, {n} tapes, {threads} torch thread(s) on {device}, numba "
+          f"{numba.__version__}, torch {torch.__version__}; elementary rules {args.rules}, "
+          f"{FAMILY_RULES} random rules per other family")
+    print(f"each figure: median of {repeats} runs x {seconds:g} s (load average now: {load_average()})")
+    figures: dict = {"env": {}, "kernel": {}, "num_envs": n, "threads": threads, "device": device}
+
+    print(f"\n(a) BatchedTapeEnv.step: env steps/s, auto-reset on, random actions "
+          f"(goal: k=3 r=1 within {FAMILY_GOAL_RATIO:g}x of the elementary family)")
+    print(f"  {'family':<8}  {'steps/s':>10}  {'elementary / family':>19}")
+    default_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for family in families:
+            rate = env_steps_per_second(BatchedTapeEnv, torch, device, n, L, H, rule_sets[family.name], args.seed,
+                                        seconds, repeats, family=family)
+            figures["env"][family.name] = {"k": family.k, "r": family.r, "steps_per_s": rate}
+    finally:
+        torch.set_num_threads(default_threads)
+    base = figures["env"][ELEMENTARY.name]["steps_per_s"]
+    for name, row in figures["env"].items():
+        row["slowdown"] = base / row["steps_per_s"]
+        note = ""
+        if (row["k"], row["r"]) == (3, 1):
+            note = "  met" if row["slowdown"] <= FAMILY_GOAL_RATIO else "  MISSED"
+        print(f"  {name:<8}  {fmt(row['steps_per_s']):>10}  {row['slowdown']:>18.2f}x{note}")
+
+    print(f"\n(b) numba kernels: cell updates/s on one core, {TABLE_KERNEL_BATCH} tapes of L={L}, "
+          f"one random rule per tape")
+    print(f"  {'family':<8}  {'kernel':<24}  {'cell updates/s':>14}  {'packed / kernel':>15}")
+    tapes2 = rng.integers(0, 2, (TABLE_KERNEL_BATCH, L), dtype=np.uint8)
+    words = packed.pack(tapes2)
+    eca_rules = rng.integers(0, 256, TABLE_KERNEL_BATCH).astype(np.uint64)
+    packed_rate = measure(lambda: packed.step_words_rules(words, eca_rules, L), TABLE_KERNEL_BATCH * L,
+                          seconds, repeats)
+    figures["kernel"]["packed_eca"] = {"cell_updates_per_s": packed_rate}
+    print(f"  {'eca':<8}  {'packed.step_words_rules':<24}  {fmt(packed_rate):>14}  {1.0:>14.2f}x")
+    for family in families:
+        tables = rng.integers(0, family.k, (FAMILY_RULES, family.neighbourhoods), dtype=np.uint8)
+        tapes = rng.integers(0, family.k, (TABLE_KERNEL_BATCH, L), dtype=np.uint8)
+        index = rng.integers(0, FAMILY_RULES, TABLE_KERNEL_BATCH)
+        k, r = family.k, family.r
+        rate = measure(lambda: table_kernel.step_nb(tapes, tables, index, k, r), TABLE_KERNEL_BATCH * L,
+                       seconds, repeats)
+        figures["kernel"][family.name] = {"k": k, "r": r, "cell_updates_per_s": rate,
+                                          "packed_over_table": packed_rate / rate}
+        print(f"  {family.name:<8}  {'table_kernel.step':<24}  {fmt(rate):>14}  {packed_rate / rate:>14.2f}x")
+
+    if args.figure:
+        write_family_figure(args.figure, figures, n, L, threads, device)
+        print(f"\nfigure written to {args.figure}")
+    return figures
+
+
+def write_family_figure(path: str, figures: dict, n: int, L: int, threads: int, device: str) -> None:
+    """Bars of env steps/s per family, each labelled with its slowdown vs the elementary family."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .utils.io import atomic_path
+
+    rows = figures["env"]
+    names = list(rows)
+    rates = [rows[name]["steps_per_s"] for name in names]
+    labels = ["elementary" if name == "eca" else f"k={rows[name]['k']}, r={rows[name]['r']}" for name in names]
+    fig, ax = plt.subplots(figsize=(3.3, 2.4))
+    bars = ax.bar(labels, rates, color=["#4d4d4d"] + ["#0072b2"] * (len(names) - 1))
+    ax.axhline(rates[0] / FAMILY_GOAL_RATIO, color="#d55e00", linestyle="--", linewidth=1,
+               label=f"elementary / {FAMILY_GOAL_RATIO:g}")
+    for bar, name in zip(bars, names):
+        ax.annotate(f"{rows[name]['slowdown']:.2f}x", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                    ha="center", va="bottom", fontsize=7)
+    ax.set_ylabel("env steps / s")
+    ax.set_title(f"BatchedTapeEnv, N={n}, L={L}, {threads} thread(s), {device}", fontsize=7)
+    ax.tick_params(labelsize=7)
+    ax.legend(fontsize=6, loc="lower left")
+    ax.set_ylim(0, max(rates) * 1.15)
+    fig.tight_layout()
+    suffix = os.path.splitext(path)[1] or ".png"
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format=suffix.lstrip("."), dpi=200)
+    plt.close(fig)
