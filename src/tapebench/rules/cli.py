@@ -65,8 +65,8 @@ def run(args) -> int:
     if args.rule_set:
         from .sampling import read_rule_set
 
-        family, rules, _ = read_rule_set(args.rule_set)
-        frame = write_features(args.out, protocol, rules, family)
+        family, rules, raw = read_rule_set(args.rule_set)
+        frame = write_features(args.out, protocol, rules, family, rule_set=raw.get("sample"))
     else:
         frame = write_features(args.out, protocol, parse_rule_list(args.rules))
     counts = Counter(frame["type"])

@@ -243,14 +243,17 @@ def rule_features(rules=None, protocol: FeatureProtocol | None = None,
     return frame
 
 
-def features_config(protocol: FeatureProtocol, family: RuleFamily = ELEMENTARY) -> dict:
-    """The config slice recorded with the features artifact (the family only when it is not elementary)."""
+def features_config(protocol: FeatureProtocol, family: RuleFamily = ELEMENTARY, rule_set: dict | None = None) -> dict:
+    """The config slice recorded with the features artifact (the family only when it is not elementary, the
+    sample's parameters when the rules are a sampled rule set)."""
     out = {"protocol": protocol.as_dict(), "feature_names": list(FEATURE_NAMES),
            "thresholds": {"stable": {"activity_below": STABLE_MAX_ACTIVITY, "entropy_below": STABLE_MAX_ENTROPY},
                           "chaotic": {"activity_above": CHAOTIC_MIN_ACTIVITY,
                                       "entropy_above": CHAOTIC_MIN_ENTROPY}}}
     if not family.elementary:
         out["family"] = family.as_dict()
+    if rule_set is not None:
+        out["rule_set"] = rule_set
     return out
 
 
@@ -262,14 +265,14 @@ def features_family(meta: dict) -> RuleFamily:
 
 
 def write_features(path, protocol: FeatureProtocol | None = None, rules=None,
-                   family: RuleFamily = ELEMENTARY) -> pd.DataFrame:
+                   family: RuleFamily = ELEMENTARY, rule_set: dict | None = None) -> pd.DataFrame:
     from ..utils.io import provenance, write_parquet
 
     protocol = protocol or FeatureProtocol()
     if not family.fits_int64:
         raise ValueError(f"features store rule numbers as int64; {family.describe()} has rules beyond 64 bits")
     frame = rule_features(rules, protocol, family)
-    write_parquet(path, frame, meta=provenance(features_config(protocol, family), seed=protocol.seed))
+    write_parquet(path, frame, meta=provenance(features_config(protocol, family, rule_set), seed=protocol.seed))
     return frame
 
 
