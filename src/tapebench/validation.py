@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .rules.family import ELEMENTARY
+from .rules.family import ELEMENTARY, RuleFamily
 
 MIN_L, MAX_L = 3, 64
 NUM_RULES = 256
@@ -32,6 +32,17 @@ def _family(family):
     return ELEMENTARY if family is None else family
 
 
+def resolve_family(family=None, k=None, r=None):
+    """The rule family of an entry point that accepts `family=` or `k=`, `r=` (default elementary)."""
+    if family is None:
+        return RuleFamily(ELEMENTARY.k if k is None else k, ELEMENTARY.r if r is None else r)
+    if not isinstance(family, RuleFamily):
+        raise ValueError(f"family must be a RuleFamily, got {family!r}")
+    if (k is not None and k != family.k) or (r is not None and r != family.r):
+        raise ValueError(f"family k = {family.k}, r = {family.r} contradicts k = {k}, r = {r}; give one of them")
+    return family
+
+
 def check_length(L) -> int:
     if isinstance(L, (bool, np.bool_)) or not isinstance(L, (int, np.integer)):
         raise ValueError(f"tape length L must be an integer in {MIN_L}..{MAX_L}, got {L!r}")
@@ -48,13 +59,16 @@ def check_horizon(H) -> int:
     return int(H)
 
 
-def check_goal(goal, L: int, what: str = "goal tape") -> np.ndarray:
-    """Return the goal tape as uint8 (default all zeros when goal is None)."""
+def check_goal(goal, L: int, what: str = "goal tape", family=None) -> np.ndarray:
+    """Return the goal tape as uint8 (default all zeros when goal is None); cells 0/1, or 0..k-1 for a
+    family with k colours."""
     if goal is None:
         return np.zeros(L, dtype=np.uint8)
     arr = np.asarray(goal)
     if arr.ndim != 1 or arr.shape[0] != L:
         raise ValueError(f"{what} must have length L={L}, got shape {arr.shape}")
+    if family is not None and family.k != 2:
+        return family.check_cells(arr, what=what)
     if arr.dtype.kind not in "biuf" or not np.all((arr == 0) | (arr == 1)):
         bad = sorted(set(np.unique(arr).tolist()) - {0, 1})
         raise ValueError(f"{what} cells must be 0 or 1, got values {bad}")

@@ -8,15 +8,25 @@ Random draws (initial tapes, rules, per-row nuisance values, cell-update noise) 
 CPU generator seeded with `seed`, so a seed gives the same episodes on every device. The tapes live
 in a periodic padded buffer that the torch kernel updates in place (see `ca.torch_kernel`); `tapes`
 is a (N, L) view of it.
+
+Rule families (docs/protocol.md#rule-families):
+`BatchedTapeEnv(num_envs, L, H, rules=[...], family=RuleFamily(3, 1))` (or `k=3, r=1`). Cells are 0..k-1,
+the action increments a cell mod k, and every row holds its rule's TABLE ((N, k^(2r+1)) uint8, stepped by
+`ca.torch_table_kernel`), so rule numbers beyond 64 bits never reach a tensor. `info["rule"]` and `rules`
+are per-row rule ids: the rule number (int64) when the family's numbers fit int64 (`family.fits_int64`),
+else the row's index into `rule_numbers` (a list of Python ints: the rule set, then any rule `load`
+brought in). `row_rules()` gives the rule numbers of the rows in every case. The elementary family (the
+default) keeps its own kernel, uint8 rules and exactly the random stream it had before families existed.
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from ..ca import torch_kernel
+from ..ca import torch_kernel, torch_table_kernel
+from ..rules.family import RuleFamily
 from ..validation import (DEFAULT_INIT_DENSITY, DEFAULT_NOISE, check_goal, check_horizon, check_init_density,
-                          check_length, check_noise, check_rules, check_success_bonus)
+                          check_length, check_noise, check_rules, check_success_bonus, resolve_family)
 
 
 class BatchedTapeEnv:
@@ -35,6 +45,9 @@ class BatchedTapeEnv:
             epsilon (success and reward are judged after the noise); or a range (low, high) drawn per
             row at every (auto-)reset like rho. Ranges are domain randomisation for training;
             evaluation uses the defaults (rho = 0.5, epsilon = 0).
+        k, r or family: the rule family (default elementary). With k > 2 the initial cells are uniform over
+            the k colours (init_density must stay at its default) and a noisy cell takes a uniformly random
+            other colour.
 
     With the defaults the env draws exactly what it drew before these parameters existed (fair bits for
     the tapes, no noise draws). The rows' current values are `row_density` and `row_noise` ((N,) float32,
@@ -42,21 +55,26 @@ class BatchedTapeEnv:
 
     `step(actions)` returns (obs (N, L+1) float32, reward (N,) float32, terminated (N,) bool,
     truncated (N,) bool, info) with info["dist"] (N,) float32 normalised distance after the step,
-    info["rule"] (N,) uint8 rule of the step, info["t"] (N,) int64 steps taken in the episode, and
+    info["rule"] (N,) uint8 rule of the step (a family: int64 rule ids, see the module docstring), info["t"] (N,) int64 steps taken in the episode, and
     with auto-reset info["final_obs"] (N, L+1): the observation before any row was reset.
     """
 
     def __init__(self, num_envs: int, L: int = 32, H: int = 32, rules=(30,), goal=None,
                  success_bonus: float = 1.0, device: str | torch.device = "cpu", seed: int = 0,
-                 autoreset: bool = True, init_density=DEFAULT_INIT_DENSITY, noise=DEFAULT_NOISE):
+                 autoreset: bool = True, init_density=DEFAULT_INIT_DENSITY, noise=DEFAULT_NOISE,
+                 k: int | None = None, r: int | None = None, family: RuleFamily | None = None):
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
             raise ValueError(f"num_envs must be an integer >= 1, got {num_envs!r}")
+        self.family = resolve_family(family, k, r)
         self.num_envs = int(num_envs)
         self.L = check_length(L)
         self.H = check_horizon(H)
         self.device = torch.device(device)
-        self.rule_set = torch.tensor(check_rules(rules), dtype=torch.uint8, device=self.device)
-        goal = check_goal(goal, self.L)
+        if self.family.elementary:
+            self.rule_set = torch.tensor(check_rules(rules), dtype=torch.uint8, device=self.device)
+        else:
+            self._init_family_rules(check_rules(rules, self.family))
+        goal = check_goal(goal, self.L, family=self.family)
         self.goal = torch.as_tensor(goal, device=self.device)
         self._goal_cpu = torch.as_tensor(goal)
         # dist count = tape . (1 - 2g) + sum(g): exact small integers in float32
@@ -67,16 +85,28 @@ class BatchedTapeEnv:
         # a degenerate range (x, x) is the constant x: no per-row draws
         self.init_density = _constant_if_degenerate(check_init_density(init_density, allow_range=True))
         self.noise = _constant_if_degenerate(check_noise(noise, allow_range=True))
+        if self.family.k != 2 and self.init_density != DEFAULT_INIT_DENSITY:
+            raise ValueError(f"init_density applies to binary tapes (k = 2); with k = {self.family.k} the "
+                             f"initial cells are uniform over the colours, got init_density={init_density}")
         self._fair_bits = self.init_density == DEFAULT_INIT_DENSITY   # the original Bernoulli(0.5) draws
         self._noisy = self.noise != DEFAULT_NOISE
         self.generator = torch.Generator(device="cpu")
         self.generator.manual_seed(int(seed))
         n, L = self.num_envs, self.L
-        self._padded = torch.zeros(n, L + 2, dtype=torch.uint8, device=self.device)
-        self._plane = torch.zeros(n, L, dtype=torch.uint8, device=self.device)
-        self._scratch = torch.empty(n, L, dtype=torch.uint8, device=self.device)
-        self._row_offsets = torch_kernel.flat_row_offsets(n, L, device=self.device)
-        self.rules = torch.zeros(n, dtype=torch.uint8, device=self.device)
+        if self.family.elementary:
+            self._padded = torch.zeros(n, L + 2, dtype=torch.uint8, device=self.device)
+            self._plane = torch.zeros(n, L, dtype=torch.uint8, device=self.device)
+            self._scratch = torch.empty(n, L, dtype=torch.uint8, device=self.device)
+            self._row_offsets = torch_kernel.flat_row_offsets(n, L, device=self.device)
+            self.rules = torch.zeros(n, dtype=torch.uint8, device=self.device)
+        else:
+            r = self.family.r
+            self._padded = torch.zeros(n, L + 2 * r, dtype=torch.uint8, device=self.device)
+            self._tables = torch.zeros(n, self.family.neighbourhoods, dtype=torch.uint8, device=self.device)
+            self._table_scratch = torch_table_kernel.StepScratch(n, L, r, device=self.device)
+            self._row_offsets = torch_table_kernel.flat_row_offsets(n, L, r, device=self.device)
+            self.rules = torch.zeros(n, dtype=torch.int64, device=self.device)
+            self._row_index = torch.zeros(n, dtype=torch.int64, device=self.device)
         self.t = torch.zeros(n, dtype=torch.int64, device=self.device)
         self.row_density = torch.full((n,), _low(self.init_density), dtype=torch.float32)
         self.row_noise = torch.full((n,), _low(self.noise), dtype=torch.float32)
@@ -91,11 +121,50 @@ class BatchedTapeEnv:
         """Whether init_density or noise differs from the defaults (rho = 0.5, epsilon = 0)."""
         return not self._fair_bits or self._noisy
 
+    # --- rule families ---------------------------------------------------------------------
+    def _init_family_rules(self, rule_numbers: list[int]) -> None:
+        """The rule set of a non-elementary family: numbers, tables, and the per-entry rule ids."""
+        self.rule_numbers: list[int] = []
+        self._rule_position: dict[int, int] = {}
+        self._known_tables = torch.empty(0, self.family.neighbourhoods, dtype=torch.uint8, device=self.device)
+        self._known_ids = torch.empty(0, dtype=torch.int64, device=self.device)
+        positions = self._positions_of(rule_numbers)
+        self._num_reset_rules = len(rule_numbers)
+        self._reset_positions = torch.tensor(positions, dtype=torch.int64, device=self.device)
+        self.rule_set = self._rule_ids(self._reset_positions)
+
+    def _positions_of(self, rule_numbers: list[int]) -> list[int]:
+        """Positions of the rules in `rule_numbers`, appending the rules (and tables) not seen before."""
+        new = [z for z in dict.fromkeys(rule_numbers) if z not in self._rule_position]
+        if new:
+            for z in new:
+                self._rule_position[z] = len(self.rule_numbers)
+                self.rule_numbers.append(z)
+            tables = torch.as_tensor(self.family.tables(new), device=self.device)
+            self._known_tables = torch.cat([self._known_tables, tables])
+            start = len(self.rule_numbers) - len(new)
+            ids = new if self.family.fits_int64 else range(start, len(self.rule_numbers))
+            self._known_ids = torch.cat([self._known_ids,
+                                         torch.tensor(list(ids), dtype=torch.int64, device=self.device)])
+        return [self._rule_position[z] for z in rule_numbers]
+
+    def _rule_ids(self, positions: torch.Tensor) -> torch.Tensor:
+        """Per-row rule ids: rule numbers (int64) if the family fits int64, else positions."""
+        return self._known_ids[positions]
+
+    def row_rules(self) -> list[int]:
+        """The rule number of every row (Python ints; exact for every family)."""
+        if self.family.elementary:
+            return [int(z) for z in self.rules.tolist()]
+        return [self.rule_numbers[i] for i in self._row_index.tolist()]
+
     # --- state -----------------------------------------------------------------------------
     @property
     def tapes(self) -> torch.Tensor:
         """Current tapes, a (N, L) uint8 view of the padded state buffer."""
-        return torch_kernel.interior(self._padded)
+        if self.family.elementary:
+            return torch_kernel.interior(self._padded)
+        return torch_table_kernel.interior(self._padded, self.family.r)
 
     def observation(self) -> torch.Tensor:
         obs = torch.empty(self.num_envs, self.L + 1, dtype=torch.float32, device=self.device)
@@ -110,8 +179,9 @@ class BatchedTapeEnv:
         """n initial tapes, each redrawn while equal to the goal: fair bits, or with `density` ((n,) on the
         CPU) row k's cells i.i.d. Bernoulli(density[k])."""
         def draw(count: int, rows_density: torch.Tensor | None) -> torch.Tensor:
-            if rows_density is None:
-                return torch.randint(0, 2, (count, self.L), generator=self.generator, dtype=torch.uint8)
+            if rows_density is None:   # fair bits for k = 2, uniform colours for k > 2
+                return torch.randint(0, self.family.k, (count, self.L), generator=self.generator,
+                                     dtype=torch.uint8)
             uniform = torch.rand(count, self.L, generator=self.generator)
             return (uniform < rows_density.unsqueeze(1)).to(torch.uint8)
 
@@ -131,13 +201,22 @@ class BatchedTapeEnv:
                 row_values[rows] = low + (high - low) * torch.rand(rows.numel(), generator=self.generator)
 
     def _draw_rules(self, n: int) -> torch.Tensor:
+        """Elementary: n rules drawn from the set; a family: n positions in `rule_numbers`."""
         idx = torch.randint(0, len(self.rule_set), (n,), generator=self.generator)
-        return self.rule_set[idx.to(self.device)]
+        if self.family.elementary:
+            return self.rule_set[idx.to(self.device)]
+        return self._reset_positions[idx.to(self.device)]
 
     def _set_rows(self, rows: torch.Tensor, tapes: torch.Tensor, rules: torch.Tensor) -> None:
+        """rules: elementary rule numbers, or (a family) positions in `rule_numbers`."""
         self.tapes[rows] = tapes
-        self.rules[rows] = rules
-        self._plane[rows] = rules.unsqueeze(1)
+        if self.family.elementary:
+            self.rules[rows] = rules
+            self._plane[rows] = rules.unsqueeze(1)
+        else:
+            self._row_index[rows] = rules
+            self.rules[rows] = self._rule_ids(rules)
+            self._tables[rows] = self._known_tables[rules]
         self.t[rows] = 0
 
     def _reset_rows(self, rows: torch.Tensor) -> None:
@@ -157,7 +236,12 @@ class BatchedTapeEnv:
 
     def load(self, tapes, rules) -> torch.Tensor:
         """Start episodes from explicit initial tapes (N, L) and rules (N,): evaluation uses this.
-        Per-row ranges of rho and epsilon are drawn for the new episodes as at a reset."""
+        Per-row ranges of rho and epsilon are drawn for the new episodes as at a reset.
+        For a family, `rules` are rule numbers (a list of Python ints, or an integer array / tensor when
+        they fit int64); rules outside the rule set are appended to `rule_numbers` (resets still draw
+        from the rule set only)."""
+        if not self.family.elementary:
+            return self._load_family(tapes, rules)
         tapes_np = tapes.cpu().numpy() if isinstance(tapes, torch.Tensor) else np.asarray(tapes)
         rules_np = rules.cpu().numpy() if isinstance(rules, torch.Tensor) else np.asarray(rules)
         if tapes_np.shape != (self.num_envs, self.L) or rules_np.shape != (self.num_envs,):
@@ -171,6 +255,20 @@ class BatchedTapeEnv:
         if self.randomised:
             self._draw_row_nuisances(rows)
         self._set_rows(rows, torch.as_tensor(tapes_np.astype(np.uint8), device=self.device), rules_t)
+        return self.observation()
+
+    def _load_family(self, tapes, rules) -> torch.Tensor:
+        tapes_np = tapes.cpu().numpy() if isinstance(tapes, torch.Tensor) else np.asarray(tapes)
+        rule_list = rules.tolist() if hasattr(rules, "tolist") else list(rules)
+        if tapes_np.shape != (self.num_envs, self.L) or len(rule_list) != self.num_envs:
+            raise ValueError(f"load expects tapes of shape {(self.num_envs, self.L)} and {self.num_envs} rules, "
+                             f"got {tapes_np.shape} and {len(rule_list)}")
+        positions = self._positions_of(check_rules(rule_list, self.family))
+        tapes_t = torch.as_tensor(self.family.check_cells(tapes_np, what="load: tape"), device=self.device)
+        rows = torch.arange(self.num_envs, device=self.device)
+        if self.randomised:
+            self._draw_row_nuisances(rows)
+        self._set_rows(rows, tapes_t, torch.tensor(positions, dtype=torch.int64, device=self.device))
         return self.observation()
 
     # --- dynamics --------------------------------------------------------------------------
@@ -188,17 +286,31 @@ class BatchedTapeEnv:
 
     def step(self, actions: torch.Tensor):
         actions = self._check_actions(actions)
-        torch_kernel.flip_padded_(self._padded, actions, self._row_offsets)
-        torch_kernel.step_padded_(self._padded, self._plane, self._scratch)
+        if self.family.elementary:
+            torch_kernel.flip_padded_(self._padded, actions, self._row_offsets)
+            torch_kernel.step_padded_(self._padded, self._plane, self._scratch)
+        else:
+            k, r = self.family.k, self.family.r
+            torch_table_kernel.increment_padded_(self._padded, actions, self._row_offsets, k)
+            torch_table_kernel.step_padded_(self._padded, self._tables, k, r, self._table_scratch)
         if self._noisy:
             uniform = torch.rand(self.num_envs, self.L, generator=self.generator)
             flips = (uniform < self.row_noise.unsqueeze(1)).to(torch.uint8)
-            self.tapes.bitwise_xor_(flips.to(self.device))
+            if self.family.k == 2:
+                self.tapes.bitwise_xor_(flips.to(self.device))
+            else:   # a noisy cell moves to a uniformly random other colour
+                shift = torch.randint(1, self.family.k, (self.num_envs, self.L), generator=self.generator,
+                                      dtype=torch.uint8)
+                moved = self.tapes + (flips * shift).to(self.device)
+                self.tapes.copy_(torch.where(moved >= self.family.k, moved - self.family.k, moved))
         self.t += 1
         obs = self.observation()
-        mismatches = torch.mv(obs[:, :self.L], self._goal_sign)
-        if self._goal_ones:
-            mismatches += self._goal_ones
+        if self.family.k == 2:
+            mismatches = torch.mv(obs[:, :self.L], self._goal_sign)
+            if self._goal_ones:
+                mismatches += self._goal_ones
+        else:
+            mismatches = (self.tapes != self.goal).sum(dim=1).to(torch.float32)
         dist = mismatches.div_(self.L)
         terminated = dist == 0
         truncated = (self.t >= self.H) & ~terminated

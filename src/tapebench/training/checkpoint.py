@@ -99,7 +99,10 @@ def set_rng_state(state: dict) -> None:
 
 
 def env_state(env) -> dict:
-    state = {"tapes": env.tapes.cpu().clone(), "rules": env.rules.cpu().clone(), "t": env.t.cpu().clone(),
+    # rule ids of families beyond int64 are positions in the env's rule list: store the numbers instead
+    family = getattr(env, "family", None)
+    rules = env.rules.cpu().clone() if family is None or family.fits_int64 else env.row_rules()
+    state = {"tapes": env.tapes.cpu().clone(), "rules": rules, "t": env.t.cpu().clone(),
              "generator": env.generator.get_state()}
     if env.nuisances:   # per-row rho and epsilon (domain randomisation); absent with the defaults
         state["init_density"] = env.row_density.clone()
