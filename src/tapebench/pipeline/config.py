@@ -321,6 +321,11 @@ def validate_config(config: dict, schema_path) -> dict:
         if method not in methods:
             raise ConfigError(f"config key 'methods[{i}]': unknown method {method!r}; registered methods: "
                               f"{sorted(methods)} (`tapebench methods` lists them)")
+        if not config_family(config).elementary and not methods[method].any_rule_family:
+            supported = sorted(m for m, entry in methods.items() if entry.any_rule_family)
+            raise ConfigError(f"config key 'methods[{i}]': {method!r} supports only the elementary family, not "
+                              f"{config_family(config).describe()} (rule_set.family); methods for any rule family: "
+                              f"{supported}")
         if method == "exact" and config["env"]["L"] > 20:
             raise ConfigError(f"config key 'methods[{i}]': the exact optimum enumerates all 2^L tapes and needs "
                               f"env.L <= 20, but env.L = {config['env']['L']}")
