@@ -5,7 +5,7 @@ import os
 from tapebench.methods import get_method
 from tapebench.methods import build_config
 from tapebench.pipeline import layout
-from tapebench.pipeline.config import (checkpoint_eval_slice, dumps, fixed_z_eval_slice, fixed_z_train_slice,
+from tapebench.pipeline.config import (checkpoint_eval_slice, config_family, dumps, fixed_z_eval_slice, fixed_z_train_slice,
                                        method_eval_slice, model_error_slice, sweep_train_slice, train_slice,
                                        validate_config)
 
@@ -30,6 +30,24 @@ wildcard_constraints:
     agent="[a-z][a-z0-9_]*",
     seed=r"\d+",
     H=r"\d+",
+
+
+RULE_SAMPLE = config["rule_set"].get("sample")   # a sampled rule set of a large family (or None)
+FAMILY = config_family(config)
+
+
+def rule_set_files(wildcards):
+    """The sampled rule set the features are built from, if the config samples one."""
+    return [layout.rule_set()] if RULE_SAMPLE is not None else []
+
+
+def rule_set_flag(wildcards, input):
+    return ["--rule-set", input.rule_set] if RULE_SAMPLE is not None else []
+
+
+def lambda_bins_arg(sample):
+    bins = sample["lambda_bins"]
+    return str(bins) if isinstance(bins, int) else ",".join(repr(float(e)) for e in bins)
 
 
 def one_of(names):

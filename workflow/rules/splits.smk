@@ -1,10 +1,33 @@
-# Rule features and operational types -> splits -> health gate (docs/protocol.md#rule-types, #splits).
+# [Sampled rule set ->] rule features and operational types -> splits -> health gate
+# (docs/protocol.md#rule-sets, #rule-types, #splits).
+
+
+rule rule_set:
+    output:
+        layout.rule_set(),
+    params:
+        k=FAMILY.k,
+        r=FAMILY.r,
+        n=RULE_SAMPLE["n"] if RULE_SAMPLE else 0,
+        bins=lambda_bins_arg(RULE_SAMPLE) if RULE_SAMPLE else "",
+        subfamily=RULE_SAMPLE["subfamily"] if RULE_SAMPLE else "",
+        seed=RULE_SAMPLE["seed"] if RULE_SAMPLE else 0,
+    log:
+        "logs/rules/rule_set.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "tapebench rule-set --k {params.k:q} --r {params.r:q} --n {params.n:q} --lambda-bins {params.bins:q}"
+        " --subfamily {params.subfamily:q} --seed {params.seed:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule rule_features:
+    input:
+        rule_set=rule_set_files,
     output:
         "results/rules/features.parquet",
     params:
+        rule_set=rule_set_flag,
         seed=config["features"]["seed"],
         L=config["features"]["L"],
         trials=config["features"]["trials"],
@@ -15,7 +38,7 @@ rule rule_features:
         CONDA_ENV
     shell:
         "tapebench features --seed {params.seed:q} --L {params.L:q} --trials {params.trials:q}"
-        " --steps {params.steps:q} --out {output:q} > {log:q} 2>&1"
+        " --steps {params.steps:q} --out {output:q} {params.rule_set:q} > {log:q} 2>&1"
 
 
 rule split:

@@ -3,13 +3,16 @@
 The initial tape of episode k of rule z on a side is a pure function of
 (eval_seed, split key, side, z, k): identical for every agent, seed, checkpoint and the oracle.
 The tape does not depend on H, so H = 32 and H = 64 evaluations are paired too.
+For a family with k > 2 colours the cells are uniform over 0..k-1 (same stream; the elementary family
+keeps its Bernoulli(0.5) tapes bit for bit).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..rules.family import ELEMENTARY, RuleFamily
 from ..validation import check_goal, check_length, check_rules
 
 SIDE_CODES = {"train": 0, "test": 1, "rules": 2}
@@ -40,10 +43,11 @@ def episode_key(eval_seed: int, key: int, side: str, rule: int, episode: int) ->
     return seq.generate_state(1, np.uint64)[0]
 
 
-def episode_tape(eval_seed: int, key: int, side: str, rule: int, episode: int, L: int, goal) -> np.ndarray:
+def episode_tape(eval_seed: int, key: int, side: str, rule: int, episode: int, L: int, goal,
+                 colours: int = 2) -> np.ndarray:
     rng = np.random.default_rng(np.random.SeedSequence(_identity(eval_seed, key, side, rule, episode)))
     while True:
-        tape = rng.integers(0, 2, size=L, dtype=np.uint8)
+        tape = rng.integers(0, colours, size=L, dtype=np.uint8)
         if not np.array_equal(tape, goal):
             return tape
 
@@ -58,6 +62,7 @@ class EpisodeSet:
     side: str
     key: int
     keys: np.ndarray       # (N,) uint64 episode identities (`episode_key`)
+    family: RuleFamily = field(default=ELEMENTARY)
 
     def __len__(self) -> int:
         return len(self.rules)
@@ -65,12 +70,14 @@ class EpisodeSet:
     def subset(self, rows) -> "EpisodeSet":
         """The episodes at `rows` (a slice or index array), identities unchanged."""
         return EpisodeSet(self.rules[rows], self.episodes[rows], self.tapes[rows], self.side, self.key,
-                          self.keys[rows])
+                          self.keys[rows], self.family)
 
 
 def episode_set(rules, episodes_per_rule: int, L: int, *, eval_seed: int = 0, key: int = 0,
-                side: str = "rules", goal=None) -> EpisodeSet:
-    rules = check_rules(rules)
+                side: str = "rules", goal=None, family: RuleFamily = ELEMENTARY) -> EpisodeSet:
+    rules = check_rules(rules, family)
+    if not family.fits_int64:
+        raise ValueError(f"evaluation episodes store rules as int64; {family.describe()} has rules beyond 64 bits")
     L = check_length(L)
     side = check_side(side)
     if int(episodes_per_rule) < 1:
@@ -78,6 +85,6 @@ def episode_set(rules, episodes_per_rule: int, L: int, *, eval_seed: int = 0, ke
     goal = check_goal(goal, L)
     rule_col = np.repeat(np.asarray(rules, dtype=np.int64), episodes_per_rule)
     ep_col = np.tile(np.arange(episodes_per_rule, dtype=np.int64), len(rules))
-    tapes = np.stack([episode_tape(eval_seed, key, side, z, k, L, goal) for z, k in zip(rule_col, ep_col)])
+    tapes = np.stack([episode_tape(eval_seed, key, side, z, k, L, goal, family.k) for z, k in zip(rule_col, ep_col)])
     keys = np.array([episode_key(eval_seed, key, side, z, k) for z, k in zip(rule_col, ep_col)], dtype=np.uint64)
-    return EpisodeSet(rule_col, ep_col, tapes, side, key, keys)
+    return EpisodeSet(rule_col, ep_col, tapes, side, key, keys, family)

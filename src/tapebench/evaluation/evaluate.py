@@ -13,7 +13,7 @@ import time
 import pandas as pd
 import torch
 
-from ..methods import Method, PolicyContext, build_config, get_method
+from ..methods import Method, PolicyContext, build_config, check_rule_family, get_method
 from .episodes import EpisodeSet
 from .protocol import Protocol, protocol_episodes
 from .records import coerce_episode_frame
@@ -32,6 +32,7 @@ def side_protocols(*, L: int, H: int, episodes_per_rule: int, eval_seed: int, su
 def play(policy, method: Method, episodes: EpisodeSet, protocol: Protocol, rule_types: dict[int, str],
          device="cpu") -> pd.DataFrame:
     """Per-episode records (schema `evaluation.records`) of one method's policy on the protocol's episodes."""
+    check_rule_family(method.id, episodes.family)
     results = run_episodes(policy, episodes, protocol.H, goal=protocol.goal_tape(),
                            success_bonus=protocol.success_bonus, device=device,
                            reveal_rules=method.sees_true_rule, by_rule=method.by_rule)
@@ -58,8 +59,9 @@ def evaluate_untrained(method_id: str, hyperparameters: dict | None, seed: int, 
     frames, start = [], time.perf_counter()
     device = torch.device(device)
     for episodes, protocol, types in sides:
+        check_rule_family(method_id, episodes.family)
         context = PolicyContext(L=protocol.L, H=protocol.H, seed=int(seed), train_rules=tuple(train_rules),
-                                device=device)
+                                device=device, family=episodes.family)
         side_start = time.perf_counter()
         frame = play(method.make_policy(config, context), method, episodes, protocol, types, device)
         frames.append(with_run_columns(frame, method_id, seed, 0))

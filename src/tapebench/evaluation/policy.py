@@ -21,7 +21,7 @@ A plain callable `obs -> actions` is accepted wherever a policy is expected (a s
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Protocol, runtime_checkable
+from typing import Any, Callable, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -38,6 +38,7 @@ class EpisodeBatch:
     success_bonus: float
     device: torch.device
     rules: np.ndarray | None = None   # (N,) true rules: only for reference methods
+    family: Any = None                # the episodes' RuleFamily (None: elementary; cells 0..k-1, action +1 mod k)
 
     def __len__(self) -> int:
         return len(self.keys)

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..evaluation.episodes import EpisodeSet, episode_set, split_key
+from ..rules.family import ELEMENTARY
 from ..splits.io import DEFAULT_SPLITS_DIR, Split, resolve_split
 from ..utils.io import provenance, write_parquet
 from ..validation import check_goal, check_horizon, check_length, check_rules
@@ -83,6 +84,7 @@ def protocol_episodes(*, L: int, H: int, episodes_per_rule: int, eval_seed: int 
         rule_list = list(sp.side_rules(side))
         types = {int(z): sp.types.get(int(z), "") for z in rule_list}
         name, chash, key = sp.name, sp.content_hash, split_key(sp.content_hash)
+        family = sp.family
     else:
         if side not in (None, "rules"):
             raise ValueError(f"an explicit rule list is evaluated on side 'rules', got side {side!r}")
@@ -90,8 +92,9 @@ def protocol_episodes(*, L: int, H: int, episodes_per_rule: int, eval_seed: int 
         rule_list = check_rules(rules)
         types = rule_types_from_features(features, rule_list) if features else {}
         name, chash, key = "", "", 0
+        family = ELEMENTARY
     episodes = episode_set(rule_list, int(episodes_per_rule), L, eval_seed=int(eval_seed), key=key, side=side,
-                           goal=goal)
+                           goal=goal, family=family)
     protocol = Protocol(L=L, H=H, split=name, split_hash=chash, side=side, rules=tuple(int(z) for z in rule_list),
                         episodes_per_rule=int(episodes_per_rule), eval_seed=int(eval_seed), goal=goal_text,
                         success_bonus=float(success_bonus))

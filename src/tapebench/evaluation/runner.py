@@ -32,7 +32,7 @@ def run_episodes(policy, episodes: EpisodeSet, H: int, *, goal=None, success_bon
     else:
         size = batch_size or n
         batches = [np.arange(start, min(n, start + size)) for start in range(0, n, size)]
-    goal = check_goal(goal, episodes.tapes.shape[1])
+    goal = check_goal(goal, episodes.tapes.shape[1], family=episodes.family)
     parts = [_run_batch(policy, episodes.subset(rows), H, goal, success_bonus, torch.device(device), reveal_rules)
              for rows in batches]
     order = np.argsort(np.concatenate(batches), kind="stable")
@@ -43,10 +43,11 @@ def run_episodes(policy, episodes: EpisodeSet, H: int, *, goal=None, success_bon
 def _run_batch(policy, episodes: EpisodeSet, H, goal, success_bonus, device, reveal_rules) -> dict:
     n, L = episodes.tapes.shape
     env = BatchedTapeEnv(n, L=L, H=H, rules=sorted(set(episodes.rules.tolist())), goal=goal,
-                         success_bonus=success_bonus, device=device, autoreset=False)
+                         success_bonus=success_bonus, device=device, autoreset=False, family=episodes.family)
     obs = env.load(episodes.tapes, episodes.rules)
     policy.begin(EpisodeBatch(L=L, H=H, keys=episodes.keys, goal=goal, success_bonus=float(success_bonus),
-                              device=env.device, rules=episodes.rules.copy() if reveal_rules else None))
+                              device=env.device, rules=episodes.rules.copy() if reveal_rules else None,
+                              family=None if episodes.family.elementary else episodes.family))
     active = torch.ones(n, dtype=torch.bool, device=env.device)
     dist_sum = torch.zeros(n, dtype=torch.float64, device=env.device)
     ret = torch.zeros(n, dtype=torch.float64, device=env.device)

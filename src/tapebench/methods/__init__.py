@@ -44,6 +44,7 @@ class PolicyContext:
     seed: int                          # the evaluation seed stream of this method (pipeline "seed")
     train_rules: tuple[int, ...] = ()  # the split's training rules (e.g. the Bayes filter's candidate set)
     device: Any = "cpu"
+    family: Any = None                 # the episodes' RuleFamily (None: elementary)
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,8 @@ class Method:
                      ID and OOD rules beside its success
     every_checkpoint for methods that train: evaluate every checkpoint (learning curves); False evaluates
                      only the last K (planners whose evaluation costs far more than training)
+    any_rule_family  works on tapes of any rule family (k colours, radius r; docs/protocol.md#rule-sets);
+                     False: elementary rules only (bit augmentations, a belief over the 256 rules, 2^L tables)
     summary          one line for `tapebench methods`
     """
 
@@ -82,6 +85,7 @@ class Method:
     training_env: Callable | None = None
     world_model: bool = False
     every_checkpoint: bool = True
+    any_rule_family: bool = False
     summary: str = ""
 
     def __post_init__(self):
@@ -129,8 +133,8 @@ def _builtin() -> list[Method]:
 
     agent = Method.from_agent_module
     return [
-        agent("dqn", "DQN", "value_based", dqn),
-        agent("ppo", "PPO", "actor_critic", ppo),
+        agent("dqn", "DQN", "value_based", dqn, any_rule_family=True),
+        agent("ppo", "PPO", "actor_critic", ppo, any_rule_family=True),
         agent("rainbow", "Rainbow", "value_based", rainbow),
         agent("ppo_dr", "PPO + DR", "actor_critic", ppo_dr),
         agent("rad_dqn", "DQN + RAD", "augmentation", rad_dqn),
@@ -153,9 +157,10 @@ def _builtin() -> list[Method]:
                make_policy=identify_then_plan.make_policy,
                summary="rule tables consistent with the transitions seen, MPC (8 x 512) averaged over them"),
         Method("random", "Random policy", "reference", random_policy.Config, make_policy=random_policy.make_policy,
-               summary="a uniformly random cell each step: the floor"),
+               any_rule_family=True, summary="a uniformly random cell each step: the floor"),
         Method("mpc", "True-dynamics MPC", "reference", mpc.MPCMethodConfig, make_policy=mpc.make_policy,
-               sees_true_rule=True, summary="random-shooting MPC with the episode's true rule (8 x 512)"),
+               sees_true_rule=True, any_rule_family=True,
+               summary="random-shooting MPC with the episode's true rule (8 x 512)"),
         Method("exact", "Exact optimum", "reference", exact.ExactConfig, make_policy=exact.make_policy,
                sees_true_rule=True, deterministic=True, by_rule=True,
                summary="exact finite-horizon optimum by dynamic programming over all 2^L tapes (L <= 20)"),
@@ -221,6 +226,14 @@ def get_method(method_id: str) -> Method:
     return methods[method_id]
 
 
+def check_rule_family(method_id: str, family) -> None:
+    """Fail early when a method that knows only elementary rules is asked to run on another family."""
+    if not family.elementary and not get_method(method_id).any_rule_family:
+        supported = sorted(m for m, method in registry().items() if method.any_rule_family)
+        raise ValueError(f"method {method_id!r} supports only the elementary family, not {family.describe()}; "
+                         f"methods for any rule family: {supported}")
+
+
 def build_config(method_id: str, overrides: dict | None):
     """The method's `Config` with `overrides` applied; unknown keys and wrong types name the allowed ones."""
     method = get_method(method_id)
@@ -275,4 +288,5 @@ def _check_type(method_id: str, key: str, value, annotation) -> None:
 
 
 __all__ = ["ENTRY_POINT_GROUP", "FAMILIES", "Method", "PolicyContext", "build_config", "check_hyperparameters",
+           "check_rule_family",
            "display_name", "get_method", "make_agent", "register", "registry", "unregister"]

@@ -13,6 +13,11 @@ H = 64 sees the same candidates at the same step). The episode identity is
 (evaluation seed, split key, side, rule, episode index), the same tuple that fixes its initial tape.
 
 Scores are compared exactly: a candidate's score times L is -(sum of mismatch counts) + b*L.
+
+Rule families (docs/protocol.md#rule-sets): for k colours / radius r the same planner (same candidate
+keys, same scoring, same tie rule) rolls candidates forward on unpacked uint8 tapes with the family's
+numba table kernel (`ca.table_kernel`), the action incrementing a cell mod k. Only `MPCPolicy` (the
+path the pipeline uses) has the family path; the fused whole-episode kernel `run_mpc` stays elementary.
 """
 from __future__ import annotations
 
@@ -22,7 +27,9 @@ import numba as nb
 import numpy as np
 
 from ..ca.packed import length_mask, pack, popcount, step_word_masks
+from ..ca.table_kernel import _step_row
 from ..evaluation.episodes import EpisodeSet
+from ..rules.family import ELEMENTARY
 from ..evaluation.policy import step_keys
 from ..validation import check_goal, check_horizon, check_integer
 from .accounting import add_step, results_dict
@@ -181,6 +188,46 @@ def _plan_actions(states, rules, keys, active, t, H, L, goal, score_bonus, horiz
     return out
 
 
+@nb.njit(cache=True)
+def _plan_action_family(s, table, k_t, depth, L, goal, score_bonus, horizon, candidates, k, r):
+    """`_plan_action` for a family: tapes of cells 0..k-1, the action increments a cell mod k."""
+    top = k ** (2 * r)
+    tape = np.empty(L, dtype=np.uint8)
+    nxt = np.empty(L, dtype=np.uint8)
+    ext = np.empty(L + 2 * r, dtype=np.int64)
+    best, best_score = 0, -np.inf
+    for c in range(candidates):
+        tape[:] = s
+        score = 0.0
+        for d in range(depth):
+            a = candidate_action(k_t, c * horizon + d, L)
+            tape[a] = (tape[a] + 1) % k
+            _step_row(tape, table, k, r, top, ext, nxt)
+            tape[:] = nxt
+            mism = 0
+            for i in range(L):
+                mism += tape[i] != goal[i]
+            if mism == 0:
+                score += score_bonus
+                break
+            score -= np.float64(mism)
+        if score > best_score:
+            best, best_score = c, score
+    return candidate_action(k_t, best * horizon, L)
+
+
+@nb.njit(cache=True, parallel=True)
+def _plan_actions_family(states, tables, keys, active, t, H, L, goal, score_bonus, horizon, candidates, k, r):
+    n = states.shape[0]
+    out = np.zeros(n, dtype=np.int64)
+    depth = min(horizon, H - t)
+    for i in nb.prange(n):
+        if active[i]:
+            out[i] = _plan_action_family(states[i], tables[i], step_key(keys[i], t), depth, L, goal, score_bonus,
+                                         horizon, candidates, k, r)
+    return out
+
+
 @dataclass
 class MPCMethodConfig:
     """Hyperparameters of the `mpc` method (its seed is the evaluation seed stream of the pipeline)."""
@@ -203,22 +250,35 @@ class MPCPolicy:
 
     def __init__(self, config: MPCConfig = MPCConfig()):
         self.config = config
+        self.family = ELEMENTARY
 
     def begin(self, batch) -> None:
         if batch.rules is None:
             raise ValueError("MPC is a reference method and needs each episode's true rule "
                              "(run it with reveal_rules=True)")
         self.L, self.H, self.t, self.device = batch.L, batch.H, 0, batch.device
+        self.family = batch.family or ELEMENTARY
         self.rules = np.asarray(batch.rules, dtype=np.int64)
         self.keys = episode_keys(batch.keys, self.config.seed)
-        self.goal = pack(check_goal(batch.goal, batch.L))[0]
+        if not self.family.elementary:
+            self.tables = self.family.tables(self.rules.tolist()) if len(self.rules) else np.zeros(
+                (0, self.family.neighbourhoods), dtype=np.uint8)
+            self.goal = check_goal(batch.goal, batch.L, family=self.family)
+        else:
+            self.goal = pack(check_goal(batch.goal, batch.L))[0]
         self.score_bonus = float(batch.success_bonus) * batch.L
         self.active = np.ones(len(self.rules), dtype=np.bool_)
 
     def act(self, obs):
         import torch
 
-        states = pack(obs[:, :self.L].to(torch.uint8).cpu().numpy())
+        cells = obs[:, :self.L].to(torch.uint8).cpu().numpy()
+        if not self.family.elementary:
+            actions = _plan_actions_family(cells, self.tables, self.keys, self.active, self.t, self.H, self.L,
+                                           self.goal, self.score_bonus, int(self.config.horizon),
+                                           int(self.config.candidates), self.family.k, self.family.r)
+            return torch.from_numpy(actions).to(self.device)
+        states = pack(cells)
         actions = _plan_actions(states, self.rules, self.keys, self.active, self.t, self.H, self.L, self.goal,
                                 self.score_bonus, int(self.config.horizon), int(self.config.candidates))
         return torch.from_numpy(actions).to(self.device)
@@ -238,6 +298,9 @@ def run_mpc(episodes: EpisodeSet, H: int, config: MPCConfig = MPCConfig(), *, go
     (the runner's keys + the action log). The pipeline plays MPC through the runner (`MPCPolicy`); this
     whole-episode kernel is the cross-check and the throughput benchmark."""
     H = check_horizon(H)
+    if not episodes.family.elementary:
+        raise ValueError(f"run_mpc is the elementary fused kernel; play {episodes.family.describe()} episodes "
+                         f"with MPCPolicy through evaluation.runner.run_episodes")
     L = episodes.tapes.shape[1]
     goal_word = pack(check_goal(goal, L))[0]
     keys = episode_keys(episodes.keys, config.seed)

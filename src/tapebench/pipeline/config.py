@@ -139,13 +139,72 @@ def checkpoints_per_run(total_steps: int, eval_every: int) -> int:
     return math.ceil(total_steps / eval_every)
 
 
-def _check_splits(config: dict) -> None:
-    from ..rules.mirror import mirror_classes
+SAMPLED_RULES = "sampled"   # a split's `rules` value naming the sampled rule set
+
+
+def config_family(config: dict):
+    """The rule family of the config (elementary unless rule_set.family says otherwise)."""
+    from ..rules.family import family_from_config
+
+    return family_from_config(config.get("rule_set", {}).get("family"))
+
+
+def sampled_rule_set(config: dict) -> dict | None:
+    """The sampled rule set the config asks for (computed here as the pipeline's rule_set job will), or None."""
+    from ..rules.sampling import sample_rule_set, spec_from_config
+
+    sample = config.get("rule_set", {}).get("sample")
+    if sample is None:
+        return None
+    key = dumps(config["rule_set"])
+    if _SAMPLED.get("key") != key:
+        _SAMPLED.update(key=key, value=sample_rule_set(config_family(config), spec_from_config(sample)))
+    return _SAMPLED["value"]
+
+
+_SAMPLED: dict = {}
+
+
+def _check_rule_set(config: dict) -> None:
+    family = config_family(config)
+    sample = config["rule_set"].get("sample")
+    if not family.fits_int64:
+        raise ConfigError(f"config key 'rule_set.family': {family.describe()} has rule numbers beyond 64 bits; the "
+                          f"pipeline stores rules as int64 and supports k = 2 (r = 1, 2) and k = 3, r = 1")
+    if not family.elementary and sample is None:
+        raise ConfigError(f"config key 'rule_set.sample': {family.describe()} has {family.num_rules} rules, so its "
+                          f"benchmark runs on a sampled rule set; give rule_set.sample: {{n: ..., lambda_bins: ...}}")
+    if sample is not None:
+        try:
+            sampled_rule_set(config)
+        except ValueError as exc:
+            raise ConfigError(f"config key 'rule_set.sample': {exc}") from None
+    for name, split in config["splits"].items():
+        split.setdefault("rules", SAMPLED_RULES if sample is not None else "0-255")
+        if sample is not None and split["rules"] != SAMPLED_RULES:
+            raise ConfigError(f"config key 'splits.{name}.rules': with rule_set.sample every split divides the "
+                              f"sampled rule set; use rules: {SAMPLED_RULES} (or leave it out), got {split['rules']!r}")
+        if sample is None and split["rules"] == SAMPLED_RULES:
+            raise ConfigError(f"config key 'splits.{name}.rules': {SAMPLED_RULES!r} needs rule_set.sample")
+
+
+def split_rule_space(config: dict, name: str) -> list[int]:
+    """The rules a configured split divides."""
     from ..validation import parse_rule_list
 
+    rules = config["splits"][name]["rules"]
+    if rules == SAMPLED_RULES:
+        return list(sampled_rule_set(config)["rules"])
+    return parse_rule_list(rules)
+
+
+def _check_splits(config: dict) -> None:
+    from ..rules.mirror import mirror_classes
+
+    family = config_family(config)
     for name, split in config["splits"].items():
         try:
-            rules = parse_rule_list(split["rules"])
+            rules = split_rule_space(config, name)
         except ValueError as exc:
             raise ConfigError(f"config key 'splits.{name}.rules': {exc}") from None
         if len(rules) < 2:
@@ -154,7 +213,7 @@ def _check_splits(config: dict) -> None:
         if split["unit"] == "rule":
             limit, why = len(rules) - 1, "the training side keeps at least one rule"
         else:
-            classes = mirror_classes(rules)
+            classes = mirror_classes(rules, family)
             if len(classes) < 2:
                 raise ConfigError(f"config key 'splits.{name}.rules': {split['rules']!r} is a single mirror "
                                   f"class, so a mirror-class split has nothing to put on one side; "
@@ -253,6 +312,7 @@ def validate_config(config: dict, schema_path) -> dict:
         raise ConfigError(f"config key 'main_split': {config['main_split']!r} is not one of the configured "
                           f"splits {sorted(config['splits'])}")
     _check_schedule(config)
+    _check_rule_set(config)
     _check_splits(config)
     from ..methods import check_hyperparameters, registry
 
@@ -261,6 +321,11 @@ def validate_config(config: dict, schema_path) -> dict:
         if method not in methods:
             raise ConfigError(f"config key 'methods[{i}]': unknown method {method!r}; registered methods: "
                               f"{sorted(methods)} (`tapebench methods` lists them)")
+        if not config_family(config).elementary and not methods[method].any_rule_family:
+            supported = sorted(m for m, entry in methods.items() if entry.any_rule_family)
+            raise ConfigError(f"config key 'methods[{i}]': {method!r} supports only the elementary family, not "
+                              f"{config_family(config).describe()} (rule_set.family); methods for any rule family: "
+                              f"{supported}")
         if method == "exact" and config["env"]["L"] > 20:
             raise ConfigError(f"config key 'methods[{i}]': the exact optimum enumerates all 2^L tapes and needs "
                               f"env.L <= 20, but env.L = {config['env']['L']}")

@@ -91,6 +91,11 @@ def multi_rule_oracle(L, H, split: str, oracle: str, side: str) -> str:
     return f"{fixed_z_dir(L, H)}/multi_{split}/{oracle}_{side}.parquet"
 
 
+def rule_set() -> str:
+    """The sampled rule set of a large family (docs/protocol.md#rule-sets)."""
+    return "results/rules/rule_set.json"
+
+
 def rule_features() -> str:
     return "results/rules/features.parquet"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..pipeline import layout
 from .figures import FIGURE4_H, FIGURE4_L, FIGURE4_RULES, FIGURE4_SEED, has_curve
-from .registry import FIGURE, TABLE, Job, Option, Output
+from .registry import FIGURE, TABLE, Job, Option, Output, elementary_only
 
 FIGURES = "Figures"
 RLIABLE = "rliable-style statistics"
@@ -93,7 +93,7 @@ def _parquet(job: Job) -> dict:
 
 ENTRIES: list[Output] = [
     Output("figure1", FIGURE, "Figure 1: a rollout of rule 30 at L = 8 (flip, update, flip, update)",
-           "tapebench.report.figures:render_figure1", (), _figure1_jobs, category=FIGURES),
+           "tapebench.report.figures:render_figure1", (), elementary_only(_figure1_jobs), category=FIGURES),
     Output("figure4", FIGURE, "Figure 4: space-time diagrams of rules 0, 90, 30 (same tape, same actions)",
            "tapebench.report.figures:render_figure4", (
                _value("rules", "rules, one panel each (default 0 90 30)", int, many=True, required=False,
@@ -102,7 +102,7 @@ ENTRIES: list[Output] = [
                _value("H", f"steps (default {FIGURE4_H})", int, required=False, default=FIGURE4_H),
                _value("seed", f"seed of the initial tape and the actions (default {FIGURE4_SEED})", int,
                       required=False, default=FIGURE4_SEED)),
-           _figure4_jobs, category=FIGURES),
+           elementary_only(_figure4_jobs), category=FIGURES),
     Output("figure3", FIGURE, "Figure 3: per-rule strict success by rule type, ID and OOD rules, per method",
            "tapebench.report.figures:render_figure3", (
                _PER_RULE, _SPLIT, _H, _value("metric", "metric (default success)", required=False, default="success")),
@@ -115,7 +115,7 @@ ENTRIES: list[Output] = [
     Output("oracle_gap", FIGURE, "Oracle gap: true-dynamics MPC vs the exact optimum per rule",
            "tapebench.report.figures:render_oracle_gap", (
                Option("gap", "oracle-gap Parquet (tapebench oracle-gap)"),),
-           _oracle_gap_jobs, category=FIGURES),
+           elementary_only(_oracle_gap_jobs), category=FIGURES),
     Output("rliable", TABLE, "rliable-style aggregates: mean, median, IQM, optimality gap with stratified CIs",
            "tapebench.report.rliable_outputs:render_rliable", (
                _PER_RULE, _SPLIT, _H, *_STATS, _value("parquet", "also write the summary table", required=False)),

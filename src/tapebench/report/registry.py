@@ -89,6 +89,16 @@ class Output:
 
 
 # --- the entries ---------------------------------------------------------------------------------------------
+def elementary_only(jobs: Callable[[dict], list[Job]]) -> Callable[[dict], list[Job]]:
+    """Jobs of an output that exists only for the elementary family (fixed rules 0, 30, 90..., 2^L tables, a
+    belief over the 256 rules): none when the config's rule family is another (docs/protocol.md#rule-sets)."""
+    def family_jobs(config):
+        from ..pipeline.config import config_family
+
+        return jobs(config) if config_family(config).elementary else []
+    return family_jobs
+
+
 def _main(config) -> str:
     return config["main_split"]
 
@@ -110,8 +120,13 @@ def _result_table(table: str) -> Callable[[dict], list[Job]]:
 
 
 def _table1_jobs(config):
+    from ..pipeline.config import config_family
+
     feas = config["oracle"].get("feasibility", {"L": 16, "H": 16})
     split, H = _main(config), config["env"]["H"]
+    if not config_family(config).elementary:   # exact feasibility and the fixed-z oracle rows are elementary
+        return [Job("table1", "results/table1.tex", {
+            "mpc": [layout.mpc_records(split, side, H) for side in ("train", "test")]})]
     return [Job("table1", "results/table1.tex", {
         "mpc": [layout.mpc_records(split, side, H) for side in ("train", "test")] + [layout.fixed_z(feas, "mpc")],
         "exact": [layout.fixed_z(feas, "exact")], "feasibility": layout.feasibility(feas)})]
@@ -193,7 +208,7 @@ _CORE: list[Output] = [
     Output("identifiability", TABLE, "Identifiability of the rule by operational type",
            "tapebench.report.identifiability:render_identifiability_cli", (
                Option("identifiability", "Parquet from `tapebench identifiability`"),),
-           _identifiability_jobs, category="Belief and identifiability"),
+           elementary_only(_identifiability_jobs), category="Belief and identifiability"),
     Output("model_error", TABLE, "World models: success beside open-loop prediction error, ID / OOD",
            "tapebench.report.world_model:render_model_error_cli", (
                Option("model_error", "aggregate from `tapebench aggregate-model-error`"),

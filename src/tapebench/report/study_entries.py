@@ -3,7 +3,7 @@ and Figure 5 (split robustness). Builders live in report/fixed_z.py, report/per_
 from __future__ import annotations
 
 from ..pipeline import layout
-from .registry import FIGURE, TABLE, Job, Option, Output
+from .registry import FIGURE, TABLE, Job, Option, Output, elementary_only
 
 
 def _value(name, help, type=str, many=False, required=True, default=None) -> Option:
@@ -71,7 +71,7 @@ def _figure5_jobs(config):
 
 ENTRIES: list[Output] = [
     Output("table5", TABLE, "Table 5: fixed-z training at L = H = 32 (strict, soft@0.1, final distance)",
-           "tapebench.report.fixed_z:render_table5", (*_FIXED_Z, *_STATISTICS), _table5_jobs,
+           "tapebench.report.fixed_z:render_table5", (*_FIXED_Z, *_STATISTICS), elementary_only(_table5_jobs),
            category="Fixed-z study"),
     Output("table6", TABLE, "Table 6: L = H = 16, oracle and exact optimum vs multi-rule and fixed-z training",
            "tapebench.report.fixed_z:render_table6", (
@@ -87,7 +87,7 @@ ENTRIES: list[Output] = [
                       required=False),
                _value("split", "the multi-rule runs' split (for the caption)", required=False),
                *_STATISTICS),
-           _table6_jobs, category="Fixed-z study"),
+           elementary_only(_table6_jobs), category="Fixed-z study"),
     Output("table_types", TABLE, "Strict success by rule type (stable / periodic / chaotic, micro / macro), ID / OOD",
            "tapebench.report.per_type:render_per_type", (
                Option("per_rule", "per-rule tables (`tapebench aggregate-seed --per-rule-out`)", many=True),

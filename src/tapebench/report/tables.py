@@ -125,7 +125,7 @@ def _rows(groups: list[dict]) -> list[dict]:
 
 def table3_context(agg: pd.DataFrame, split: str, H: int, L: int | None = None, agents=None,
                    meta: dict | None = None, test_rules: list[int] | None = None,
-                   random_per_rule: pd.DataFrame | None = None) -> dict:
+                   random_per_rule: pd.DataFrame | None = None, family=None) -> dict:
     """Paper Table 3: n, ID success, OOD success, drop (paired), OOD return, ON(p), each with a CI line.
 
     `test_rules` (the split's OOD rules) adds the caption's floor: how many test rules any action solves;
@@ -150,18 +150,19 @@ def table3_context(agg: pd.DataFrame, split: str, H: int, L: int | None = None, 
     has_reference = any(r["is_on_reference"] for r in _rows(groups))
     return {"split": split, "L": int(data["L"].iloc[0]), "H": H, "groups": groups,
             "on_reference": display_name(DEFAULT_REFERENCE) if has_reference else None,
-            "floor": _floor(test_rules, random_per_rule, split, H),
+            "floor": _floor(test_rules, random_per_rule, split, H, family),
             "seeds": _seeds_text([r["n"] for r in _rows(groups)]), **_statistics(data, meta or {})}
 
 
-def _floor(test_rules, random_per_rule, split: str, H: int) -> dict | None:
+def _floor(test_rules, random_per_rule, split: str, H: int, family=None) -> dict | None:
     """Test rules solved by any action (every action reaches the goal in one step from every tape) and,
     if the random policy's per-rule values are given, test rules it solves in >= 90% of episodes."""
     if test_rules is None:
         return None
     from ..rules.features import solved_by_any_action
 
-    any_action = [z for z in test_rules if solved_by_any_action(z)]
+    any_action = [z for z in test_rules if (solved_by_any_action(z) if family is None
+                                            else solved_by_any_action(z, family))]
     floor = {"n_test": len(test_rules), "any_action": any_action, "random_threshold": RANDOM_SOLVED,
              "random_solved": None}
     if random_per_rule is not None:
@@ -242,13 +243,14 @@ def render_result_table(table: str, aggregate, out, *, split: str, H=None, L=Non
     Parquet) give the caption's floor."""
     agg, meta = load_aggregate(aggregate)
     if table == "table3":
-        test_rules = None
+        test_rules, family = None, None
         if split_file is not None:
             from ..splits.io import load_split
 
-            test_rules = list(load_split(split_file).test)
+            loaded = load_split(split_file)
+            test_rules, family = list(loaded.test), loaded.family
         per_rule = pd.read_parquet(random_per_rule) if random_per_rule is not None else None
-        context = table3_context(agg, split, _single_H(H), L, agents, meta, test_rules, per_rule)
+        context = table3_context(agg, split, _single_H(H), L, agents, meta, test_rules, per_rule, family)
     elif table == "table4":
         context = table4_context(agg, split, _single_H(H), L, agents, meta)
     elif table == "table2":

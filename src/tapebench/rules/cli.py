@@ -22,7 +22,23 @@ def register(sub) -> None:
     p.add_argument("--steps", type=int, default=defaults.steps, help="CA updates per rollout")
     p.add_argument("--L", type=int, default=defaults.L, help="tape length")
     p.add_argument("--rules", default="0-255", help="rule space, e.g. '0-255' or '0-127,150'")
+    p.add_argument("--rule-set", help="a sampled rule set (`tapebench rule-set`): its family and rules replace --rules")
     p.set_defaults(func=run)
+
+    p = sub.add_parser("rule-set", help="sample a rule set of a k-colour radius-r family by Langton's lambda bins",
+                       description="Draw n mirror classes of the family's rules (optionally totalistic or "
+                                   "outer-totalistic), spread evenly over Langton's lambda bins, every class whole "
+                                   "(docs/protocol.md#rule-sets). Writes a JSON rule set; the same seed gives the "
+                                   "same file.")
+    p.add_argument("--k", type=int, required=True, help="colours, 2..4")
+    p.add_argument("--r", type=int, required=True, help="radius, 1..2")
+    p.add_argument("--n", type=int, required=True, help="mirror classes to sample")
+    p.add_argument("--lambda-bins", default="5",
+                   help="number of equal lambda bins over [0, 1] (e.g. 5) or comma-separated edges (0,0.3,1)")
+    p.add_argument("--subfamily", default="all", help="all, totalistic or outer_totalistic (default all)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument("--out", required=True, help="rule-set JSON, e.g. results/rules/rule_set.json")
+    p.set_defaults(func=_rule_set)
 
     from ..evaluation.protocol import DEFAULT_EPISODES_PER_RULE, DEFAULT_EVAL_SEED
 
@@ -46,9 +62,32 @@ def register(sub) -> None:
 
 def run(args) -> int:
     protocol = FeatureProtocol(L=args.L, trials=args.trials, steps=args.steps, seed=args.seed)
-    frame = write_features(args.out, protocol, parse_rule_list(args.rules))
+    if args.rule_set:
+        from .sampling import read_rule_set
+
+        family, rules, raw = read_rule_set(args.rule_set)
+        frame = write_features(args.out, protocol, rules, family, rule_set=raw.get("sample"))
+    else:
+        frame = write_features(args.out, protocol, parse_rule_list(args.rules))
     counts = Counter(frame["type"])
     print(f"wrote {args.out}: {len(frame)} rules, " + ", ".join(f"{t} {counts.get(t, 0)}" for t in RULE_TYPES))
+    return 0
+
+
+def _rule_set(args) -> int:
+    from .family import RuleFamily
+    from .sampling import SampleSpec, write_rule_set
+
+    text = str(args.lambda_bins).strip()
+    try:
+        bins = int(text) if "," not in text else [float(e) for e in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--lambda-bins must be a number of bins or comma-separated edges, got {text!r}") from None
+    family = RuleFamily(args.k, args.r)
+    rule_set = write_rule_set(args.out, family, SampleSpec(n=args.n, lambda_bins=bins, subfamily=args.subfamily,
+                                                          seed=args.seed))
+    print(f"wrote {args.out}: {len(rule_set['rules'])} rules of {family.describe()} in "
+          f"{sum(rule_set['classes_per_bin'])} mirror classes, per lambda bin {rule_set['classes_per_bin']}")
     return 0
 
 

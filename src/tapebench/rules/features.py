@@ -24,6 +24,13 @@ after L/2 steps), so averaged from t=1 over 64 steps at L=32 it has act 0.12 / e
 A burn-in of >= 16 steps makes it stable; an odd L (31) makes it chaotic (act 0.50 / ent 0.98);
 L=64 keeps it periodic only narrowly (ent 0.46 < 0.55). Type counts at the defaults:
 24 stable, 63 periodic, 169 chaotic.
+
+Families with k > 2 colours (docs/protocol.md#rule-sets): start tapes are uniform over the k colours;
+density and density_std count non-zero cells (the goal is all-zero), activity and activity_2step count
+changed cells, entropy is the entropy of a tape's colour histogram and block_entropy that of the pooled
+3-cell blocks, both divided by log2 k (and by 3) so that they stay in [0, 1] and the thresholds keep
+their scale. For k > 2 the thresholds are therefore a transfer of the paper's, not the paper's.
+The elementary family keeps its bit-packed code path (byte-identical artifacts).
 """
 from __future__ import annotations
 
@@ -34,6 +41,7 @@ import pandas as pd
 
 from ..ca.packed import pack, step_words_rules
 from ..validation import check_integer, check_length, check_rules
+from .family import ELEMENTARY, RuleFamily
 from .mirror import class_representative, mirror_rule, reflect_tape
 
 FEATURE_NAMES = ("density", "density_std", "activity", "activity_2step", "entropy", "block_entropy")
@@ -68,12 +76,14 @@ class FeatureProtocol:
         return {k: int(v) for k, v in asdict(self).items()}
 
 
-def solved_by_any_action(rule: int) -> bool:
+def solved_by_any_action(rule: int, family: RuleFamily = ELEMENTARY) -> bool:
     """Whether every action reaches the all-zero goal in one step from every tape: the rule maps every
-    neighbourhood to 0 (of the elementary rules, only rule 0). Such a test rule is solved without any
-    inference or control, so tables report how many test rules are of this kind."""
+    neighbourhood to 0 (of the elementary rules, only rule 0; in every family, only rule 0). Such a test
+    rule is solved without any inference or control, so tables report how many test rules are of this kind."""
     from ..ca.reference import ca_step
 
+    if not family.elementary:
+        return not family.table(rule).any()
     z = check_rules([rule])[0]
     return all(ca_step(np.array(bits, dtype=np.uint8), z).sum() == 0
                for bits in ((0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 1, 1), (1, 0, 0), (1, 0, 1), (1, 1, 0), (1, 1, 1)))
@@ -87,10 +97,10 @@ def rule_type(activity: float, entropy: float) -> str:
     return "periodic"
 
 
-def start_tapes(protocol: FeatureProtocol) -> np.ndarray:
-    """(2*trials, L) uint8: the random tapes followed by their reflections."""
+def start_tapes(protocol: FeatureProtocol, family: RuleFamily = ELEMENTARY) -> np.ndarray:
+    """(2*trials, L) uint8: the random tapes (uniform over the family's colours) followed by their reflections."""
     rng = np.random.default_rng(protocol.seed)
-    tapes = rng.integers(0, 2, size=(protocol.trials, protocol.L), dtype=np.uint8)
+    tapes = rng.integers(0, family.k, size=(protocol.trials, protocol.L), dtype=np.uint8)
     return np.concatenate([tapes, reflect_tape(tapes)])
 
 
@@ -157,33 +167,112 @@ def rule_statistics(rules, protocol: FeatureProtocol) -> np.ndarray:
     return np.stack([density, density_std, activity, activity_2step, entropy, block_entropy], axis=1)
 
 
-def rule_features(rules=None, protocol: FeatureProtocol | None = None) -> pd.DataFrame:
+def family_step(state: np.ndarray, tables: np.ndarray, family: RuleFamily) -> np.ndarray:
+    """One CA update of a batch: state (N, L) uint8, tables (N, k^(2r+1)) uint8 (the rule of each row)."""
+    idx = np.zeros(state.shape, dtype=np.int64)
+    for j, place in zip(range(-family.r, family.r + 1), family.place_values):
+        idx += np.roll(state, -j, axis=1).astype(np.int64) * int(place)     # x[i+j]
+    return np.take_along_axis(tables, idx, axis=1)
+
+
+def family_rollouts(rules, protocol: FeatureProtocol, family: RuleFamily) -> np.ndarray:
+    """Free evolution of the start tapes: (steps + 1, len(rules), 2*trials, L) uint8, x_0 first."""
+    starts = start_tapes(protocol, family)
+    tables = np.repeat(family.tables(rules), len(starts), axis=0)
+    state = np.tile(starts, (len(rules), 1))
+    trajectory = np.empty((protocol.steps + 1, *state.shape), dtype=np.uint8)
+    trajectory[0] = state
+    for t in range(protocol.steps):
+        state = family_step(state, tables, family)
+        trajectory[t + 1] = state
+    return trajectory.reshape(protocol.steps + 1, len(rules), len(starts), protocol.L)
+
+
+def _entropy_bits(counts: np.ndarray, total: int) -> np.ndarray:
+    """Shannon entropy (bits) of count vectors along the last axis."""
+    p = counts / total
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(p > 0, -p * np.log2(p), 0.0).sum(axis=-1)
+
+
+def family_statistics(rules, protocol: FeatureProtocol, family: RuleFamily, chunk: int = 64) -> np.ndarray:
+    """Like `rule_statistics` for a family with k colours (module docstring); entropies / log2 k.
+
+    Per-tape values are reduced in sorted order, so a rule and its mirror get bit-identical features."""
+    rules = family.check_rules(rules)
+    if len(rules) > chunk:
+        return np.concatenate([family_statistics(rules[i:i + chunk], protocol, family, chunk)
+                               for i in range(0, len(rules), chunk)])
+    L, T, k = protocol.L, protocol.steps, family.k
+    x = family_rollouts(rules, protocol, family)                           # (T+1, R, n, L)
+    rollouts = x.shape[2]
+    nonzero = np.count_nonzero(x[1:], axis=3).astype(np.int64)           # (T, R, n)
+    changes = np.count_nonzero(x[1:] != x[:-1], axis=3).sum(axis=(0, 2))
+    changes_2step = np.count_nonzero(x[2:] != x[:-2], axis=3).sum(axis=(0, 2))
+    density = nonzero.sum(axis=(0, 2)) / (T * rollouts * L)
+    activity = changes / (T * rollouts * L)
+    activity_2step = changes_2step / ((T - 1) * rollouts * L)
+    colour_counts = np.stack([np.count_nonzero(x[1:] == c, axis=3) for c in range(k)], axis=-1)
+    tape_entropy = _entropy_bits(colour_counts, L) / np.log2(k)           # (T, R, n)
+    entropy = np.sort(tape_entropy.transpose(1, 0, 2).reshape(len(rules), -1), axis=1).mean(axis=1)
+    density_std = np.sort((nonzero / L).std(axis=0), axis=1).mean(axis=1)
+    blocks = (x[1:].astype(np.int64) * k * k + np.roll(x[1:], -1, axis=3) * k + np.roll(x[1:], -2, axis=3))
+    block_counts = np.stack([np.bincount(blocks[:, r].ravel(), minlength=k ** 3) for r in range(len(rules))])
+    block_entropy = _entropy_bits(np.sort(block_counts, axis=1), T * rollouts * L) / (3 * np.log2(k))
+    return np.stack([density, density_std, activity, activity_2step, entropy, block_entropy], axis=1)
+
+
+def rule_features(rules=None, protocol: FeatureProtocol | None = None,
+                  family: RuleFamily = ELEMENTARY) -> pd.DataFrame:
     """One row per rule: rule, mirror_rule, mirror_class, type, then FEATURE_NAMES columns."""
     protocol = protocol or FeatureProtocol()
-    rules = sorted(set(check_rules(range(256) if rules is None else rules)))
-    stats = rule_statistics(rules, protocol)
+    if family.elementary:
+        rules = sorted(set(check_rules(range(256) if rules is None else rules)))
+        stats = rule_statistics(rules, protocol)
+    else:
+        if rules is None:
+            raise ValueError(f"features of {family.describe()} need an explicit rule list (a sampled rule set, "
+                             f"`tapebench rule-set`): the family has {family.num_rules} rules")
+        rules = sorted(set(family.check_rules(rules)))
+        stats = family_statistics(rules, protocol, family)
     frame = pd.DataFrame(stats, columns=list(FEATURE_NAMES))
     frame.insert(0, "rule", np.asarray(rules, dtype=np.int64))
-    frame.insert(1, "mirror_rule", np.asarray([mirror_rule(r) for r in rules], dtype=np.int64))
-    frame.insert(2, "mirror_class", np.asarray([class_representative(r) for r in rules], dtype=np.int64))
+    frame.insert(1, "mirror_rule", np.asarray([mirror_rule(r, family) for r in rules], dtype=np.int64))
+    frame.insert(2, "mirror_class", np.asarray([class_representative(r, family) for r in rules], dtype=np.int64))
     frame.insert(3, "type", [rule_type(a, e) for a, e in zip(frame["activity"], frame["entropy"])])
     return frame
 
 
-def features_config(protocol: FeatureProtocol) -> dict:
-    """The config slice recorded with the features artifact."""
-    return {"protocol": protocol.as_dict(), "feature_names": list(FEATURE_NAMES),
-            "thresholds": {"stable": {"activity_below": STABLE_MAX_ACTIVITY, "entropy_below": STABLE_MAX_ENTROPY},
-                           "chaotic": {"activity_above": CHAOTIC_MIN_ACTIVITY,
-                                       "entropy_above": CHAOTIC_MIN_ENTROPY}}}
+def features_config(protocol: FeatureProtocol, family: RuleFamily = ELEMENTARY, rule_set: dict | None = None) -> dict:
+    """The config slice recorded with the features artifact (the family only when it is not elementary, the
+    sample's parameters when the rules are a sampled rule set)."""
+    out = {"protocol": protocol.as_dict(), "feature_names": list(FEATURE_NAMES),
+           "thresholds": {"stable": {"activity_below": STABLE_MAX_ACTIVITY, "entropy_below": STABLE_MAX_ENTROPY},
+                          "chaotic": {"activity_above": CHAOTIC_MIN_ACTIVITY,
+                                      "entropy_above": CHAOTIC_MIN_ENTROPY}}}
+    if not family.elementary:
+        out["family"] = family.as_dict()
+    if rule_set is not None:
+        out["rule_set"] = rule_set
+    return out
 
 
-def write_features(path, protocol: FeatureProtocol | None = None, rules=None) -> pd.DataFrame:
+def features_family(meta: dict) -> RuleFamily:
+    """The family a features artifact describes (elementary when its metadata names none)."""
+    from .family import family_from_config
+
+    return family_from_config(meta.get("config", {}).get("family"))
+
+
+def write_features(path, protocol: FeatureProtocol | None = None, rules=None,
+                   family: RuleFamily = ELEMENTARY, rule_set: dict | None = None) -> pd.DataFrame:
     from ..utils.io import provenance, write_parquet
 
     protocol = protocol or FeatureProtocol()
-    frame = rule_features(rules, protocol)
-    write_parquet(path, frame, meta=provenance(features_config(protocol), seed=protocol.seed))
+    if not family.fits_int64:
+        raise ValueError(f"features store rule numbers as int64; {family.describe()} has rules beyond 64 bits")
+    frame = rule_features(rules, protocol, family)
+    write_parquet(path, frame, meta=provenance(features_config(protocol, family, rule_set), seed=protocol.seed))
     return frame
 
 
@@ -209,7 +298,7 @@ def read_features(path) -> tuple[pd.DataFrame, dict]:
     if frame["rule"].duplicated().any():
         dup = sorted(frame.loc[frame["rule"].duplicated(), "rule"].tolist())
         raise ValueError(f"features file {path} lists rules more than once: {dup}")
-    check_rules(frame["rule"].tolist())
+    features_family(meta).check_rules(frame["rule"].tolist())
     bad_types = sorted(set(frame["type"]) - set(RULE_TYPES))
     if bad_types:
         raise ValueError(f"features file {path} has unknown rule types {bad_types}; allowed: {list(RULE_TYPES)}")

@@ -22,7 +22,9 @@ def register(sub) -> None:
     p.add_argument("--unit", default="mirror_class",
                    help=f"one of {list(SPLIT_UNITS)}; 'rule' may put a rule and its mirror on different sides "
                         f"(default mirror_class)")
-    p.add_argument("--rules", default="0-255", help="rule space, e.g. '0-255'")
+    p.add_argument("--rules", default="0-255",
+                   help="rule space, e.g. '0-255', or 'sampled': every rule of the features file, which was built "
+                        "from a sampled rule set (`tapebench features --rule-set`)")
     p.add_argument("--out", required=True, help="split JSON, e.g. results/splits/main.json")
     p.set_defaults(func=run_split)
 
@@ -37,8 +39,20 @@ def register(sub) -> None:
 
 
 def run_split(args) -> int:
-    params = SplitParams(name=args.name, method=args.method, test_size=args.test_size, seed=args.seed,
-                         unit=args.unit, rules=tuple(parse_rule_list(args.rules)))
+    if args.rules == "sampled":
+        from ..rules.features import features_family, read_features
+
+        frame, meta = read_features(args.features)
+        rule_set = meta.get("config", {}).get("rule_set")
+        if rule_set is None:
+            raise ValueError(f"--rules sampled needs features built from a sampled rule set (`tapebench features "
+                             f"--rule-set`); {args.features} was not")
+        params = SplitParams(name=args.name, method=args.method, test_size=args.test_size, seed=args.seed,
+                             unit=args.unit, rules=tuple(int(r) for r in frame["rule"]),
+                             family=features_family(meta), rule_set=rule_set)
+    else:
+        params = SplitParams(name=args.name, method=args.method, test_size=args.test_size, seed=args.seed,
+                             unit=args.unit, rules=tuple(parse_rule_list(args.rules)))
     split = generate_split(params, args.features, args.out)
     counts = ", ".join(f"{t} {n}" for t, n in split["test_type_counts"].items())
     print(f"wrote {args.out}: {len(split['train'])} train / {len(split['test'])} test rules "

@@ -17,6 +17,11 @@ Start: with seed 0, the unit farthest from the feature mean (the origin); with s
 drawn uniformly by numpy's default_rng(s), which gives further, different farthest-point splits.
 
 Random. Units in the order of default_rng(seed).permutation, filled as above.
+
+Families (docs/protocol.md#rule-sets). A split of a sampled rule set of a family with k colours and
+radius r records `family` ({k, r}) and `rule_set` (the sample's parameters); both fields are absent for
+the elementary family, so its splits (and their content hashes) are unchanged. Mirror classes are the
+family's, and rule numbers stay exact Python ints (int64 in Parquet).
 """
 from __future__ import annotations
 
@@ -27,7 +32,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..rules.features import RULE_TYPES, read_features
+from ..rules.family import ELEMENTARY, RuleFamily
+from ..rules.features import RULE_TYPES, features_family, read_features
 from ..rules.mirror import mirror_classes
 from ..utils.io import provenance
 from ..validation import NUM_RULES, check_integer, check_rules
@@ -54,6 +60,10 @@ class SplitParams:
     """'mirror_class' (default, no mirror leaks) or 'rule' (rule-level, may leak)"""
     rules: tuple[int, ...] = tuple(range(NUM_RULES))
     """the rule space to split"""
+    family: RuleFamily = ELEMENTARY
+    """the rule family of the rules"""
+    rule_set: dict | None = None
+    """the sample's parameters when the rule space is a sampled rule set (recorded in the artifact)"""
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not SPLIT_NAME_PATTERN.match(self.name):
@@ -62,7 +72,7 @@ class SplitParams:
             raise ValueError(f"unknown split method {self.method!r}; allowed: {list(SPLIT_METHODS)}")
         if self.unit not in SPLIT_UNITS:
             raise ValueError(f"unknown split unit {self.unit!r}; allowed: {list(SPLIT_UNITS)}")
-        rules = tuple(sorted(set(check_rules(self.rules))))
+        rules = tuple(sorted(set(check_rules(self.rules, self.family))))
         object.__setattr__(self, "rules", rules)
         if len(rules) < 2:
             raise ValueError(f"rule space must hold at least 2 rules to split, got {list(rules)}")
@@ -87,11 +97,11 @@ def format_rule_list(rules) -> str:
     return ",".join(parts)
 
 
-def split_units(rules, unit: str) -> list[tuple[int, ...]]:
+def split_units(rules, unit: str, family: RuleFamily = ELEMENTARY) -> list[tuple[int, ...]]:
     """Units of the rule space, sorted by lowest member: mirror classes or single rules."""
     if unit == "rule":
         return [(r,) for r in sorted(set(rules))]
-    return mirror_classes(rules)
+    return mirror_classes(rules, family)
 
 
 def standardised_features(frame: pd.DataFrame, rules, feature_names) -> np.ndarray:
@@ -143,7 +153,11 @@ def make_split(params: SplitParams, features: pd.DataFrame, features_meta: dict 
     if missing:
         raise ValueError(f"features have no row for rules {format_rule_list(missing)}; "
                          f"regenerate the features for the whole rule space")
-    units = split_units(params.rules, params.unit)
+    family = features_family(features_meta)
+    if family != params.family:
+        raise ValueError(f"the features describe {family.describe()} but the split is of {params.family.describe()}; "
+                         f"regenerate the features from the split's rule set")
+    units = split_units(params.rules, params.unit, family)
     sizes = [len(u) for u in units]
     if params.method == "diverse":
         z = standardised_features(features, params.rules, feature_names)
@@ -167,7 +181,13 @@ def make_split(params: SplitParams, features: pd.DataFrame, features_meta: dict 
     types = {str(r): str(by_rule.at[r, "type"]) for r in params.rules}
     type_counts = Counter(types[str(r)] for r in test)
     protocol = features_meta.get("config", {}).get("protocol", {})
+    family_fields = {}
+    if not family.elementary:
+        family_fields["family"] = family.as_dict()
+    if params.rule_set is not None:
+        family_fields["rule_set"] = params.rule_set
     return {
+        **family_fields,
         "name": params.name,
         "train": train,
         "test": test,

@@ -2,7 +2,7 @@
 train and test, fails loudly; every split gets a short machine-readable report.
 
 Failures: hash mismatch or malformed file (from load_split), an empty side, a rule listed twice, a
-rule outside 0..255, train/test overlap, a rule without a known type, test_type_counts that do
+rule outside the split's family (0..255 for the elementary family, 0..k^(k^(2r+1)) - 1 for a family), train/test overlap, a rule without a known type, test_type_counts that do
 not match the types, and, for unit "mirror_class", any rule whose mirror is on the other side.
 For unit "rule" mirror leaks are counted and reported as a warning.
 """
@@ -34,12 +34,17 @@ def check_split_health(path) -> dict:
     problems: list[str] = []
     warnings: list[str] = []
     sides = {"train": list(split.train), "test": list(split.test)}
+    try:
+        family = split.family
+    except ValueError as exc:
+        raise SplitHealthError(f"split {path} names an invalid rule family: {exc}") from None
+    space = "0..255" if family.elementary else f"0..{family.num_rules - 1} ({family.describe()})"
     for side, rules in sides.items():
         if not rules:
             problems.append(f"{side} side is empty")
-        bad = [r for r in rules if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < 256]
+        bad = [r for r in rules if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < family.num_rules]
         if bad:
-            problems.append(f"{side} lists values that are not rules in 0..255: {bad}")
+            problems.append(f"{side} lists values that are not rules in {space}: {bad}")
         repeated = sorted(r for r, n in Counter(rules).items() if n > 1)
         if repeated:
             problems.append(f"{side} lists rules more than once: {repeated}")
@@ -57,7 +62,8 @@ def check_split_health(path) -> dict:
     if recorded is not None and recorded != test_counts:
         problems.append(f"test_type_counts {recorded} disagree with the per-rule types {test_counts}")
 
-    leaks = mirror_leaks([r for r in split.train if r not in overlap], [r for r in split.test if r not in overlap])
+    leaks = mirror_leaks([r for r in split.train if r not in overlap], [r for r in split.test if r not in overlap],
+                         family)
     leak_text = ", ".join(f"{t} (test) / {tr} (train)" for t, tr in leaks)
     if leaks and split.unit == "mirror_class":
         problems.append(f"mirror pairs split across train and test: {leak_text}")
@@ -70,6 +76,7 @@ def check_split_health(path) -> dict:
         "path": str(path),
         "content_hash": split.content_hash,
         "unit": split.unit,
+        **({} if family.elementary else {"family": family.as_dict()}),
         "ok": not problems,
         "problems": problems,
         "warnings": warnings,

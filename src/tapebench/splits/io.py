@@ -1,6 +1,6 @@
 """The split artifact: `results/splits/<name>.json`.
 
-Fields: name, train, test (sorted rule lists), types ({rule: type} for all rules in the split),
+Fields: family and rule_set (only for a sampled rule set of a non-elementary family), name, train, test (sorted rule lists), types ({rule: type} for all rules in the split),
 features ({rule: [feature values]}), feature_names, params (generator parameters), unit
 ("mirror_class" or "rule"), test_type_counts, provenance, and content_hash = sha256 over every
 other field except provenance (canonical JSON). Same parameters -> byte-identical file (within one
@@ -33,6 +33,14 @@ class Split:
     content_hash: str
     params: dict = field(default_factory=dict)
     unit: str = "mirror_class"
+    family_config: dict | None = None
+    """{k, r} of a non-elementary family (None: elementary)"""
+
+    @property
+    def family(self):
+        from ..rules.family import family_from_config
+
+        return family_from_config(self.family_config)
 
     def side_rules(self, side: str) -> tuple[int, ...]:
         if side == "train":
@@ -65,7 +73,7 @@ def load_split(path) -> Split:
                                     "the file was edited after it was generated")
     return Split(name=raw["name"], train=tuple(raw["train"]), test=tuple(raw["test"]),
                  types={int(k): v for k, v in raw["types"].items()}, content_hash=raw["content_hash"],
-                 params=raw.get("params", {}), unit=raw.get("unit", "mirror_class"))
+                 params=raw.get("params", {}), unit=raw.get("unit", "mirror_class"), family_config=raw.get("family"))
 
 
 def resolve_split(name_or_path, splits_dir=DEFAULT_SPLITS_DIR) -> Split:

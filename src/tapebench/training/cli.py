@@ -72,7 +72,8 @@ def run_train(args) -> int:
     training = {**PAPER_TRAINING, **params.get("training", {})}
     spec = TrainSpec(agent=args.agent, rules=rules, seed=args.seed, hyperparameters=params.get("agent", {}),
                      L=env["L"], H=env["H"], success_bonus=float(env["success_bonus"]),
-                     total_steps=training["total_steps"], eval_every=training["eval_every"], split=split_info)
+                     total_steps=training["total_steps"], eval_every=training["eval_every"], split=split_info,
+                     family=None if split is None or split.family.elementary else split.family.as_dict())
     config_slice = {k: params[k] for k in ("agent", "env", "training") if k in params}
     if split is None:
         config_slice["rules"] = list(rules)

@@ -38,7 +38,8 @@ import numpy as np
 import torch
 
 from ..agents import EnvSpec
-from ..methods import build_config, get_method
+from ..methods import build_config, check_rule_family, get_method
+from ..rules.family import RuleFamily, family_from_config
 from ..envs.batched import BatchedTapeEnv
 from ..pipeline.config import MAX_CHECKPOINTS_PER_RUN, checkpoints_per_run
 from ..utils.artifacts import CorruptArtifact, read_json
@@ -65,9 +66,10 @@ class TrainSpec:
     total_steps: int = 200_000             # environment steps
     eval_every: int = 10_000               # environment steps between checkpoints
     split: dict | None = None              # {"name", "content_hash"} of the split the rules come from
+    family: dict | None = None             # {k, r} of a non-elementary rule family (None: elementary)
 
     def __post_init__(self):
-        object.__setattr__(self, "rules", tuple(check_rules(self.rules)))
+        object.__setattr__(self, "rules", tuple(check_rules(self.rules, self.rule_family)))
         check_length(self.L)
         check_horizon(self.H)
         for name in ("total_steps", "eval_every"):
@@ -81,6 +83,11 @@ class TrainSpec:
         if not get_method(self.agent).trains:
             raise ValueError(f"method {self.agent!r} does not train; evaluate it directly with "
                              f"`tapebench evaluate --method {self.agent} --seed N ...`")
+        check_rule_family(self.agent, self.rule_family)
+
+    @property
+    def rule_family(self) -> RuleFamily:
+        return family_from_config(self.family)
 
     def config(self):
         return build_config(self.agent, self.hyperparameters)
@@ -90,6 +97,8 @@ class TrainSpec:
 
     def fingerprint(self) -> str:
         body = dataclasses.asdict(self)
+        if body["family"] is None:      # elementary runs keep the fingerprints they had before families
+            del body["family"]
         body["hyperparameters"] = dataclasses.asdict(self.config())  # defaults resolved
         return content_hash(body)
 
@@ -263,7 +272,7 @@ def train(spec: TrainSpec, out_dir, *, device="cpu", threads: int | None = 1, co
         method = get_method(spec.agent)
         env = BatchedTapeEnv(config.num_envs, L=spec.L, H=spec.H, rules=spec.rules,
                              success_bonus=spec.success_bonus, device=device, seed=env_seed,
-                             **training_env_arguments(method, config))
+                             family=spec.rule_family, **training_env_arguments(method, config))
         agent = method.make_agent(config, spec.env_spec(), schedule[-1], device)
         stats = EpisodeStats(config.num_envs)
         obs = env.reset()
