@@ -186,11 +186,26 @@ class BatchedTapeEnv:
             raise ValueError(f"actions must be cell indices in 0..{self.L - 1}, got range {low}..{high}")
         return actions.long()
 
-    def step(self, actions: torch.Tensor):
+    def _check_flips(self, flips) -> torch.Tensor:
+        if self._noisy:
+            raise ValueError(f"explicit noise flips need an env without noise of its own, but noise = {self.noise}")
+        flips = torch.as_tensor(flips, device=self.device)
+        if flips.shape != (self.num_envs, self.L):
+            raise ValueError(f"flips must have shape ({self.num_envs}, {self.L}), got {tuple(flips.shape)}")
+        return flips.to(torch.uint8)
+
+    def step(self, actions: torch.Tensor, flips=None):
+        """One step of every row. `flips` ((N, L) 0/1, optional) is an explicit noise realisation XORed into the
+        tapes after the CA update (evaluation's common-random-number noise, `evaluation.episodes`); it needs an
+        env without noise of its own."""
         actions = self._check_actions(actions)
+        if flips is not None:
+            flips = self._check_flips(flips)
         torch_kernel.flip_padded_(self._padded, actions, self._row_offsets)
         torch_kernel.step_padded_(self._padded, self._plane, self._scratch)
-        if self._noisy:
+        if flips is not None:
+            self.tapes.bitwise_xor_(flips)
+        elif self._noisy:
             uniform = torch.rand(self.num_envs, self.L, generator=self.generator)
             flips = (uniform < self.row_noise.unsqueeze(1)).to(torch.uint8)
             self.tapes.bitwise_xor_(flips.to(self.device))

@@ -38,6 +38,7 @@ class EpisodeBatch:
     success_bonus: float
     device: torch.device
     rules: np.ndarray | None = None   # (N,) true rules: only for reference methods
+    noise: float = 0.0             # the protocol's cell-update noise epsilon (0: noise-free dynamics)
 
     def __len__(self) -> int:
         return len(self.keys)
