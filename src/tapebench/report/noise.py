@@ -100,12 +100,13 @@ def figure_noise(summary: pd.DataFrame, stem, *, split: str, H: int) -> list[str
             ax.fill_between(x, data["ci_low"], data["ci_high"], color=style["color"], alpha=0.15, linewidth=0)
         ax.set_title(f"{SIDE_LABELS[side]} ({'training' if side == 'train' else 'held-out'} rules)")
         ax.set_xlabel(r"cell-update noise $\varepsilon$")
-        ax.set_xticks(sorted(summary["noise"].unique()))
+        levels = sorted(summary["noise"].unique())
+        ax.set_xticks(levels, labels=[f"{x:g}" for x in levels])
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("strict success")
     axes[0].set_ylim(-0.02, 1.02)
     axes[1].legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
-    fig.suptitle(f"Success vs noise on split {split} ($L={int(summary['L'].iloc[0])}$, $H={H}$)", fontsize=8)
+    fig.suptitle(f"Success vs noise on split {split} ($L={int(summary['L'].iloc[0])}$, $H={H}$)", fontsize=8, y=1.03)
     return save_figure(fig, stem)
 
 
