@@ -175,7 +175,7 @@ def test_noisy_evaluation_slices():
     mpc = noise_eval_slice(config, "mpc", 0.1)
     assert mpc["agent"] == {"candidates": 64} and mpc["evaluation"]["noise"] == 0.1
     study = noise_study(config)
-    assert study == {"levels": [0.0, 0.1], "methods": ["dqn", "random", "mpc", "exact"], "H": 8, "split": "main"}
+    assert study == {"levels": [0.0, 0.1], "methods": ["dqn", "ppo", "random", "mpc", "exact"], "H": 8, "split": "main"}
     assert layout.noise_per_seed("main", 0.0, "dqn", 8) == layout.per_seed("main", "dqn", 8)
     assert layout.noise_eval("main", 0.05, "dqn", 3, 8) == "results/noise/main/eps0.05/dqn/seed3_H8.parquet"
     assert [layout.noise_label(x) for x in (0, 0.5, 0.01, 1e-6)] == ["0", "0.5", "0.01", "0.000001"]
