@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..validation import check_goal, check_length, check_noise, check_rules
-from .policy import _mix64
+from .policy import mix64
 
 SIDE_CODES = {"train": 0, "test": 1, "rules": 2}
 
@@ -63,8 +63,8 @@ def noise_uniforms(noise_keys: np.ndarray, t: int, L: int) -> np.ndarray:
         raise ValueError(f"step t must be an integer >= 0, got {t!r}")
     counters = (np.uint64(int(t)) << np.uint64(32)) | np.arange(L, dtype=np.uint64)
     with np.errstate(over="ignore"):
-        words = np.asarray(noise_keys, dtype=np.uint64)[:, None] ^ _mix64(counters + np.uint64(1))[None, :]
-        words = _mix64(words + _GOLDEN)
+        words = np.asarray(noise_keys, dtype=np.uint64)[:, None] ^ mix64(counters + np.uint64(1))[None, :]
+        words = mix64(words + _GOLDEN)
     return (words >> np.uint64(11)).astype(np.float64) * (1.0 / 2.0 ** 53)
 
 
