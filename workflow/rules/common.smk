@@ -5,9 +5,9 @@ import os
 from tapebench.methods import get_method
 from tapebench.methods import build_config
 from tapebench.pipeline import layout
-from tapebench.pipeline.config import (checkpoint_eval_slice, config_family, dumps, fixed_z_eval_slice, fixed_z_train_slice,
-                                       method_eval_slice, model_error_slice, sweep_train_slice, train_slice,
-                                       validate_config)
+from tapebench.pipeline.config import (checkpoint_eval_slice, config_family, dumps, fixed_z_eval_slice,
+                                       fixed_z_train_slice, method_eval_slice, model_error_slice, noise_eval_slice,
+                                       noise_study, sweep_train_slice, train_slice, validate_config)
 
 validate_config(config, workflow.source_path("../schemas/config.schema.yaml"))
 
@@ -175,3 +175,22 @@ def multi_rule_episode_files(wildcards):
 def multi_rule_per_seed_files(wildcards):
     return [f"{layout.fixed_z_dir(wildcards.L, wildcards.H)}/multi_{wildcards.split}/{a}.per_seed.parquet"
             for a in MULTI_RULE_METHODS]
+
+
+# The noise study (noise.smk, docs/protocol.md#noise): the main split's runs at each noise level
+NOISE = noise_study(config)
+NOISE_TRAINED = [m for m in NOISE["methods"] if get_method(m).trains]
+NOISE_UNTRAINED = [m for m in NOISE["methods"] if not get_method(m).trains]
+
+
+def noise_eval_params(wildcards):
+    return dumps(noise_eval_slice(config, wildcards.agent, wildcards.eps))
+
+
+def noise_episode_files(wildcards):
+    return [layout.noise_eval(wildcards.split, wildcards.eps, wildcards.agent, s, wildcards.H)
+            for s in seeds_of(wildcards.agent, wildcards.split)]
+
+
+def noise_per_seed_files(wildcards):
+    return [layout.noise_per_seed(wildcards.split, wildcards.eps, a, wildcards.H) for a in NOISE["methods"]]

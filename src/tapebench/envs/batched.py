@@ -284,8 +284,23 @@ class BatchedTapeEnv:
             raise ValueError(f"actions must be cell indices in 0..{self.L - 1}, got range {low}..{high}")
         return actions.long()
 
-    def step(self, actions: torch.Tensor):
+    def _check_flips(self, flips) -> torch.Tensor:
+        if self._noisy:
+            raise ValueError(f"explicit noise flips need an env without noise of its own, but noise = {self.noise}")
+        flips = torch.as_tensor(flips, device=self.device)
+        if flips.shape != (self.num_envs, self.L):
+            raise ValueError(f"flips must have shape ({self.num_envs}, {self.L}), got {tuple(flips.shape)}")
+        if flips.numel() and int(flips.max()) >= self.family.k:
+            raise ValueError(f"flips must be colour shifts in 0..{self.family.k - 1}, got {int(flips.max())}")
+        return flips.to(torch.uint8)
+
+    def step(self, actions: torch.Tensor, flips=None):
+        """One step of every row. `flips` ((N, L), optional) is an explicit noise realisation added to the tapes
+        mod k after the CA update (0/1 for two colours, shifts 0..k-1 for k > 2: evaluation's common-random-number
+        noise, `evaluation.episodes.noise_flips`); it needs an env without noise of its own."""
         actions = self._check_actions(actions)
+        if flips is not None:
+            flips = self._check_flips(flips)
         if self.family.elementary:
             torch_kernel.flip_padded_(self._padded, actions, self._row_offsets)
             torch_kernel.step_padded_(self._padded, self._plane, self._scratch)
@@ -293,7 +308,13 @@ class BatchedTapeEnv:
             k, r = self.family.k, self.family.r
             torch_table_kernel.increment_padded_(self._padded, actions, self._row_offsets, k)
             torch_table_kernel.step_padded_(self._padded, self._tables, k, r, self._table_scratch)
-        if self._noisy:
+        if flips is not None:
+            if self.family.k == 2:
+                self.tapes.bitwise_xor_(flips)
+            else:
+                moved = self.tapes + flips
+                self.tapes.copy_(torch.where(moved >= self.family.k, moved - self.family.k, moved))
+        elif self._noisy:
             uniform = torch.rand(self.num_envs, self.L, generator=self.generator)
             flips = (uniform < self.row_noise.unsqueeze(1)).to(torch.uint8)
             if self.family.k == 2:

@@ -5,6 +5,14 @@ The initial tape of episode k of rule z on a side is a pure function of
 The tape does not depend on H, so H = 32 and H = 64 evaluations are paired too.
 For a family with k > 2 colours the cells are uniform over 0..k-1 (same stream; the elementary family
 keeps its Bernoulli(0.5) tapes bit for bit).
+
+Stochastic dynamics (docs/protocol.md#noise): with cell-update noise epsilon > 0, cell i flips after the CA
+update of step t (t = 0, 1, ...) iff u(episode, t, i) < epsilon, where u is a counter-based uniform in [0, 1)
+keyed by the same identity (a third stream, `noise_key`). Flips do not depend on actions, so every method plays
+the same noise realisation; they do not depend on H, batching or order either, and the same u serve every
+epsilon (the flips at a smaller epsilon are a subset of those at a larger one). With k > 2 colours a noisy
+cell moves to another colour, c + s mod k with s = 1 + floor((k - 1) u / epsilon), uniform over 1..k-1 given
+u < epsilon.
 """
 from __future__ import annotations
 
@@ -13,7 +21,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..rules.family import ELEMENTARY, RuleFamily
-from ..validation import check_goal, check_length, check_rules
+from ..validation import check_goal, check_length, check_noise, check_rules
+from .policy import mix64
 
 SIDE_CODES = {"train": 0, "test": 1, "rules": 2}
 
@@ -43,6 +52,38 @@ def episode_key(eval_seed: int, key: int, side: str, rule: int, episode: int) ->
     return seq.generate_state(1, np.uint64)[0]
 
 
+def noise_key(eval_seed: int, key: int, side: str, rule: int, episode: int) -> np.uint64:
+    """A 64-bit key of one evaluation episode's noise stream (separate from the tape and `episode_key`)."""
+    seq = np.random.SeedSequence(_identity(eval_seed, key, side, rule, episode), spawn_key=(2,))
+    return seq.generate_state(1, np.uint64)[0]
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def noise_uniforms(noise_keys: np.ndarray, t: int, L: int) -> np.ndarray:
+    """(N, L) uniforms in [0, 1) of step t for episodes with these noise keys: SplitMix64 of (key, t, cell),
+    the top 53 bits as a float64."""
+    if isinstance(t, bool) or int(t) < 0:
+        raise ValueError(f"step t must be an integer >= 0, got {t!r}")
+    counters = (np.uint64(int(t)) << np.uint64(32)) | np.arange(L, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        words = np.asarray(noise_keys, dtype=np.uint64)[:, None] ^ mix64(counters + np.uint64(1))[None, :]
+        words = mix64(words + _GOLDEN)
+    return (words >> np.uint64(11)).astype(np.float64) * (1.0 / 2.0 ** 53)
+
+
+def noise_flips(noise_keys: np.ndarray, t: int, L: int, noise: float, colours: int = 2) -> np.ndarray:
+    """(N, L) uint8 colour shifts applied after the CA update of step t (added mod `colours`): non-zero with
+    probability `noise` per cell; for two colours the shift is the flip mask, for k > 2 uniform over 1..k-1."""
+    uniforms = noise_uniforms(noise_keys, t, L)
+    noisy = uniforms < float(noise)
+    if colours == 2:
+        return noisy.astype(np.uint8)
+    shift = 1 + np.floor(uniforms / float(noise) * (colours - 1)).astype(np.int64)
+    return np.where(noisy, np.minimum(shift, colours - 1), 0).astype(np.uint8)
+
+
 def episode_tape(eval_seed: int, key: int, side: str, rule: int, episode: int, L: int, goal,
                  colours: int = 2) -> np.ndarray:
     rng = np.random.default_rng(np.random.SeedSequence(_identity(eval_seed, key, side, rule, episode)))
@@ -63,6 +104,14 @@ class EpisodeSet:
     key: int
     keys: np.ndarray       # (N,) uint64 episode identities (`episode_key`)
     family: RuleFamily = field(default=ELEMENTARY)
+    noise: float = 0.0     # cell-update noise epsilon; 0 = the noise-free dynamics
+    noise_keys: np.ndarray | None = None   # (N,) uint64 noise streams (`noise_key`) when noise > 0
+
+    def flips(self, t: int) -> np.ndarray | None:
+        """The (N, L) uint8 noise shifts after the CA update of step t (`noise_flips`), or None without noise."""
+        if self.noise == 0.0:
+            return None
+        return noise_flips(self.noise_keys, t, self.tapes.shape[1], self.noise, self.family.k)
 
     def __len__(self) -> int:
         return len(self.rules)
@@ -70,14 +119,17 @@ class EpisodeSet:
     def subset(self, rows) -> "EpisodeSet":
         """The episodes at `rows` (a slice or index array), identities unchanged."""
         return EpisodeSet(self.rules[rows], self.episodes[rows], self.tapes[rows], self.side, self.key,
-                          self.keys[rows], self.family)
+                          self.keys[rows], self.family, self.noise,
+                          None if self.noise_keys is None else self.noise_keys[rows])
 
 
 def episode_set(rules, episodes_per_rule: int, L: int, *, eval_seed: int = 0, key: int = 0,
-                side: str = "rules", goal=None, family: RuleFamily = ELEMENTARY) -> EpisodeSet:
+                side: str = "rules", goal=None, family: RuleFamily = ELEMENTARY, noise: float = 0.0) -> EpisodeSet:
+    """The episodes of `rules` (rule-major), with the noise realisation of epsilon = `noise` (docstring above)."""
     rules = check_rules(rules, family)
     if not family.fits_int64:
         raise ValueError(f"evaluation episodes store rules as int64; {family.describe()} has rules beyond 64 bits")
+    noise = float(check_noise(noise))
     L = check_length(L)
     side = check_side(side)
     if int(episodes_per_rule) < 1:
@@ -87,4 +139,8 @@ def episode_set(rules, episodes_per_rule: int, L: int, *, eval_seed: int = 0, ke
     ep_col = np.tile(np.arange(episodes_per_rule, dtype=np.int64), len(rules))
     tapes = np.stack([episode_tape(eval_seed, key, side, z, k, L, goal, family.k) for z, k in zip(rule_col, ep_col)])
     keys = np.array([episode_key(eval_seed, key, side, z, k) for z, k in zip(rule_col, ep_col)], dtype=np.uint64)
-    return EpisodeSet(rule_col, ep_col, tapes, side, key, keys, family)
+    noise_keys = None
+    if noise > 0.0:
+        noise_keys = np.array([noise_key(eval_seed, key, side, z, k) for z, k in zip(rule_col, ep_col)],
+                              dtype=np.uint64)
+    return EpisodeSet(rule_col, ep_col, tapes, side, key, keys, family, noise, noise_keys)

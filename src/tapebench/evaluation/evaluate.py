@@ -21,9 +21,11 @@ from .runner import episode_frame, run_episodes
 
 
 def side_protocols(*, L: int, H: int, episodes_per_rule: int, eval_seed: int, success_bonus: float = 1.0,
-                   split=None, rules=None, features=None) -> list[tuple[EpisodeSet, Protocol, dict[int, str]]]:
+                   noise: float = 0.0, split=None, rules=None, features=None
+                   ) -> list[tuple[EpisodeSet, Protocol, dict[int, str]]]:
     """The ID ('train') and OOD ('test') protocols of a split, or the one protocol of a rule list."""
-    common = dict(L=L, H=H, episodes_per_rule=episodes_per_rule, eval_seed=eval_seed, success_bonus=success_bonus)
+    common = dict(L=L, H=H, episodes_per_rule=episodes_per_rule, eval_seed=eval_seed, success_bonus=success_bonus,
+                  noise=noise)
     if split is not None:
         return [protocol_episodes(split=split, side=side, **common) for side in ("train", "test")]
     return [protocol_episodes(rules=rules, features=features, **common)]

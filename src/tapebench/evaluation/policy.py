@@ -39,6 +39,7 @@ class EpisodeBatch:
     device: torch.device
     rules: np.ndarray | None = None   # (N,) true rules: only for reference methods
     family: Any = None                # the episodes' RuleFamily (None: elementary; cells 0..k-1, action +1 mod k)
+    noise: float = 0.0                # the protocol's cell-update noise epsilon (0: noise-free dynamics)
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -95,8 +96,8 @@ def step_keys(keys: np.ndarray, t: int, salt: int) -> np.ndarray:
     does not depend on the other episodes in the batch, on batch sizes or on thread scheduling.
     """
     with np.errstate(over="ignore"):
-        x = keys.astype(np.uint64) ^ _mix64(np.uint64(salt) * np.uint64(0xD1B54A32D192ED03) + np.uint64(t + 1))
-        return _mix64(x + np.uint64(0x9E3779B97F4A7C15))
+        x = keys.astype(np.uint64) ^ mix64(np.uint64(salt) * np.uint64(0xD1B54A32D192ED03) + np.uint64(t + 1))
+        return mix64(x + np.uint64(0x9E3779B97F4A7C15))
 
 
 def uniform_below(words: np.ndarray, n: int) -> np.ndarray:
@@ -104,7 +105,8 @@ def uniform_below(words: np.ndarray, n: int) -> np.ndarray:
     return ((words >> np.uint64(32)) * np.uint64(n) >> np.uint64(32)).astype(np.int64)
 
 
-def _mix64(x):
+def mix64(x):
+    """The SplitMix64 finaliser of uint64 words (elementwise): the counter-based streams' hash."""
     with np.errstate(over="ignore"):
         x = np.asarray(x, dtype=np.uint64)
         x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)

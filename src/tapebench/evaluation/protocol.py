@@ -1,7 +1,8 @@
 """The evaluation protocol: one object that fixes which episodes a method plays and how they are scored.
 
 `Protocol` holds L, H, split name and content hash, side, rule list, episodes per rule, evaluation
-seed, goal and success bonus. Its episodes are the common-random-number evaluation episodes of
+seed, goal, success bonus and the cell-update noise epsilon (docs/protocol.md#noise; recorded only when > 0,
+so noise-free provenance is what it was before the field existed). Its episodes are the common-random-number evaluation episodes of
 `evaluation.episodes.episode_set`, so every method — learned agents, planners, the oracles and the
 random floor — plays exactly the same episodes. Every evaluation file records its protocol in the
 Parquet provenance under "protocol", so `oracle.normalized` can refuse to compare across protocols.
@@ -18,13 +19,14 @@ from ..evaluation.episodes import EpisodeSet, episode_set, split_key
 from ..rules.family import ELEMENTARY
 from ..splits.io import DEFAULT_SPLITS_DIR, Split, resolve_split
 from ..utils.io import provenance, write_parquet
-from ..validation import check_goal, check_horizon, check_length, check_rules
+from ..validation import check_goal, check_horizon, check_length, check_noise, check_rules
 
 DEFAULT_EVAL_SEED = 20260101      # evaluation seed of the paper-protocol configuration
 DEFAULT_EPISODES_PER_RULE = 20
 SPLIT_SIDES = ("train", "test")
 PROTOCOL_FIELDS = ("L", "H", "split", "split_hash", "side", "rules", "episodes_per_rule", "eval_seed",
-                   "goal", "success_bonus")
+                   "goal", "success_bonus", "noise")
+FIELD_DEFAULTS = {"noise": 0.0}   # fields a protocol record leaves out at their default
 
 
 @dataclass(frozen=True)
@@ -41,10 +43,14 @@ class Protocol:
     eval_seed: int
     goal: str = ""             # goal tape as a 0/1 string; "" = all zeros (the default goal)
     success_bonus: float = 1.0
+    noise: float = 0.0         # cell-update noise epsilon of the dynamics (docs/protocol.md#noise)
 
     def as_dict(self) -> dict:
         out = asdict(self)
         out["rules"] = list(self.rules)
+        for name, default in FIELD_DEFAULTS.items():
+            if out[name] == default:
+                del out[name]
         return out
 
     def goal_tape(self) -> np.ndarray:
@@ -61,12 +67,12 @@ def goal_string(goal, L: int) -> str:
 
 def protocol_episodes(*, L: int, H: int, episodes_per_rule: int, eval_seed: int = 0, split=None,
                       side: str | None = None, rules=None, features=None, goal=None,
-                      success_bonus: float = 1.0, splits_dir=DEFAULT_SPLITS_DIR
+                      success_bonus: float = 1.0, noise: float = 0.0, splits_dir=DEFAULT_SPLITS_DIR
                       ) -> tuple[EpisodeSet, Protocol, dict[int, str]]:
     """Build the evaluation episodes of one side of a split, or of an explicit rule list.
 
     Exactly one of `split` (a Split, a name or a path, with `side` 'train' or 'test') and `rules` must be
-    given.
+    given. `noise` > 0 makes the dynamics stochastic with the episodes' common noise realisation.
     Rule types come from the split; for a rule list from the features file `features` if given.
     Returns (episodes, protocol, {rule: type}).
     """
@@ -74,6 +80,7 @@ def protocol_episodes(*, L: int, H: int, episodes_per_rule: int, eval_seed: int 
     if isinstance(episodes_per_rule, bool) or int(episodes_per_rule) < 1:
         raise ValueError(f"episodes per rule must be an integer >= 1, got {episodes_per_rule!r}")
     goal_text = goal_string(goal, L)
+    noise = float(check_noise(noise))
     if (split is None) == (rules is None):
         raise ValueError("give either a split (with --side train|test) or an explicit rule list (--rules), not "
                          f"{'both' if split is not None else 'neither'}")
@@ -94,10 +101,10 @@ def protocol_episodes(*, L: int, H: int, episodes_per_rule: int, eval_seed: int 
         name, chash, key = "", "", 0
         family = ELEMENTARY
     episodes = episode_set(rule_list, int(episodes_per_rule), L, eval_seed=int(eval_seed), key=key, side=side,
-                           goal=goal, family=family)
+                           goal=goal, family=family, noise=noise)
     protocol = Protocol(L=L, H=H, split=name, split_hash=chash, side=side, rules=tuple(int(z) for z in rule_list),
                         episodes_per_rule=int(episodes_per_rule), eval_seed=int(eval_seed), goal=goal_text,
-                        success_bonus=float(success_bonus))
+                        success_bonus=float(success_bonus), noise=noise)
     return episodes, protocol, types
 
 
@@ -137,7 +144,7 @@ def protocol_differences(a: dict, b: dict, fields=PROTOCOL_FIELDS) -> list[str]:
     """Human-readable list of the protocol fields where `a` and `b` differ (empty if they match)."""
     diffs = []
     for f in fields:
-        va, vb = a.get(f), b.get(f)
+        va, vb = a.get(f, FIELD_DEFAULTS.get(f)), b.get(f, FIELD_DEFAULTS.get(f))
         if f == "rules" and va is not None and vb is not None:
             va, vb = sorted(int(x) for x in va), sorted(int(x) for x in vb)
             if va != vb:

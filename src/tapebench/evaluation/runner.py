@@ -24,6 +24,8 @@ def run_episodes(policy, episodes: EpisodeSet, H: int, *, goal=None, success_bon
     `batch_size` (default: all at once), or one batch per rule with `by_rule`; the policy's `begin`
     is called at the start of each batch. `reveal_rules` passes the true rules to the policy (only
     for reference methods). Results do not depend on the batching for a policy that keeps to the contract.
+    With cell-update noise (`episodes.noise` > 0) every step applies the episodes' own noise realisation
+    (`EpisodeSet.flips`), so success and reward are judged on the noisy tape, as in the environment.
     """
     policy = as_policy(policy)
     n = len(episodes)
@@ -47,15 +49,16 @@ def _run_batch(policy, episodes: EpisodeSet, H, goal, success_bonus, device, rev
     obs = env.load(episodes.tapes, episodes.rules)
     policy.begin(EpisodeBatch(L=L, H=H, keys=episodes.keys, goal=goal, success_bonus=float(success_bonus),
                               device=env.device, rules=episodes.rules.copy() if reveal_rules else None,
-                              family=None if episodes.family.elementary else episodes.family))
+                              family=None if episodes.family.elementary else episodes.family,
+                              noise=episodes.noise))
     active = torch.ones(n, dtype=torch.bool, device=env.device)
     dist_sum = torch.zeros(n, dtype=torch.float64, device=env.device)
     ret = torch.zeros(n, dtype=torch.float64, device=env.device)
     steps = torch.zeros(n, dtype=torch.int64, device=env.device)
     final_dist = env.distance().double()
-    for _ in range(H):
+    for t in range(H):
         actions = policy.act(obs)
-        next_obs, reward, terminated, truncated, info = env.step(actions)
+        next_obs, reward, terminated, truncated, info = env.step(actions, episodes.flips(t))
         policy.observe(obs, actions, reward, next_obs, terminated, truncated)
         obs = next_obs
         dist = info["dist"].double()

@@ -7,7 +7,9 @@ table bit idx is pinned to s'_i. The filter keeps two bytes per episode, the pin
 their values (`known_values`); the consistent set is {z in 0..255 : (z ^ known_values) & known_mask == 0},
 2^(8 - popcount(known_mask)) rules. All 256 tables are possible a priori (no candidate restriction: the
 method is not told the training rules, so it identifies held-out rules as readily as training ones).
-A transition that contradicts an earlier one cannot happen in the noise-free environment; it raises.
+A transition that contradicts an earlier one cannot happen in the noise-free environment; it raises. Under
+cell-update noise (the protocol's epsilon > 0, docs/protocol.md#noise) it can, and the row starts identifying
+afresh: it keeps only what the contradicting transition pins (nothing if that transition contradicts itself).
 
 Planning. Each step draws the same candidate action sequences as the true-dynamics MPC (`oracle.mpc`:
 planner key from the episode identity and the seed, `candidate_action`, default 8 x 512), scores each by
@@ -127,14 +129,19 @@ def _decide_all(states, known_mask, known_values, keys, active, t, H, L, goal, s
 
 
 @nb.njit(cache=True)
-def _observe(known_mask, known_values, states, actions, next_states, active, L):
-    """Pin the table bits of every active row's transition; returns the first contradicting row or -1."""
+def _observe(known_mask, known_values, states, actions, next_states, active, L, restart):
+    """Pin the table bits of every active row's transition; returns the first contradicting row or -1.
+    With `restart` a contradicting row forgets its pins and keeps the transition's own (none if not ok)."""
     for i in range(states.shape[0]):
         if active[i]:
             km, kv, ok = pinned_bits(states[i] ^ (U64(1) << U64(actions[i])), next_states[i], L)
             clash = km & known_mask[i] & (kv ^ known_values[i])
             if not ok or clash != 0:
-                return i
+                if not restart:
+                    return i
+                known_mask[i] = km if ok else 0
+                known_values[i] = kv if ok else 0
+                continue
             known_mask[i] |= km
             known_values[i] |= kv
     return -1
@@ -147,6 +154,7 @@ class IdentifyThenPlanPolicy:
 
     def begin(self, batch) -> None:
         self.L, self.H, self.t, self.device = batch.L, batch.H, 0, batch.device
+        self.noisy = batch.noise > 0.0
         n = len(batch)
         self.keys = episode_keys(batch.keys, self.seed)
         self.goal = pack(check_goal(batch.goal, batch.L))[0]
@@ -171,7 +179,7 @@ class IdentifyThenPlanPolicy:
 
     def observe(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
         bad = _observe(self.known_mask, self.known_values, self._pack(obs), actions.cpu().numpy().astype(np.int64),
-                       self._pack(next_obs), self.active, self.L)
+                       self._pack(next_obs), self.active, self.L, self.noisy)
         if bad >= 0:
             raise ValueError(f"identify-then-plan: episode row {bad} observed a transition no elementary rule "
                              f"produces together with its earlier ones (it assumes noise-free dynamics)")

@@ -296,6 +296,31 @@ def _check_studies(config: dict) -> None:
                               f"splits {sorted(config['splits'])}")
 
 
+def _check_noise_study(config: dict) -> None:
+    from .layout import NOISE_DECIMALS, noise_label
+
+    study = config["studies"]["noise"]
+    for i, level in enumerate(study["levels"]):
+        if float(noise_label(level)) != float(level):
+            raise ConfigError(f"config key 'studies.noise.levels[{i}]': {level!r} has more than {NOISE_DECIMALS} "
+                              f"decimals; give the level with at most {NOISE_DECIMALS} (its results folder is "
+                              f"named after it)")
+    for i, method in enumerate(study["methods"]):
+        if method not in config["methods"]:
+            raise ConfigError(f"config key 'studies.noise.methods[{i}]': {method!r} is not one of `methods` "
+                              f"{list(config['methods'])}; the noise study evaluates the main split's runs of "
+                              f"those methods (and reuses their noise-free evaluations at epsilon = 0)")
+
+
+def noise_study(config: dict) -> dict:
+    """The noise study's resolved settings: levels (sorted), methods (default: all of `methods`), horizon H
+    (default: env.H), split (the main split)."""
+    study = config["studies"]["noise"]
+    return {"levels": sorted(float(x) for x in study["levels"]),
+            "methods": list(study["methods"]) or list(config["methods"]),
+            "H": int(study["horizon"] or config["env"]["H"]), "split": config["main_split"]}
+
+
 def validate_config(config: dict, schema_path) -> dict:
     """Validate against the JSON schema plus cross-field checks; fill defaults; raise ConfigError naming the key.
 
@@ -331,6 +356,7 @@ def validate_config(config: dict, schema_path) -> dict:
                               f"env.L <= 20, but env.L = {config['env']['L']}")
     _check_sweep(config)
     _check_studies(config)
+    _check_noise_study(config)
     for agent, overrides in config["agents"].items():
         if agent not in methods:
             raise ConfigError(f"config key 'agents.{agent}': unknown method; registered methods: {sorted(methods)}")
@@ -398,6 +424,20 @@ def sweep_train_slice(config: dict, value: int) -> dict:
     sweep = config["diagnostics"]["sweep"]
     out = train_slice(config, sweep["method"])
     out["agent"] = {**out["agent"], sweep["hyperparameter"]: int(value)}
+    return out
+
+
+def noise_eval_slice(config: dict, method: str, noise) -> dict:
+    """A noisy evaluation (docs/protocol.md#noise): the method's noise-free evaluation slice plus the noise level;
+    a trained method plays only the last K checkpoints (the ones behind its per-seed value)."""
+    from ..methods import get_method
+
+    if get_method(method).trains:
+        out = checkpoint_eval_slice(config, method)
+        out["evaluation"]["checkpoints"] = config["evaluation"]["last_k"]
+    else:
+        out = method_eval_slice(config, method)
+    out["evaluation"]["noise"] = float(noise)
     return out
 
 

@@ -21,6 +21,10 @@ def aggregate(split: str) -> str:
     return f"results/aggregate/{split}/aggregate.parquet"
 
 
+def per_seed(split: str, agent: str, H) -> str:
+    return f"results/aggregate/{split}/{agent}_H{H}.per_seed.parquet"
+
+
 def per_rule(split: str, agent: str, H) -> str:
     return f"results/aggregate/{split}/{agent}_H{H}.per_rule.parquet"
 
@@ -94,6 +98,36 @@ def multi_rule_oracle(L, H, split: str, oracle: str, side: str) -> str:
 def rule_set() -> str:
     """The sampled rule set of a large family (docs/protocol.md#rule-sets)."""
     return "results/rules/rule_set.json"
+
+
+# --- the noise study (docs/protocol.md#noise): results/noise/<split>/eps<level>/ ---------------------------------
+NOISE_DECIMALS = 6
+
+
+def noise_label(noise) -> str:
+    """A noise level as it appears in paths: at most 6 decimals, no trailing zeros (0.05 -> '0.05', 0 -> '0')."""
+    return f"{float(noise):.{NOISE_DECIMALS}f}".rstrip("0").rstrip(".")
+
+
+def noise_dir(split: str, noise) -> str:
+    return f"results/noise/{split}/eps{noise_label(noise)}"
+
+
+def noise_eval(split: str, noise, agent: str, seed, H) -> str:
+    """Per-episode records of one seed of a method at noise level > 0 (both sides, the last K checkpoints)."""
+    return f"{noise_dir(split, noise)}/{agent}/seed{seed}_H{H}.parquet"
+
+
+def noise_per_seed(split: str, noise, agent: str, H) -> str:
+    """Per-seed values at a noise level; at 0 the noise-free evaluation's own per-seed table."""
+    if float(noise) == 0.0:
+        return per_seed(split, agent, H)
+    return f"{noise_dir(split, noise)}/{agent}_H{H}.per_seed.parquet"
+
+
+def noise_aggregate(split: str, noise, H) -> str:
+    """Bootstrap over seeds of the noise study's methods at one noise level."""
+    return f"{noise_dir(split, noise)}/aggregate_H{H}.parquet"
 
 
 def rule_features() -> str:

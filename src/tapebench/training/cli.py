@@ -8,7 +8,7 @@
 --params is the job's config slice (JSON object):
   {"agent": {<overrides of the agent's Config>}, "env": {"L": 32, "H": 32, "success_bonus": 1.0},
    "training": {"total_steps": 200000, "eval_every": 10000},
-   "evaluation": {"episodes_per_rule": 20, "eval_seed": 20260101, "checkpoints": "all" | K}}
+   "evaluation": {"episodes_per_rule": 20, "eval_seed": 20260101, "checkpoints": "all" | K, "noise": 0.0}}
 Missing keys take the paper-protocol defaults; unknown keys are an error.
 `--rules 4` (instead of --split) trains / evaluates on an explicit rule list (fixed-z diagnostics).
 """
@@ -19,7 +19,7 @@ import json
 
 from ..evaluation.protocol import DEFAULT_EPISODES_PER_RULE, DEFAULT_EVAL_SEED
 from ..methods import registry
-from ..validation import parse_rule_list
+from ..validation import check_noise, parse_rule_list
 from .evaluate import evaluate_run, model_error_run, write_evaluation
 from .loop import PAPER_ENV, PAPER_TRAINING, RunLog, TrainSpec, train
 
@@ -27,7 +27,7 @@ PARAM_SECTIONS = {
     "agent": None,  # checked against the agent's Config
     "env": tuple(PAPER_ENV),
     "training": tuple(PAPER_TRAINING),
-    "evaluation": ("episodes_per_rule", "eval_seed", "checkpoints"),
+    "evaluation": ("episodes_per_rule", "eval_seed", "checkpoints", "noise"),
     "model_error": ("context", "depth"),
 }
 
@@ -93,9 +93,11 @@ def run_evaluate(args) -> int:
     env, evaluation = params.get("env", {}), params.get("evaluation", {})
     common = dict(episodes_per_rule=evaluation.get("episodes_per_rule", DEFAULT_EPISODES_PER_RULE),
                   eval_seed=evaluation.get("eval_seed", DEFAULT_EVAL_SEED),
-                  success_bonus=float(env.get("success_bonus", PAPER_ENV["success_bonus"])))
+                  success_bonus=float(env.get("success_bonus", PAPER_ENV["success_bonus"])),
+                  noise=float(check_noise(evaluation.get("noise", 0.0))))
     if args.run is not None:
-        log = RunLog(Path(args.run) / f"evaluate_H{args.H}.log", f"evaluate H={args.H}", args.quiet)
+        label = f"H{args.H}" + (f"_noise{common['noise']:g}" if common["noise"] else "")
+        log = RunLog(Path(args.run) / f"evaluate_{label}.log", f"evaluate {label}", args.quiet)
         records, summary = evaluate_run(args.run, args.H, split=split, rules=rules,
                                         checkpoints=evaluation.get("checkpoints", "all"), L=env.get("L"),
                                         device=args.device, threads=args.threads, log=log, **common)
@@ -241,9 +243,9 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="Parquet file of per-episode records to write")
     p.add_argument("--params", default="{}",
                    help='settings as JSON: {"env": {"L", "success_bonus"}, "evaluation": {"episodes_per_rule", '
-                        '"eval_seed", "checkpoints": "all" or K (the last K)}, "agent": {hyperparameters of '
-                        '--method}}; what is left out takes the paper protocol\'s value (20 episodes per rule, '
-                        'every checkpoint)')
+                        '"eval_seed", "checkpoints": "all" or K (the last K), "noise": cell-update noise epsilon '
+                        'in [0, 0.5]}, "agent": {hyperparameters of --method}}; what is left out takes the paper '
+                        'protocol\'s value (20 episodes per rule, every checkpoint, no noise)')
     _common(p)
     p.set_defaults(func=run_evaluate)
 

@@ -37,9 +37,10 @@ def select_checkpoints(manifest: dict, last: int | str | None) -> list[dict]:
 
 def evaluate_run(run_dir, H: int, *, split=None, rules=None, episodes_per_rule: int = DEFAULT_EPISODES_PER_RULE,
                  eval_seed: int = DEFAULT_EVAL_SEED, checkpoints: int | str | None = "all",
-                 success_bonus: float = 1.0, L: int | None = None, device="cpu", threads: int | None = 1,
-                 log=None) -> tuple[pd.DataFrame, dict]:
-    """Evaluate the run's checkpoints; returns (episode records, summary for the Parquet metadata)."""
+                 success_bonus: float = 1.0, noise: float = 0.0, L: int | None = None, device="cpu",
+                 threads: int | None = 1, log=None) -> tuple[pd.DataFrame, dict]:
+    """Evaluate the run's checkpoints; returns (episode records, summary for the Parquet metadata).
+    `noise` > 0: on the stochastic dynamics with the episodes' common noise realisation (docs/protocol.md#noise)."""
     run_dir = Path(run_dir)
     manifest = _finished_manifest(run_dir)
     _check_same_split(run_dir, manifest, split)
@@ -52,7 +53,7 @@ def evaluate_run(run_dir, H: int, *, split=None, rules=None, episodes_per_rule: 
     method = get_method(manifest["agent"])
     device = resolve_device(device)
     sides = side_protocols(L=run_L, H=H, episodes_per_rule=episodes_per_rule, eval_seed=eval_seed,
-                           success_bonus=success_bonus, split=split, rules=rules)
+                           success_bonus=success_bonus, noise=noise, split=split, rules=rules)
     frames, agent, timings = [], None, []
     with torch_settings(device, threads):
         for entry in selected:

@@ -1,0 +1,93 @@
+# The noise study (docs/protocol.md#noise): every method of `studies.noise.methods` (its main-split runs, no new
+# training) evaluated on the stochastic dynamics at each noise level epsilon > 0, on the common-random-number
+# episodes and noise realisation; per-seed values and a bootstrap per level. Epsilon = 0 reuses the noise-free
+# per-seed tables (aggregate.smk). Every job belongs to one level, so adding a level runs only that level's jobs
+# (and the table and figure).
+
+
+rule evaluate_noise:
+    input:
+        split="results/splits/{split}.json",
+        manifest="results/runs/{split}/{agent}/seed{seed}/train.json",
+    output:
+        "results/noise/{split}/eps{eps}/{agent}/seed{seed}_H{H}.parquet",
+    wildcard_constraints:
+        agent=one_of(NOISE_TRAINED),
+        eps=r"0\.\d*[1-9]",
+    params:
+        slice=noise_eval_params,
+        run_dir=lambda w: run_dir(w.split, w.agent, w.seed),
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=60,
+    log:
+        "logs/noise/{split}/eps{eps}/{agent}/seed{seed}_H{H}.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "tapebench evaluate --run {params.run_dir:q} --split {input.split:q} --H {wildcards.H:q}"
+        " --params {params.slice:q} --threads {threads:q} --out {output:q} > {log:q} 2>&1"
+
+
+rule evaluate_noise_method:
+    input:
+        split="results/splits/{split}.json",
+        health="results/splits/{split}.health.json",
+    output:
+        "results/noise/{split}/eps{eps}/{agent}/seed{seed}_H{H}.parquet",
+    wildcard_constraints:
+        agent=one_of(NOISE_UNTRAINED),
+        eps=r"0\.\d*[1-9]",
+    params:
+        slice=noise_eval_params,
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=60,
+    log:
+        "logs/noise/{split}/eps{eps}/{agent}/seed{seed}_H{H}.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "NUMBA_NUM_THREADS={threads:q} tapebench evaluate --method {wildcards.agent:q} --seed {wildcards.seed:q}"
+        " --split {input.split:q} --H {wildcards.H:q} --params {params.slice:q} --threads {threads:q}"
+        " --out {output:q} > {log:q} 2>&1"
+
+
+rule aggregate_seed_noise:
+    input:
+        noise_episode_files,
+    output:
+        "results/noise/{split}/eps{eps}/{agent}_H{H}.per_seed.parquet",
+    wildcard_constraints:
+        agent=one_of(NOISE["methods"]),
+        eps=r"0\.\d*[1-9]",
+    params:
+        last_k=config["evaluation"]["last_k"],
+    log:
+        "logs/noise/{split}/eps{eps}/{agent}_H{H}_aggregate_seed.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "tapebench aggregate-seed --episodes {input:q} --last-k {params.last_k:q} --out {output:q} > {log:q} 2>&1"
+
+
+rule aggregate_noise:
+    input:
+        noise_per_seed_files,
+    output:
+        "results/noise/{split}/eps{eps}/aggregate_H{H}.parquet",
+    wildcard_constraints:
+        eps=r"0|0\.\d*[1-9]",
+    params:
+        n_resamples=config["statistics"]["n_resamples"],
+        ci=config["statistics"]["ci"],
+        seed=config["statistics"]["seed"],
+    log:
+        "logs/noise/{split}/eps{eps}/aggregate_H{H}.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "tapebench aggregate --per-seed {input:q} --n-resamples {params.n_resamples:q} --ci {params.ci:q}"
+        " --seed {params.seed:q} --out {output:q} > {log:q} 2>&1"
