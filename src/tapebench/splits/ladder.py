@@ -1,4 +1,4 @@
-"""Severity ladders (docs/protocol.md#severity-ladders; MapShift's graded shifts, SPEC §17).
+"""Severity ladders (docs/protocol.md#severity-ladders; MapShift's graded shifts).
 
 A ladder is a small training rule set T and, per level d, test rules at EXACT rule-table Hamming distance d
 from T: d(z, T) = min over t in T of the number of neighbourhoods on which z and t differ.
