@@ -6,8 +6,9 @@ from tapebench.methods import get_method
 from tapebench.methods import build_config
 from tapebench.pipeline import layout
 from tapebench.pipeline.config import (checkpoint_eval_slice, config_family, dumps, fixed_z_eval_slice,
-                                       fixed_z_train_slice, method_eval_slice, model_error_slice, noise_eval_slice,
-                                       noise_study, sweep_train_slice, train_slice, validate_config)
+                                       fixed_z_train_slice, ladder_split_slice, method_eval_slice, model_error_slice,
+                                       noise_eval_slice, noise_study, sweep_train_slice, train_slice,
+                                       validate_config)
 
 validate_config(config, workflow.source_path("../schemas/config.schema.yaml"))
 
@@ -17,8 +18,12 @@ resource_scopes:
 
 SEEDS = list(range(config["seeds"]))
 METHODS = list(config["methods"])
-TRAINED = [m for m in METHODS if get_method(m).trains]
-UNTRAINED = [m for m in METHODS if not get_method(m).trains]
+LADDER = config["studies"]["ladder"]          # the severity ladder (studies.smk, docs/protocol.md#severity-ladders)
+LADDER_SPLIT = LADDER["name"]
+RUN_METHODS = list(dict.fromkeys([*METHODS, *LADDER["methods"]]))   # every method that runs on some split
+TRAINED = [m for m in RUN_METHODS if get_method(m).trains]
+UNTRAINED = [m for m in RUN_METHODS if not get_method(m).trains]
+SPLIT_NAMES = list(config["splits"])
 HORIZONS = config["evaluation"]["horizons"]
 MAIN_SPLIT = config["main_split"]
 CONDA_ENV = "../../envs/tapebench.yaml"
@@ -56,8 +61,16 @@ def one_of(names):
 
 
 def split_seeds(split):
-    """Training seeds on a split: `seeds` on the main split, `studies.robustness.seeds` on the others."""
+    """Training seeds on a split: `seeds` on the main split, `studies.ladder.seeds` on the ladder,
+    `studies.robustness.seeds` on the others."""
+    if split == LADDER_SPLIT:
+        return list(range(LADDER["seeds"]))
     return SEEDS if split == MAIN_SPLIT else list(range(config["studies"]["robustness"]["seeds"]))
+
+
+def split_methods(split):
+    """The methods run on a split: `studies.ladder.methods` on the ladder, `methods` on the others."""
+    return list(LADDER["methods"]) if split == LADDER_SPLIT else METHODS
 
 
 def split_horizons(split):
@@ -110,7 +123,7 @@ def random_per_rule_flag(wildcards, input):
 
 
 def per_seed_files(wildcards):
-    return [f"results/aggregate/{wildcards.split}/{a}_H{h}.per_seed.parquet" for a in METHODS
+    return [f"results/aggregate/{wildcards.split}/{a}_H{h}.per_seed.parquet" for a in split_methods(wildcards.split)
             for h in split_horizons(wildcards.split)]
 
 
@@ -119,13 +132,25 @@ FIXED_Z_RULES = ",".join(str(z) for z in FIXED_Z["rules"])  # the representative
 FEAS = config["oracle"].get("feasibility", {"L": 16, "H": 16})
 
 
+def ladder_split_args(wildcards=None):
+    """`tapebench ladder-split` arguments from the ladder's split slice (methods and seeds change only the runs)."""
+    ladder = ladder_split_slice(config)
+    args = ["--train-classes", str(ladder["train_classes"]), "--levels", ",".join(map(str, ladder["levels"])),
+            "--level-size", str(ladder["level_size"]), "--seed", str(ladder["seed"])]
+    if ladder["train"]:
+        args += ["--train", ",".join(map(str, ladder["train"]))]
+    if ladder["train_types"]:
+        args += ["--train-types", ",".join(ladder["train_types"])]
+    return args
+
+
 def planner_args(wildcards=None):
     o = config["oracle"]
     return ["--horizon", str(o["horizon"]), "--candidates", str(o["candidates"]), "--seed", str(o["seed"])]
 
 
 # World-model diagnostics (diagnostics.smk)
-WORLD_MODELS = [m for m in TRAINED if get_method(m).world_model]
+WORLD_MODELS = [m for m in METHODS if get_method(m).trains and get_method(m).world_model]
 SWEEP = config["diagnostics"]["sweep"]
 SWEEP_VALUES = [int(v) for v in SWEEP["values"]]
 SWEEP_SEEDS = list(range(SWEEP["seeds"]))

@@ -46,6 +46,8 @@ rule split:
         features="results/rules/features.parquet",
     output:
         "results/splits/{split}.json",
+    wildcard_constraints:
+        split=one_of(SPLIT_NAMES),      # the ladder split has its own rule (studies.smk)
     params:
         method=lambda w: config["splits"][w.split]["method"],
         test_size=lambda w: config["splits"][w.split]["test_size"],

@@ -21,10 +21,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..rules.family import ELEMENTARY, RuleFamily
+from ..splits.io import ladder_level
 from ..validation import check_goal, check_length, check_noise, check_rules
 from .policy import mix64
 
 SIDE_CODES = {"train": 0, "test": 1, "rules": 2}
+LADDER_SIDE_CODE = 100        # ladder level d (side "d<d>", docs/protocol.md#severity-ladders): code 100 + d
 
 
 def split_key(content_hash: str | None) -> int:
@@ -33,13 +35,17 @@ def split_key(content_hash: str | None) -> int:
 
 
 def check_side(side: str) -> str:
-    if side not in SIDE_CODES:
-        raise ValueError(f"side must be one of {sorted(SIDE_CODES)}, got {side!r}")
+    if side not in SIDE_CODES and ladder_level(side) is None:
+        raise ValueError(f"side must be one of {sorted(SIDE_CODES)} or a ladder level 'd1', 'd2', ..., got {side!r}")
     return side
 
 
+def side_code(side: str) -> int:
+    return SIDE_CODES[side] if side in SIDE_CODES else LADDER_SIDE_CODE + ladder_level(check_side(side))
+
+
 def _identity(eval_seed: int, key: int, side: str, rule: int, episode: int) -> list[int]:
-    return [int(eval_seed), int(key), SIDE_CODES[side], int(rule), int(episode)]
+    return [int(eval_seed), int(key), side_code(side), int(rule), int(episode)]
 
 
 def episode_key(eval_seed: int, key: int, side: str, rule: int, episode: int) -> np.uint64:

@@ -14,6 +14,7 @@ import pandas as pd
 import torch
 
 from ..methods import Method, PolicyContext, build_config, check_rule_family, get_method
+from ..splits.io import Split, resolve_split
 from .episodes import EpisodeSet
 from .protocol import Protocol, protocol_episodes
 from .records import coerce_episode_frame
@@ -23,11 +24,13 @@ from .runner import episode_frame, run_episodes
 def side_protocols(*, L: int, H: int, episodes_per_rule: int, eval_seed: int, success_bonus: float = 1.0,
                    noise: float = 0.0, split=None, rules=None, features=None
                    ) -> list[tuple[EpisodeSet, Protocol, dict[int, str]]]:
-    """The ID ('train') and OOD ('test') protocols of a split, or the one protocol of a rule list."""
+    """The ID ('train') and OOD protocols of a split ('test', or one per level 'd1', 'd2', ... of a severity
+    ladder), or the one protocol of a rule list."""
     common = dict(L=L, H=H, episodes_per_rule=episodes_per_rule, eval_seed=eval_seed, success_bonus=success_bonus,
                   noise=noise)
     if split is not None:
-        return [protocol_episodes(split=split, side=side, **common) for side in ("train", "test")]
+        split = split if isinstance(split, Split) else resolve_split(split)
+        return [protocol_episodes(split=split, side=side, **common) for side in split.sides]
     return [protocol_episodes(rules=rules, features=features, **common)]
 
 

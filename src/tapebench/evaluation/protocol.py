@@ -71,8 +71,9 @@ def protocol_episodes(*, L: int, H: int, episodes_per_rule: int, eval_seed: int 
                       ) -> tuple[EpisodeSet, Protocol, dict[int, str]]:
     """Build the evaluation episodes of one side of a split, or of an explicit rule list.
 
-    Exactly one of `split` (a Split, a name or a path, with `side` 'train' or 'test') and `rules` must be
-    given. `noise` > 0 makes the dynamics stochastic with the episodes' common noise realisation.
+    Exactly one of `split` (a Split, a name or a path, with `side` one of its sides: 'train', 'test', or a
+    ladder level 'd1', 'd2', ...) and `rules` must be given. `noise` > 0 makes the dynamics stochastic with the
+    episodes' common noise realisation.
     Rule types come from the split; for a rule list from the features file `features` if given.
     Returns (episodes, protocol, {rule: type}).
     """
@@ -85,9 +86,10 @@ def protocol_episodes(*, L: int, H: int, episodes_per_rule: int, eval_seed: int 
         raise ValueError("give either a split (with --side train|test) or an explicit rule list (--rules), not "
                          f"{'both' if split is not None else 'neither'}")
     if split is not None:
-        if side not in SPLIT_SIDES:
-            raise ValueError(f"side must be one of {list(SPLIT_SIDES)} for a split, got {side!r}")
         sp = split if isinstance(split, Split) else resolve_split(split, splits_dir)
+        if side not in (*SPLIT_SIDES, *sp.sides):
+            raise ValueError(f"side must be one of {list(dict.fromkeys((*SPLIT_SIDES, *sp.sides)))} for split "
+                             f"{sp.name!r}, got {side!r}")
         rule_list = list(sp.side_rules(side))
         types = {int(z): sp.types.get(int(z), "") for z in rule_list}
         name, chash, key = sp.name, sp.content_hash, split_key(sp.content_hash)

@@ -2,7 +2,8 @@
 
 Columns (one row per episode):
   split (str)       split name, or "" for an explicit rule list
-  side (str)        "train" (ID), "test" (OOD) or "rules" (explicit list)
+  side (str)        "train" (ID), "test" (OOD), "rules" (explicit list), or "d1", "d2", ... (severity-ladder
+                    level d: OOD at exact rule-table distance d, docs/protocol.md#severity-ladders)
   rule (int)        the episode's rule 0..255
   type (str)        operational type of the rule: stable / periodic / chaotic ("" if unknown)
   episode (int)     episode index k within the rule (common random numbers, docs/protocol.md#decisions)

@@ -319,6 +319,36 @@ def noise_study(config: dict) -> dict:
     return {"levels": sorted(float(x) for x in study["levels"]),
             "methods": list(study["methods"]) or list(config["methods"]),
             "H": int(study["horizon"] or config["env"]["H"]), "split": config["main_split"]}
+def _check_ladder(config: dict) -> None:
+    """The severity ladder (docs/protocol.md#severity-ladders): its name, methods and, when the training set does not
+    depend on the rule features, that every level can be filled."""
+    from ..methods import registry
+    from ..rules.family import ELEMENTARY
+    from ..splits.ladder import LadderError, draw_training_set, ladder_levels
+
+    ladder = config["studies"]["ladder"]
+    where = "config key 'studies.ladder"
+    if ladder["name"] in config["splits"]:
+        raise ConfigError(f"{where}.name': {ladder['name']!r} is also a configured split (splits.{ladder['name']}); "
+                          f"give the ladder its own name")
+    methods = registry()
+    for i, method in enumerate(ladder["methods"]):
+        if method not in methods:
+            raise ConfigError(f"{where}.methods[{i}]': unknown method {method!r}; registered methods: {sorted(methods)}")
+        if method == "exact" and config["env"]["L"] > 20:
+            raise ConfigError(f"{where}.methods[{i}]': the exact optimum needs env.L <= 20, but env.L = "
+                              f"{config['env']['L']}")
+    if ladder["train"] and ladder["train_types"]:
+        raise ConfigError(f"{where}.train_types': {ladder['train_types']} applies to a drawn training set, but "
+                          f"studies.ladder.train lists the rules {ladder['train']}; give one of the two")
+    if ladder["train_types"]:
+        return      # the draw needs the rule types: the ladder_split job checks the levels
+    try:
+        train = (ladder["train"] or draw_training_set(ELEMENTARY, ladder["train_classes"], ladder["seed"]))
+        ladder_levels(ELEMENTARY, train, ladder["levels"], ladder["level_size"], ladder["seed"])
+    except LadderError as exc:
+        key = "train" if "mirror-closed" in str(exc) else "level_size"
+        raise ConfigError(f"{where}.{key}': {exc}") from None
 
 
 def validate_config(config: dict, schema_path) -> dict:
@@ -357,6 +387,7 @@ def validate_config(config: dict, schema_path) -> dict:
     _check_sweep(config)
     _check_studies(config)
     _check_noise_study(config)
+    _check_ladder(config)
     for agent, overrides in config["agents"].items():
         if agent not in methods:
             raise ConfigError(f"config key 'agents.{agent}': unknown method; registered methods: {sorted(methods)}")
@@ -439,6 +470,10 @@ def noise_eval_slice(config: dict, method: str, noise) -> dict:
         out = method_eval_slice(config, method)
     out["evaluation"]["noise"] = float(noise)
     return out
+def ladder_split_slice(config: dict) -> dict:
+    """What the ladder split depends on (not its methods or seeds, which change only the runs)."""
+    ladder = config["studies"]["ladder"]
+    return {k: ladder[k] for k in ("train", "train_classes", "train_types", "levels", "level_size", "seed")}
 
 
 def method_eval_slice(config: dict, method: str) -> dict:

@@ -28,6 +28,27 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="split JSON, e.g. results/splits/main.json")
     p.set_defaults(func=run_split)
 
+    lad = sub.add_parser("ladder-split", help="build a severity ladder: test rules at exact distance d from a small "
+                                              "training set",
+                         description="Choose a small mirror-closed training rule set (explicit, or drawn as mirror "
+                                     "classes) and, per level d, test rules whose exact rule-table Hamming distance "
+                                     "to the training set is d, in whole mirror classes "
+                                     "(docs/protocol.md#severity-ladders). Writes a split JSON whose test side is the "
+                                     "union of the levels; it is evaluated per level (sides d1, d2, ...).")
+    lad.add_argument("--features", required=True, help="features Parquet from `tapebench features`")
+    lad.add_argument("--name", required=True, help="split name: letters, digits, '_', '.', '-'")
+    lad.add_argument("--train", default="", help="explicit mirror-closed training rules, e.g. '0,30,86' "
+                                                 "(default: draw --train-classes)")
+    lad.add_argument("--train-classes", type=int, default=3, help="mirror classes to draw for training (default 3)")
+    lad.add_argument("--train-types", default="",
+                     help="draw class i among the classes of type TYPES[i mod n], e.g. 'stable,periodic,chaotic' "
+                          "(default: any type)")
+    lad.add_argument("--levels", default="1,2,3,4", help="distances d, e.g. '1,2,3,4' (default)")
+    lad.add_argument("--level-size", type=int, default=8, help="test rules per level (default 8)")
+    lad.add_argument("--seed", type=int, default=0, help="seed of the training draw and the level sampling")
+    lad.add_argument("--out", required=True, help="split JSON, e.g. results/splits/ladder.json")
+    lad.set_defaults(func=run_ladder_split)
+
     h = sub.add_parser("split-health", help="check a split for overlap and mirror leaks (non-zero exit if it fails)",
                        description="Check a split file: its content hash, no rule on both sides, rules in 0..255, "
                                    "no mirror pair split across the sides (for mirror-class splits); report the "
@@ -57,6 +78,20 @@ def run_split(args) -> int:
     counts = ", ".join(f"{t} {n}" for t, n in split["test_type_counts"].items())
     print(f"wrote {args.out}: {len(split['train'])} train / {len(split['test'])} test rules "
           f"(test: {counts}); content hash {split['content_hash'][:12]}")
+    return 0
+
+
+def run_ladder_split(args) -> int:
+    from .ladder import LadderParams, generate_ladder_split
+
+    params = LadderParams(name=args.name, train=tuple(parse_rule_list(args.train)) if args.train.strip() else (),
+                          train_classes=args.train_classes,
+                          train_types=tuple(t.strip() for t in args.train_types.split(",") if t.strip()),
+                          levels=tuple(parse_rule_list(args.levels)), level_size=args.level_size, seed=args.seed)
+    split = generate_ladder_split(params, args.features, args.out)
+    sizes = ", ".join(f"d={d}: {len(rules)}" for d, rules in split["levels"].items())
+    print(f"wrote {args.out}: {len(split['train'])} training rules {split['train']}; levels {sizes}; "
+          f"content hash {split['content_hash'][:12]}")
     return 0
 
 

@@ -5,6 +5,10 @@ Failures: hash mismatch or malformed file (from load_split), an empty side, a ru
 rule outside the split's family (0..255 for the elementary family, 0..k^(k^(2r+1)) - 1 for a family), train/test overlap, a rule without a known type, test_type_counts that do
 not match the types, and, for unit "mirror_class", any rule whose mirror is on the other side.
 For unit "rule" mirror leaks are counted and reported as a warning.
+
+A severity ladder (kind "ladder", docs/protocol.md#severity-ladders) also fails when its training set is not
+mirror-closed, its levels are not disjoint or do not make up the test side, or any level rule's exact
+rule-table distance to the training set (recomputed here) differs from its level or its recorded distance.
 """
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
+from ..rules.family import RuleFamily, family_from_config
 from ..rules.features import RULE_TYPES
 from ..rules.mirror import mirror_leaks
 from ..utils.io import provenance, write_json
@@ -71,6 +76,8 @@ def check_split_health(path) -> dict:
         warnings.append(f"rule-level split: {len(leaks)} test rules have their mirror in train ({leak_text}); "
                         f"these test tasks are seen in training up to reflection")
 
+    ladder = _ladder_problems(split, raw, problems) if raw.get("kind") == "ladder" else None
+
     return {
         "split": split.name,
         "path": str(path),
@@ -85,8 +92,48 @@ def check_split_health(path) -> dict:
         "type_counts": {"train": _type_counts(split.train, split.types), "test": test_counts},
         "mirror_leaks": len(leaks),
         "mirror_leak_pairs": [list(p) for p in leaks],
+        **({"ladder": ladder} if ladder is not None else {}),
         "provenance": provenance({"split_file": str(path), "content_hash": split.content_hash}),
     }
+
+
+def _ladder_problems(split, raw: dict, problems: list[str]) -> dict:
+    """Check a ladder's levels (appending to `problems`); returns the per-level summary for the report."""
+    from .ladder import distances_to
+
+    try:
+        family: RuleFamily = family_from_config(raw.get("family"))
+    except ValueError as exc:
+        problems.append(f"ladder family: {exc}")
+        return {}
+    unclosed = sorted(z for z in split.train if family.mirror_rule(z) not in set(split.train))
+    if unclosed:
+        problems.append(f"ladder training set is not mirror-closed: the mirrors of {unclosed} are missing")
+    if not split.levels:
+        problems.append("ladder split has no levels")
+        return {}
+    members = [z for rules in split.levels.values() for z in rules]
+    repeated = sorted(z for z, n in Counter(members).items() if n > 1)
+    if repeated:
+        problems.append(f"ladder levels share rules {repeated}")
+    if sorted(set(members)) != sorted(split.test):
+        problems.append(f"the ladder's test side is not the union of its levels (only in one: "
+                        f"{sorted(set(members) ^ set(split.test))[:10]})")
+    recorded = {int(z): d for z, d in raw.get("distances", {}).items()}
+    summary = {}
+    for d, rules in sorted(split.levels.items()):
+        exact = distances_to(family, rules, split.train).tolist() if rules else []
+        wrong = [f"{z} (at {e})" for z, e in zip(rules, exact) if e != d]
+        if wrong:
+            problems.append(f"ladder level d={d} holds rules not at exact distance {d} from the training set: "
+                            f"{', '.join(wrong)}")
+        mismatched = [z for z, e in zip(rules, exact) if recorded.get(int(z)) != e]
+        if mismatched:
+            problems.append(f"ladder level d={d}: recorded distances disagree with the tables for rules {mismatched}")
+        if not rules:
+            problems.append(f"ladder level d={d} is empty")
+        summary[f"d{d}"] = {"n": len(rules), "distance_checked": not wrong, "types": _type_counts(rules, split.types)}
+    return summary
 
 
 def split_health(path, out=None) -> dict:

@@ -3,7 +3,9 @@
 Fields: family and rule_set (only for a sampled rule set of a non-elementary family), name, train, test (sorted rule lists), types ({rule: type} for all rules in the split),
 features ({rule: [feature values]}), feature_names, params (generator parameters), unit
 ("mirror_class" or "rule"), test_type_counts, provenance, and content_hash = sha256 over every
-other field except provenance (canonical JSON). Same parameters -> byte-identical file (within one
+other field except provenance (canonical JSON). A severity ladder (splits/ladder.py, kind "ladder") adds
+levels ({d: rules at exact distance d from train}; test is their union), distances ({rule: d}) and family;
+it is evaluated on the sides "train" and "d1", "d2", ... (`ladder_side`) instead of "test". Same parameters -> byte-identical file (within one
 code version). Provenance (code version, config slice, seed) is recorded but not hashed: the hash
 names the split's content and keys its evaluation episodes (evaluation.episodes.split_key), so it
 must not change when an unrelated commit changes the code version.
@@ -18,6 +20,21 @@ from ..utils.io import content_hash, write_json
 
 DEFAULT_SPLITS_DIR = Path("results/splits")
 UNHASHED_FIELDS = ("content_hash", "provenance")
+SPLIT_SIDES = ("train", "test")
+LADDER_SIDE_PREFIX = "d"
+
+
+def ladder_side(d: int) -> str:
+    """The evaluation side of ladder level d: 'd1', 'd2', ..."""
+    return f"{LADDER_SIDE_PREFIX}{int(d)}"
+
+
+def ladder_level(side: str) -> int | None:
+    """The level d of a ladder side 'd<d>' (d >= 1), None for any other side."""
+    if isinstance(side, str) and side.startswith(LADDER_SIDE_PREFIX) and side[1:].isdigit() and int(side[1:]) >= 1 \
+            and side == ladder_side(int(side[1:])):
+        return int(side[1:])
+    return None
 
 
 def split_content_hash(payload: dict) -> str:
@@ -35,6 +52,7 @@ class Split:
     unit: str = "mirror_class"
     family_config: dict | None = None
     """{k, r} of a non-elementary family (None: elementary)"""
+    levels: dict[int, tuple[int, ...]] = field(default_factory=dict)   # severity ladder: {d: rules}
 
     @property
     def family(self):
@@ -42,12 +60,21 @@ class Split:
 
         return family_from_config(self.family_config)
 
+    @property
+    def sides(self) -> tuple[str, ...]:
+        """The evaluation sides: ID ('train') and OOD ('test', or one side per ladder level)."""
+        if self.levels:
+            return ("train", *(ladder_side(d) for d in sorted(self.levels)))
+        return SPLIT_SIDES
+
     def side_rules(self, side: str) -> tuple[int, ...]:
         if side == "train":
             return self.train
         if side == "test":
             return self.test
-        raise ValueError(f"side must be 'train' or 'test', got {side!r}")
+        if ladder_level(side) in self.levels:
+            return self.levels[ladder_level(side)]
+        raise ValueError(f"side must be one of {sorted({*self.sides, 'test'})} for split {self.name!r}, got {side!r}")
 
 
 def save_split(path, payload: dict) -> dict:
@@ -73,7 +100,8 @@ def load_split(path) -> Split:
                                     "the file was edited after it was generated")
     return Split(name=raw["name"], train=tuple(raw["train"]), test=tuple(raw["test"]),
                  types={int(k): v for k, v in raw["types"].items()}, content_hash=raw["content_hash"],
-                 params=raw.get("params", {}), unit=raw.get("unit", "mirror_class"), family_config=raw.get("family"))
+                 params=raw.get("params", {}), unit=raw.get("unit", "mirror_class"), family_config=raw.get("family"),
+                 levels={int(d): tuple(rules) for d, rules in raw.get("levels", {}).items()})
 
 
 def resolve_split(name_or_path, splits_dir=DEFAULT_SPLITS_DIR) -> Split:

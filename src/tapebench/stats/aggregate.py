@@ -3,7 +3,8 @@
 
 Stage 1 — `tapebench aggregate-seed` (`seed_tables`) reads per-episode records (schema in
 `tapebench.evaluation.records`, with the agent columns agent, seed, checkpoint) and writes long tables.
-The group of a row is (split, agent, L, H, seed, side); side is "train" (ID), "test" (OOD) or "rules".
+The group of a row is (split, agent, L, H, seed, side); side is "train" (ID), "test" (OOD), "rules", or a
+severity-ladder level "d1", "d2", ... (OOD at exact rule-table distance d, docs/protocol.md#severity-ladders).
 
 Metrics (`METRICS`), all per-episode values averaged over episodes:
   success                 strict success rate (dist = 0 at episode end)
@@ -67,6 +68,7 @@ import numpy as np
 import pandas as pd
 
 from ..evaluation.records import SOFT_EPSILONS, coerce_episode_frame, soft_success
+from ..splits.io import ladder_level
 from .bootstrap import (DEFAULT_CI, DEFAULT_RESAMPLES, difference_ci, hedges_g, holm, percentile_interval,
                         resample_indices, welch_test)
 
@@ -317,18 +319,23 @@ def _side_order(sides) -> list[str]:
 
 
 def _check_paired_seeds(key, seeds_by_side: dict) -> None:
-    has_id, has_ood = ID_SIDE in seeds_by_side, OOD_SIDE in seeds_by_side
+    """ID pairs with the OOD side(s): 'test', or the levels 'd1', 'd2', ... of a severity ladder."""
+    ood_sides = [s for s in seeds_by_side if s == OOD_SIDE or ladder_level(s) is not None]
+    has_id, has_ood = ID_SIDE in seeds_by_side, bool(ood_sides)
     where = ", ".join(f"{k}={v}" for k, v in zip(SUMMARY_GROUP, key))
     if has_id != has_ood:
-        present, absent = (ID_SIDE, OOD_SIDE) if has_id else (OOD_SIDE, ID_SIDE)
+        present, absent = (ID_SIDE, OOD_SIDE) if has_id else (ood_sides[0], ID_SIDE)
         raise ValueError(f"{where}: per-seed values exist for side {present!r} but none for {absent!r}; "
                          "the paired ID-OOD drop needs both sides for every seed")
     if has_id:
-        id_seeds, ood_seeds = set(seeds_by_side[ID_SIDE].tolist()), set(seeds_by_side[OOD_SIDE].tolist())
-        if id_seeds != ood_seeds:
-            raise ValueError(f"{where}: seeds are not matched across ID and OOD (ID only: "
-                             f"{sorted(id_seeds - ood_seeds)}; OOD only: {sorted(ood_seeds - id_seeds)}); "
-                             "the paired ID-OOD drop needs both sides for every seed")
+        id_seeds = set(seeds_by_side[ID_SIDE].tolist())
+        for side in ood_sides:
+            ood_seeds = set(seeds_by_side[side].tolist())
+            if id_seeds != ood_seeds:
+                label = "OOD" if side == OOD_SIDE else side
+                raise ValueError(f"{where}: seeds are not matched across ID and {label} (ID only: "
+                                 f"{sorted(id_seeds - ood_seeds)}; {label} only: {sorted(ood_seeds - id_seeds)}); "
+                                 "the paired ID-OOD drop needs both sides for every seed")
 
 
 def method_tests(per_seed: pd.DataFrame, n_resamples: int = DEFAULT_RESAMPLES, ci: float = DEFAULT_CI,
