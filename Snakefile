@@ -24,6 +24,7 @@ include: "workflow/rules/oracle.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/diagnostics.smk"
 include: "workflow/rules/identifiability.smk"
+include: "workflow/rules/health.smk"
 include: "workflow/rules/document.smk"
 include: "workflow/rules/studies.smk"
 

@@ -19,6 +19,7 @@ SEEDS = list(range(config["seeds"]))
 METHODS = list(config["methods"])
 TRAINED = [m for m in METHODS if get_method(m).trains]
 UNTRAINED = [m for m in METHODS if not get_method(m).trains]
+EVALUATED_UNTRAINED = UNTRAINED + ([] if "random" in UNTRAINED else ["random"])  # the health report's floor
 HORIZONS = config["evaluation"]["horizons"]
 MAIN_SPLIT = config["main_split"]
 CONDA_ENV = "../../envs/tapebench.yaml"
@@ -94,6 +95,23 @@ def random_per_rule_flag(wildcards, input):
 def per_seed_files(wildcards):
     return [f"results/aggregate/{wildcards.split}/{a}_H{h}.per_seed.parquet" for a in METHODS
             for h in split_horizons(wildcards.split)]
+
+
+# The benchmark health report (health.smk, docs/protocol.md#benchmark-health)
+def health_reference(wildcards):
+    """The reference records on the split's test side: the exact optimum at L <= 20, else true-dynamics MPC."""
+    from tapebench.health.checks import reference_oracle
+
+    H = config["env"]["H"]
+    if reference_oracle(config["env"]["L"]) == "exact":
+        return layout.exact_records(wildcards.split, "test", H)
+    return layout.mpc_records(wildcards.split, "test", H)
+
+
+def health_random(wildcards):
+    """The random policy's evaluation records on the split at the training horizon, every seed it runs."""
+    return [f"{run_dir(wildcards.split, 'random', s)}/eval_H{config['env']['H']}.parquet"
+            for s in seeds_of("random", wildcards.split)]
 
 
 FIXED_Z = config["studies"]["fixed_z"]

@@ -237,6 +237,19 @@ def _check_studies(config: dict) -> None:
                               f"splits {sorted(config['splits'])}")
 
 
+def _check_health(config: dict) -> None:
+    from ..health.checks import CHECKS
+
+    for check in CHECKS:
+        t = config["health"][check.name]
+        if check.higher_is_worse and t["warn"] > t["fail"]:
+            raise ConfigError(f"config key 'health.{check.name}': warn = {t['warn']} must be at most fail = "
+                              f"{t['fail']} (larger values are worse: warn first, then fail)")
+        if not check.higher_is_worse and t["warn"] < t["fail"]:
+            raise ConfigError(f"config key 'health.{check.name}': warn = {t['warn']} must be at least fail = "
+                              f"{t['fail']} (smaller values are worse: warn first, then fail)")
+
+
 def validate_config(config: dict, schema_path) -> dict:
     """Validate against the JSON schema plus cross-field checks; fill defaults; raise ConfigError naming the key.
 
@@ -266,6 +279,7 @@ def validate_config(config: dict, schema_path) -> dict:
                               f"env.L <= 20, but env.L = {config['env']['L']}")
     _check_sweep(config)
     _check_studies(config)
+    _check_health(config)
     for agent, overrides in config["agents"].items():
         if agent not in methods:
             raise ConfigError(f"config key 'agents.{agent}': unknown method; registered methods: {sorted(methods)}")

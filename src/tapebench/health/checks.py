@@ -1,0 +1,181 @@
+"""The benchmark health report of one split: five checks on the test rules of the configured protocol, each
+with a number, a status (pass / warn / fail against the `health:` thresholds) and whether a failure is fatal.
+
+  leakage            fraction of test rules that are also training rules or whose mirror image is one
+                     (the split gate's mirror-leak pairs, results/splits/<split>.health.json)
+  reference_unsolved fraction of test rules the reference (the exact optimum at L <= 20, true-dynamics MPC
+                     otherwise) solves in none of their evaluation episodes
+  headroom           reference success minus random-policy success, averaged over test rules, with a paired
+                     bootstrap CI over rules (weak-baseline non-saturation)
+  trivially_solved   fraction of test rules on which the random policy succeeds in >= `trivial_success`
+                     of its episodes
+  identifiability    fraction of test episodes in which random actions never pin the whole rule table
+
+Every number is computed from a split's rule list and per-episode records (columns `side`, `rule`,
+`success`; identifiability: `steps`, `identified`); nothing here knows how rules are numbered, so a rule
+family plugs in through the records and the split file alone.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..stats.bootstrap import paired_ci, percentile_ci
+
+PASS, WARN, FAIL = "pass", "warn", "fail"
+EXACT_MAX_L = 20   # the reference is the exact optimum up to this tape length, MPC beyond (SPEC §17)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check's definition: its metric, and whether larger values are worse (else smaller are)."""
+
+    name: str
+    title: str
+    metric: str
+    higher_is_worse: bool = True
+
+
+CHECKS: tuple[Check, ...] = (
+    Check("leakage", "Leakage", "fraction of test rules in train or with their mirror in train"),
+    Check("reference_unsolved", "Reference solvability", "fraction of test rules the reference never solves"),
+    Check("headroom", "Weak-baseline headroom", "reference minus random success on test rules",
+          higher_is_worse=False),
+    Check("trivially_solved", "Trivially solved", "fraction of test rules random solves in >= trivial_success"),
+    Check("identifiability", "Identifiability", "fraction of test episodes never identified"),
+)
+CHECK_NAMES = tuple(c.name for c in CHECKS)
+
+
+class HealthGateError(ValueError):
+    """A split failed a fatal check; the message names the split, each failed gate and its rules."""
+
+
+def reference_oracle(L: int) -> str:
+    """The reference controller of a protocol with tape length L: 'exact' when it can be enumerated."""
+    return "exact" if int(L) <= EXACT_MAX_L else "mpc"
+
+
+def status_of(check: Check, value: float, thresholds: dict) -> str:
+    """pass / warn / fail: a value beyond `fail` fails, beyond `warn` warns (strictly, in the worse direction)."""
+    worse = (lambda v, t: v > t) if check.higher_is_worse else (lambda v, t: v < t)
+    if worse(value, thresholds["fail"]):
+        return FAIL
+    if worse(value, thresholds["warn"]):
+        return WARN
+    return PASS
+
+
+def _test_success_by_rule(records: pd.DataFrame, rules, what: str) -> pd.Series:
+    test = records[records["side"] == "test"]
+    by_rule = test.groupby("rule")["success"].mean()
+    missing = sorted(set(rules) - set(int(r) for r in by_rule.index))
+    if missing:
+        raise ValueError(f"{what} records have no test episodes of rules {missing}; they must come from the "
+                         f"split's own evaluation episodes")
+    return by_rule.reindex(list(rules)).astype(float)
+
+
+def per_rule_frame(split, reference: pd.DataFrame, random: pd.DataFrame, identifiability: pd.DataFrame,
+                   trivial_success: float) -> pd.DataFrame:
+    """One row per test rule: reference and random success, headroom, the two flags, identifiability."""
+    rules = list(split.test)
+    ref = _test_success_by_rule(reference, rules, "reference")
+    rnd = _test_success_by_rule(random, rules, "random-policy")
+    ident = identifiability[identifiability["side"] == "test"].groupby("rule")
+    frame = pd.DataFrame({
+        "split": split.name,
+        "rule": rules,
+        "type": [split.types.get(r, "") for r in rules],
+        "reference_success": ref.to_numpy(),
+        "random_success": rnd.to_numpy(),
+        "n_reference_episodes": [int(((reference["side"] == "test") & (reference["rule"] == r)).sum()) for r in rules],
+        "n_random_episodes": [int(((random["side"] == "test") & (random["rule"] == r)).sum()) for r in rules],
+        "never_identified": ident["identified"].apply(lambda s: 1.0 - s.mean()).reindex(rules).to_numpy(),
+        "identify_steps": ident["steps"].mean().reindex(rules).to_numpy(),
+    })
+    frame["headroom"] = frame["reference_success"] - frame["random_success"]
+    frame["reference_unsolved"] = frame["reference_success"] == 0.0
+    frame["trivially_solved"] = frame["random_success"] >= trivial_success
+    return frame
+
+
+def _rules(mask) -> list[int]:
+    return sorted(int(r) for r in mask)
+
+
+def health_report(split, leak_pairs, reference: pd.DataFrame, random: pd.DataFrame,
+                  identifiability: pd.DataFrame, settings: dict, *, L: int, H: int, statistics: dict):
+    """(report dict without provenance, per-rule frame). `settings` is the config's `health:` section,
+    `leak_pairs` the split gate's (test rule, train rule) mirror pairs, `statistics` gives n_resamples, ci, seed."""
+    frame = per_rule_frame(split, reference, random, identifiability, settings["trivial_success"])
+    n_test = len(frame)
+    overlap = sorted(set(split.train) & set(split.test))
+    leaked = sorted(set(overlap) | {int(t) for t, _ in leak_pairs})
+    boot = {"n_resamples": statistics["n_resamples"], "ci": statistics["ci"], "rng": statistics["seed"]}
+    headroom = paired_ci(frame["reference_success"], frame["random_success"], **boot)
+    random_ci = percentile_ci(frame["random_success"], **boot)
+    reference_ci = percentile_ci(frame["reference_success"], **boot)
+    test_ident = identifiability[identifiability["side"] == "test"]
+    identified = test_ident[test_ident["identified"]]
+
+    numbers = {
+        "leakage": {"value": len(leaked) / n_test, "rules": leaked, "overlap": overlap,
+                    "mirror_leak_pairs": [list(map(int, p)) for p in leak_pairs]},
+        "reference_unsolved": {"value": float(frame["reference_unsolved"].mean()),
+                               "rules": _rules(frame.loc[frame["reference_unsolved"], "rule"]),
+                               "reference_success": _interval(reference_ci)},
+        "headroom": {"value": headroom.mean, "low": headroom.low, "high": headroom.high,
+                     "rules": _rules(frame.loc[frame["headroom"] <= 0, "rule"]),
+                     "random_success": _interval(random_ci)},
+        "trivially_solved": {"value": float(frame["trivially_solved"].mean()),
+                             "rules": _rules(frame.loc[frame["trivially_solved"], "rule"])},
+        "identifiability": {"value": float(1.0 - test_ident["identified"].mean()),
+                            "rules": _rules(frame.loc[frame["never_identified"] == 1.0, "rule"]),
+                            "mean_steps_identified": float(identified["steps"].mean()) if len(identified) else None},
+    }
+    checks = {}
+    for check in CHECKS:
+        thresholds = settings[check.name]
+        entry = numbers[check.name]
+        entry["value"] = float(entry["value"])
+        checks[check.name] = {"title": check.title, "metric": check.metric, **entry,
+                              "status": status_of(check, entry["value"], thresholds),
+                              "warn": thresholds["warn"], "fail": thresholds["fail"], "fatal": thresholds["fatal"]}
+    fatal = [name for name, c in checks.items() if c["status"] == FAIL and c["fatal"]]
+    statuses = [c["status"] for c in checks.values()]
+    report = {
+        "split": split.name,
+        "content_hash": split.content_hash,
+        "protocol": {"L": int(L), "H": int(H), "reference": reference_oracle(L), "side": "test",
+                     "n_test_rules": n_test, "trivial_success": settings["trivial_success"]},
+        "checks": checks,
+        "status": FAIL if FAIL in statuses else WARN if WARN in statuses else PASS,
+        "fatal_failures": fatal,
+    }
+    return report, frame
+
+
+def _interval(iv) -> dict:
+    return {"mean": iv.mean, "low": iv.low, "high": iv.high, "n": iv.n}
+
+
+def gate_message(report: dict) -> str | None:
+    """The message that stops the pipeline, or None when no fatal check failed."""
+    if not report["fatal_failures"]:
+        return None
+    parts = []
+    for name in report["fatal_failures"]:
+        c = report["checks"][name]
+        bound = f"> {c['fail']}" if next(k for k in CHECKS if k.name == name).higher_is_worse else f"< {c['fail']}"
+        parts.append(f"split {report['split']} fails gate '{name}': rules {c['rules']} "
+                     f"({c['metric']} = {c['value']:.3f} {bound}; health.{name}.fail)")
+    return "; ".join(parts) + ". Fix the split or change the thresholds in the config's health: section."
+
+
+def enforce_gate(report: dict) -> None:
+    message = gate_message(report)
+    if message is not None:
+        raise HealthGateError(message)
