@@ -129,7 +129,7 @@ def health_report(split, leak_pairs, reference: pd.DataFrame, random: pd.DataFra
                                "reference_success": _interval(reference_ci)},
         "headroom": {"value": headroom.mean, "low": headroom.low, "high": headroom.high,
                      "rules": _rules(frame.loc[frame["headroom"] <= 0, "rule"]),
-                     "random_success": _interval(random_ci)},
+                     "random_success": _interval(random_ci), "ci": statistics["ci"]},
         "trivially_solved": {"value": float(frame["trivially_solved"].mean()),
                              "rules": _rules(frame.loc[frame["trivially_solved"], "rule"])},
         "identifiability": {"value": float(1.0 - test_ident["identified"].mean()),
