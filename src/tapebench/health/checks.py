@@ -22,10 +22,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..oracle.exact import MAX_EXACT_L
 from ..stats.bootstrap import paired_ci, percentile_ci
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
-EXACT_MAX_L = 20   # the reference is the exact optimum up to this tape length, MPC beyond (SPEC §17)
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class HealthGateError(ValueError):
 
 def reference_oracle(L: int) -> str:
     """The reference controller of a protocol with tape length L: 'exact' when it can be enumerated."""
-    return "exact" if int(L) <= EXACT_MAX_L else "mpc"
+    return "exact" if int(L) <= MAX_EXACT_L else "mpc"
 
 
 def status_of(check: Check, value: float, thresholds: dict) -> str:

@@ -37,7 +37,7 @@ def register(sub) -> None:
 
 
 def run_health(args) -> int:
-    from .report import load_settings, write_benchmark_health
+    from .io import load_settings, write_benchmark_health
 
     report = write_benchmark_health(split_path=args.split, split_health_path=args.split_health,
                                     reference=args.reference, random=args.random,
@@ -51,7 +51,7 @@ def run_health(args) -> int:
 
 
 def run_gate(args) -> int:
-    from .report import write_verdict
+    from .io import write_verdict
 
     verdict = write_verdict(args.report, args.out)
     print(f"split {verdict['split']} passes every fatal health gate (status {verdict['status']}"
