@@ -30,6 +30,7 @@ SUBCOMMAND_MODULES = (
     "tapebench.splits.cli",
     "tapebench.stats.cli",
     "tapebench.oracle.cli",
+    "tapebench.health.cli",
     "tapebench.report.registry",
     "tapebench.report.document",
     "tapebench.status",

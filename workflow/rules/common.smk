@@ -24,6 +24,7 @@ RUN_METHODS = list(dict.fromkeys([*METHODS, *LADDER["methods"]]))   # every meth
 TRAINED = [m for m in RUN_METHODS if get_method(m).trains]
 UNTRAINED = [m for m in RUN_METHODS if not get_method(m).trains]
 SPLIT_NAMES = list(config["splits"])
+EVALUATED_UNTRAINED = UNTRAINED + ([] if "random" in UNTRAINED else ["random"])  # the health report's floor
 HORIZONS = config["evaluation"]["horizons"]
 MAIN_SPLIT = config["main_split"]
 CONDA_ENV = "../../envs/tapebench.yaml"
@@ -125,6 +126,36 @@ def random_per_rule_flag(wildcards, input):
 def per_seed_files(wildcards):
     return [f"results/aggregate/{wildcards.split}/{a}_H{h}.per_seed.parquet" for a in split_methods(wildcards.split)
             for h in split_horizons(wildcards.split)]
+
+
+# The benchmark health report (health.smk, docs/protocol.md#benchmark-health)
+def health_reference(wildcards):
+    """The reference records on the split's test side: the exact optimum at L <= 20, else true-dynamics MPC."""
+    from tapebench.health.checks import reference_oracle
+
+    H = config["env"]["H"]
+    if reference_oracle(config["env"]["L"], config_family(config)) == "exact":
+        return layout.exact_records(wildcards.split, "test", H)
+    return layout.mpc_records(wildcards.split, "test", H)
+
+
+def health_identifiability(wildcards):
+    """The identifiability records of an elementary split; none for another rule family (the check is n/a)."""
+    return [f"results/identifiability/{wildcards.split}.parquet"] if config_family(config).elementary else []
+
+
+def health_verdict(wildcards):
+    """The health gate's verdict a training job waits for: the configured splits; the severity ladder is a study
+    design (a deliberately small training set) and has its own split gate (distances, mirror safety) only."""
+    if wildcards.split == LADDER_SPLIT:
+        return []
+    return ancient(f"results/health/{wildcards.split}.verdict.json")
+
+
+def health_random(wildcards):
+    """The random policy's evaluation records on the split at the training horizon, every seed it runs."""
+    return [f"{run_dir(wildcards.split, 'random', s)}/eval_H{config['env']['H']}.parquet"
+            for s in seeds_of("random", wildcards.split)]
 
 
 FIXED_Z = config["studies"]["fixed_z"]

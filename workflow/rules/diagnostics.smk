@@ -49,6 +49,7 @@ rule train_sweep:
     input:
         split="results/splits/{split}.json",
         health="results/splits/{split}.health.json",
+        verdict=ancient("results/health/{split}.verdict.json"),
     output:
         manifest="results/sweeps/{split}/{method}/{field}{value}/seed{seed}/train.json",
     wildcard_constraints:

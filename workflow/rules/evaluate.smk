@@ -33,7 +33,7 @@ rule evaluate_method:
     output:
         "results/runs/{split}/{agent}/seed{seed}/eval_H{H}.parquet",
     wildcard_constraints:
-        agent=one_of(UNTRAINED),
+        agent=one_of(EVALUATED_UNTRAINED),
     params:
         slice=method_eval_params,
     threads: 1

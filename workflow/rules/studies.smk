@@ -100,6 +100,7 @@ rule train_multi_rule:
     input:
         split="results/splits/{split}.json",
         health="results/splits/{split}.health.json",
+        verdict=ancient("results/health/{split}.verdict.json"),
     output:
         manifest="results/fixed_z/L{L}_H{H}/multi_{split}/{agent}/seed{seed}/train.json",
     wildcard_constraints:

@@ -7,6 +7,7 @@ rule train:
     input:
         split="results/splits/{split}.json",
         health="results/splits/{split}.health.json",
+        verdict=health_verdict,
     output:
         manifest="results/runs/{split}/{agent}/seed{seed}/train.json",
     params:

@@ -319,6 +319,8 @@ def noise_study(config: dict) -> dict:
     return {"levels": sorted(float(x) for x in study["levels"]),
             "methods": list(study["methods"]) or list(config["methods"]),
             "H": int(study["horizon"] or config["env"]["H"]), "split": config["main_split"]}
+
+
 def _check_ladder(config: dict) -> None:
     """The severity ladder (docs/protocol.md#severity-ladders): its name, methods and, when the training set does not
     depend on the rule features, that every level can be filled."""
@@ -349,6 +351,19 @@ def _check_ladder(config: dict) -> None:
     except LadderError as exc:
         key = "train" if "mirror-closed" in str(exc) else "level_size"
         raise ConfigError(f"{where}.{key}': {exc}") from None
+
+
+def _check_health(config: dict) -> None:
+    from ..health.checks import CHECKS
+
+    for check in CHECKS:
+        t = config["health"][check.name]
+        if check.higher_is_worse and t["warn"] > t["fail"]:
+            raise ConfigError(f"config key 'health.{check.name}': warn = {t['warn']} must be at most fail = "
+                              f"{t['fail']} (larger values are worse: warn first, then fail)")
+        if not check.higher_is_worse and t["warn"] < t["fail"]:
+            raise ConfigError(f"config key 'health.{check.name}': warn = {t['warn']} must be at least fail = "
+                              f"{t['fail']} (smaller values are worse: warn first, then fail)")
 
 
 def validate_config(config: dict, schema_path) -> dict:
@@ -388,6 +403,7 @@ def validate_config(config: dict, schema_path) -> dict:
     _check_studies(config)
     _check_noise_study(config)
     _check_ladder(config)
+    _check_health(config)
     for agent, overrides in config["agents"].items():
         if agent not in methods:
             raise ConfigError(f"config key 'agents.{agent}': unknown method; registered methods: {sorted(methods)}")

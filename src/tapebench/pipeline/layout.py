@@ -54,6 +54,17 @@ def mpc_by_type(split: str) -> str:
     return f"results/oracle/{split}/mpc_by_type_eval.json"
 
 
+def exact_records(split: str, side: str, H) -> str:
+    """The exact optimum on one side of a split's evaluation episodes (L <= 20; the health report's reference)."""
+    return f"results/oracle/{split}/exact_{side}_H{H}.parquet"
+
+
+def health(split: str) -> dict:
+    """The benchmark health report of a split, its per-rule numbers, and the gate's verdict (training waits on it)."""
+    stem = f"results/health/{split}"
+    return {"report": f"{stem}.json", "per_rule": f"{stem}.per_rule.parquet", "verdict": f"{stem}.verdict.json"}
+
+
 def identifiability(split: str) -> str:
     return f"results/identifiability/{split}.parquet"
 

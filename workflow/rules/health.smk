@@ -1,0 +1,67 @@
+# The benchmark health report per split (docs/protocol.md#benchmark-health): leakage, reference solvability,
+# weak-baseline headroom, trivially solved rules, identifiability, on the split's test episodes at env.L / env.H.
+# health_gate fails (naming the gate and the rules) when a fatal check fails; the training jobs wait for its
+# verdict through ancient(), so recomputing the report (e.g. a new threshold) reruns only these jobs.
+
+
+rule exact_split:
+    input:
+        split="results/splits/{split}.json",
+    output:
+        "results/oracle/{split}/exact_{side}_H{H}.parquet",
+    params:
+        L=config["env"]["L"],
+        episodes=config["evaluation"]["episodes_per_rule"],
+        eval_seed=config["evaluation"]["eval_seed"],
+    wildcard_constraints:
+        side="train|test",
+    threads: 2
+    log:
+        "logs/oracle/{split}/exact_{side}_H{H}.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "NUMBA_NUM_THREADS={threads:q} tapebench exact --split {input.split:q} --side {wildcards.side:q}"
+        " --episodes-per-rule {params.episodes:q} --L {params.L:q} --H {wildcards.H:q}"
+        " --eval-seed {params.eval_seed:q} --out {output:q} > {log:q} 2>&1"
+
+
+rule benchmark_health:
+    input:
+        split="results/splits/{split}.json",
+        split_health="results/splits/{split}.health.json",
+        reference=health_reference,
+        random=health_random,
+        identifiability=health_identifiability,
+    output:
+        report="results/health/{split}.json",
+        per_rule="results/health/{split}.per_rule.parquet",
+    params:
+        settings=dumps(config["health"]),
+        statistics=dumps(config["statistics"]),
+        L=config["env"]["L"],
+        H=config["env"]["H"],
+        identifiability=lambda wildcards, input: ["--identifiability", *input.identifiability]
+        if input.identifiability else [],
+    log:
+        "logs/health/{split}.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "tapebench benchmark-health --split {input.split:q} --split-health {input.split_health:q}"
+        " --reference {input.reference:q} --random {input.random:q} {params.identifiability:q}"
+        " --settings {params.settings:q} --statistics {params.statistics:q} --L {params.L:q} --H {params.H:q}"
+        " --out {output.report:q} --per-rule-out {output.per_rule:q} > {log:q} 2>&1"
+
+
+rule health_gate:
+    input:
+        "results/health/{split}.json",
+    output:
+        "results/health/{split}.verdict.json",
+    log:
+        "logs/health/{split}.verdict.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "set -o pipefail; tapebench health-gate {input:q} --out {output:q} 2>&1 | tee {log:q}"
