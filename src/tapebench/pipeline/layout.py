@@ -21,6 +21,10 @@ def aggregate(split: str) -> str:
     return f"results/aggregate/{split}/aggregate.parquet"
 
 
+def per_seed(split: str, agent: str, H) -> str:
+    return f"results/aggregate/{split}/{agent}_H{H}.per_seed.parquet"
+
+
 def per_rule(split: str, agent: str, H) -> str:
     return f"results/aggregate/{split}/{agent}_H{H}.per_rule.parquet"
 
@@ -89,6 +93,12 @@ def multi_rule_aggregate(L, H, split: str) -> str:
 def multi_rule_oracle(L, H, split: str, oracle: str, side: str) -> str:
     """MPC (`mpc`) or exact-optimum (`exact`) records on one side of `split` at the study's L, H."""
     return f"{fixed_z_dir(L, H)}/multi_{split}/{oracle}_{side}.parquet"
+
+
+# --- protocol comparison (docs/protocol.md#protocol-comparison) ---------------------------------------------
+PROTOCOL_COMPARISON = {"comparison": "results/protocols/comparison.parquet",
+                       "ranks": "results/protocols/ranks.parquet",
+                       "reversals": "results/protocols/reversals.parquet"}
 
 
 def rule_features() -> str:
