@@ -26,6 +26,7 @@ include: "workflow/rules/diagnostics.smk"
 include: "workflow/rules/identifiability.smk"
 include: "workflow/rules/document.smk"
 include: "workflow/rules/studies.smk"
+include: "workflow/rules/protocols.smk"
 
 
 rule all:

@@ -157,3 +157,18 @@ def multi_rule_episode_files(wildcards):
 def multi_rule_per_seed_files(wildcards):
     return [f"{layout.fixed_z_dir(wildcards.L, wildcards.H)}/multi_{wildcards.split}/{a}.per_seed.parquet"
             for a in MULTI_RULE_METHODS]
+
+
+# The protocol comparison (protocols.smk, docs/protocol.md#protocol-comparison): the protocols come from the
+# config in one function; each names the per-seed files it reads
+from tapebench.stats.protocol_comparison import protocol_files, protocols as comparison_protocols
+
+PROTOCOLS = comparison_protocols(config)
+
+
+def protocol_comparison_params(wildcards=None):
+    return dumps([p.to_dict() for p in PROTOCOLS])
+
+
+def protocol_comparison_inputs(wildcards=None):
+    return protocol_files(PROTOCOLS)

@@ -224,7 +224,8 @@ _CORE: list[Output] = [
 ]
 
 # Modules that contribute entries: each defines `ENTRIES: list[Output]` (figures, studies, ...).
-ENTRY_MODULES: tuple[str, ...] = ("tapebench.report.figure_entries", "tapebench.report.study_entries")
+ENTRY_MODULES: tuple[str, ...] = ("tapebench.report.figure_entries", "tapebench.report.study_entries",
+                                  "tapebench.report.protocol_comparison")
 
 
 def _assemble() -> dict[str, Output]:
