@@ -28,6 +28,7 @@ include: "workflow/rules/health.smk"
 include: "workflow/rules/document.smk"
 include: "workflow/rules/studies.smk"
 include: "workflow/rules/noise.smk"
+include: "workflow/rules/protocols.smk"
 
 
 rule all:

@@ -1,5 +1,6 @@
 """The studies in the pipeline, on the tiny protocol: the fixed-z job layout (runs at the study's own L, H, one
-per method x rule x seed), the seeds per split of the robustness study, and the study targets built."""
+per method x rule x seed), the seeds per split of the robustness study, the study targets built, and the protocol
+comparison (built in the same run; a change of its metric reruns only it and its renders)."""
 from __future__ import annotations
 
 import json
@@ -8,10 +9,12 @@ import re
 import pandas as pd
 import pytest
 import yaml
+from scipy import stats as sps
 
 from pipeline_helpers import make_workdir, scheduled_jobs, snakemake
 
-TARGETS = ("results/table5.tex", "results/table6.tex", "results/table_types.tex", "results/figures/figure5.png")
+TARGETS = ("results/table5.tex", "results/table6.tex", "results/table_types.tex", "results/figures/figure5.png",
+           "results/protocols/comparison.tex", "results/figures/protocol_comparison.png")
 
 
 def _dry_run(workdir, *targets, overlay=None):
@@ -104,3 +107,38 @@ def test_study_targets_are_built(studies_run):
     assert seeds[("main", "dqn")] == 2 and seeds[("random1", "dqn")] == 1 and seeds[("random1", "exact")] == 1
     for ext in ("pdf", "png"):
         assert (results / f"figures/figure5.{ext}").stat().st_size > 1000
+
+
+def test_protocol_comparison_is_built(studies_run):
+    results = studies_run / "results"
+    comparison = pd.read_parquet(results / "protocols/comparison.parquet")
+    ranks = pd.read_parquet(results / "protocols/ranks.parquet")
+    assert list(dict.fromkeys(ranks["protocol"])) == ["OOD", "ID", "OOD H=16", "OOD random1"]
+    assert len(comparison) == 6 and comparison["reference"].sum() == 3
+    assert set(ranks["agent"]) == {"dqn", "ppo", "random", "mpc", "exact"}
+    # tau vs the reference recomputed from the per-seed tables: means over seeds, scipy's tau-b
+    methods = ["dqn", "ppo", "random", "mpc", "exact"]
+
+    def means(split, H, side):
+        frames = [pd.read_parquet(results / f"aggregate/{split}/{m}_H{H}.per_seed.parquet") for m in methods]
+        rows = pd.concat(frames)
+        rows = rows[(rows["side"] == side) & (rows["metric"] == "success")]
+        return rows.groupby("agent")["value"].mean().reindex(methods).round(12)
+
+    reference = means("main", 8, "test")
+    for name, (split, H, side) in {"ID": ("main", 8, "train"), "OOD H=16": ("main", 16, "test"),
+                                   "OOD random1": ("random1", 8, "test")}.items():
+        row = comparison[(comparison["protocol_a"] == "OOD") & (comparison["protocol_b"] == name)].iloc[0]
+        expected = sps.kendalltau(reference, means(split, H, side)).statistic
+        assert row["tau"] == pytest.approx(expected, nan_ok=True), name
+        assert row["n_methods"] == 5 and row["tau_ci_low"] <= row["tau"] + 1e-9 <= row["tau_ci_high"] + 2e-9
+    tex = (results / "protocols/comparison.tex").read_text()
+    assert re.search(r"^\\textsf\{OOD random1\} & \\texttt\{random1\} & 8 & OOD & 1 & 5 & ", tex, re.M), tex
+    for ext in ("pdf", "png"):
+        assert (results / f"figures/protocol_comparison.{ext}").stat().st_size > 5000
+
+
+def test_protocol_comparison_metric_reruns_only_the_comparison(studies_run):
+    out = _dry_run(studies_run, *TARGETS, overlay={"studies": {"protocol_comparison": {"metric": "final_dist"}}})
+    assert sorted(rule for rule, _ in scheduled_jobs(out)) == [
+        "protocol_comparison", "render_protocol_comparison", "render_protocol_comparison_figure"]

@@ -250,3 +250,18 @@ def noise_episode_files(wildcards):
 
 def noise_per_seed_files(wildcards):
     return [layout.noise_per_seed(wildcards.split, wildcards.eps, a, wildcards.H) for a in NOISE["methods"]]
+
+
+# The protocol comparison (protocols.smk, docs/protocol.md#protocol-comparison): the protocols come from the
+# config in one function; each names the per-seed files it reads
+from tapebench.stats.protocol_comparison import protocol_files, protocols as comparison_protocols
+
+PROTOCOLS = comparison_protocols(config)
+
+
+def protocol_comparison_params(wildcards=None):
+    return dumps([p.to_dict() for p in PROTOCOLS])
+
+
+def protocol_comparison_inputs(wildcards=None):
+    return protocol_files(PROTOCOLS)

@@ -141,6 +141,12 @@ def noise_aggregate(split: str, noise, H) -> str:
     return f"{noise_dir(split, noise)}/aggregate_H{H}.parquet"
 
 
+# --- protocol comparison (docs/protocol.md#protocol-comparison) ---------------------------------------------
+PROTOCOL_COMPARISON = {"comparison": "results/protocols/comparison.parquet",
+                       "ranks": "results/protocols/ranks.parquet",
+                       "reversals": "results/protocols/reversals.parquet"}
+
+
 def rule_features() -> str:
     return "results/rules/features.parquet"
 

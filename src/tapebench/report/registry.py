@@ -241,7 +241,7 @@ _CORE: list[Output] = [
 # Modules that contribute entries: each defines `ENTRIES: list[Output]` (figures, studies, ...).
 ENTRY_MODULES: tuple[str, ...] = ("tapebench.report.figure_entries", "tapebench.report.study_entries",
                                   "tapebench.report.noise_entries", "tapebench.report.ladder",
-                                  "tapebench.report.health_entries")
+                                  "tapebench.report.health_entries", "tapebench.report.protocol_comparison")
 
 
 def _assemble() -> dict[str, Output]:

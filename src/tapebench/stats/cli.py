@@ -1,4 +1,5 @@
-"""`tapebench aggregate-seed`, `tapebench aggregate` and `tapebench aggregate-model-error`."""
+"""`tapebench aggregate-seed`, `tapebench aggregate`, `tapebench aggregate-model-error` and
+`tapebench protocol-comparison`."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -47,6 +48,23 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="aggregate Parquet")
     p.set_defaults(func=_aggregate_model_error)
 
+    p = sub.add_parser("protocol-comparison", help="Kendall tau between method rankings across protocols",
+                       description="Rank the methods under each protocol (a selection of per-seed rows: split, H, "
+                                   "side), then compare every pair of protocols: Kendall's tau-b, rank reversals, "
+                                   "best-method changes, with a seed bootstrap (docs/protocol.md#protocol-comparison)."
+                                   " The first protocol is the reference.")
+    p.add_argument("--protocols", required=True,
+                   help="JSON list of protocols, each {name, split, H, side, per_seed: [PARQUET, ...], family, "
+                        "runs, match}")
+    p.add_argument("--metric", default="success", help="per-seed metric to rank by (default success)")
+    p.add_argument("--n-resamples", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    p.add_argument("--ci", type=float, default=0.95, help="confidence level (default 0.95)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap generators (default 0)")
+    p.add_argument("--out", required=True, help="pairwise comparison Parquet")
+    p.add_argument("--ranks-out", required=True, help="per protocol and method: mean, rank, rank CI Parquet")
+    p.add_argument("--reversals-out", required=True, help="per pair of protocols and methods: reversals Parquet")
+    p.set_defaults(func=_protocol_comparison)
+
 
 def _aggregate_seed(args) -> int:
     from .aggregate import read_tables, seed_tables
@@ -90,6 +108,35 @@ def _aggregate_model_error(args) -> int:
     table = aggregate_model_error_files(args.inputs, args.out, n_resamples=args.n_resamples, ci=args.ci,
                                         seed=args.seed)
     print(f"aggregate-model-error: {table['agent'].nunique()} methods, {len(table)} rows -> {args.out}")
+    return 0
+
+
+def _protocol_comparison(args) -> int:
+    import json
+
+    from .protocol_comparison import Protocol, compare_protocol_files, protocol_files
+
+    try:
+        spec = json.loads(args.protocols)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--protocols is not valid JSON ({exc}); give a list of protocol objects") from None
+    if not isinstance(spec, list) or not all(isinstance(p, dict) for p in spec):
+        raise ValueError("--protocols must be a JSON list of protocol objects")
+    protos = [Protocol.from_dict(p) for p in spec]
+    tables = compare_protocol_files(protos, metric=args.metric, n_resamples=args.n_resamples, ci=args.ci,
+                                    seed=args.seed)
+    config = {"protocols": spec, "metric": args.metric, "n_resamples": args.n_resamples, "ci": args.ci,
+              "seed": args.seed}
+    meta = provenance(config, args.seed, inputs=_inputs(protocol_files(protos)), reference=protos[0].name,
+                      protocols=[p.name for p in protos], metric=args.metric)
+    for key, path in (("comparison", args.out), ("ranks", args.ranks_out), ("reversals", args.reversals_out)):
+        write_parquet(path, tables[key], meta={**meta, "table": f"protocol_{key}"})
+    ref = tables["comparison"][tables["comparison"]["reference"]]
+    for r in ref.itertuples():
+        print(f"protocol-comparison: {r.protocol_a} vs {r.protocol_b}: tau = {r.tau:.3f} "
+              f"[{r.tau_ci_low:.3f}, {r.tau_ci_high:.3f}] over {r.n_methods} methods, {r.n_reversals} reversal(s), "
+              f"best {r.best_a} -> {r.best_b} (P(change) = {r.p_best_changes:.3f})")
+    print(f"protocol-comparison: {len(protos)} protocols -> {args.out}")
     return 0
 
 

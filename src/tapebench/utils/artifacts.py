@@ -108,6 +108,8 @@ def table_kinds() -> list[Kind]:
     from ..evaluation.records import AGENT_COLUMNS, EPISODE_COLUMNS
     from ..stats.aggregate import AGGREGATE_COLUMNS, GROUP, PER_SEED_COLUMNS
     from ..stats.model_error import COLUMNS as MODEL_ERROR_AGGREGATE_COLUMNS, RUN_COLUMNS as MODEL_ERROR_COLUMNS
+    from ..stats.protocol_comparison import (COMPARISON_COLUMNS as PROTOCOL_COMPARISON_COLUMNS,
+                                             REVERSAL_COLUMNS as PROTOCOL_REVERSAL_COLUMNS)
 
     episode = tuple(EPISODE_COLUMNS)
     return [
@@ -130,6 +132,12 @@ def table_kinds() -> list[Kind]:
              ("rule", "L", "H", "solvable_fraction", "any_solvable")),
         Kind("identifiability", "an identifiability table", "tapebench identifiability",
              ("split", "side", "rule", "type", "episode", "steps", "identified")),
+        Kind("protocol_comparison", "a protocol-comparison table", "tapebench protocol-comparison --out",
+             tuple(PROTOCOL_COMPARISON_COLUMNS)),
+        Kind("protocol_ranks", "a protocol-ranks table", "tapebench protocol-comparison --ranks-out",
+             ("protocol", "agent", "mean", "rank", "rank_ci_low", "rank_ci_high", "p_best")),
+        Kind("protocol_reversals", "a protocol-reversals table", "tapebench protocol-comparison --reversals-out",
+             tuple(PROTOCOL_REVERSAL_COLUMNS)),
         Kind("features", "a rule-features table", "tapebench features", ("rule", "type", "mirror_rule")),
     ]
 
