@@ -213,13 +213,23 @@ def test_protocols_of_the_tiny_config():
     protos = protocols(config)
     assert [(p.name, p.split, p.H, p.side, p.family, p.runs) for p in protos] == [
         ("OOD", "main", 8, "test", "reference", "main"), ("ID", "main", 8, "train", "side", "main"),
-        ("OOD H=16", "main", 16, "test", "horizon", "main"), ("OOD random1", "random1", 8, "test", "split", "random1")]
+        ("OOD H=16", "main", 16, "test", "horizon", "main"), ("OOD random1", "random1", 8, "test", "split", "random1"),
+        ("ladder d=1", "ladder", 8, "d1", "ladder", "ladder"), ("ladder d=2", "ladder", 8, "d2", "ladder", "ladder"),
+        ("ladder d=3", "ladder", 8, "d3", "ladder", "ladder"), ("ladder d=4", "ladder", 8, "d4", "ladder", "ladder"),
+        ("OOD eps=0.1", "main", 8, "test", "noise", "main")]
     methods = config["methods"]
     assert protos[2].per_seed == tuple(layout.per_seed("main", m, 16) for m in methods)
-    assert len(protocol_files(protos)) == 3 * len(methods)            # main H=8 is shared by OOD and ID
+    ladder_methods = config["studies"]["ladder"]["methods"]
+    assert protos[4].per_seed == tuple(layout.per_seed("ladder", m, 8) for m in ladder_methods)
+    assert protos[-1].per_seed == tuple(layout.noise_per_seed("main", 0.1, m, 8) for m in methods)
+    # main H=8 is shared by OOD and ID, the ladder's files by its four levels
+    assert len(protocol_files(protos)) == 4 * len(methods) + len(ladder_methods)
     assert config["studies"]["protocol_comparison"] == {"metric": "success"}
-    one_horizon = protocols(_config({"evaluation": {"horizons": [8]}, "studies": {"robustness": {"splits": ["main", "diverse2", "random1"]}}}))
-    assert [p.name for p in one_horizon] == ["OOD", "ID", "OOD diverse2", "OOD random1"]
+    one_horizon = protocols(_config({"evaluation": {"horizons": [8]},
+                                     "studies": {"robustness": {"splits": ["main", "diverse2", "random1"]},
+                                                 "ladder": {"levels": [2]}, "noise": {"levels": [0.0, 0.02, 0.1]}}}))
+    assert [p.name for p in one_horizon] == ["OOD", "ID", "OOD diverse2", "OOD random1", "ladder d=2",
+                                             "OOD eps=0.02", "OOD eps=0.1"]
     assert Protocol.from_dict(json.loads(json.dumps(protos[3].to_dict()))) == protos[3]
 
 

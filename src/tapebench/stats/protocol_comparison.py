@@ -97,7 +97,8 @@ class Protocol:
 
 
 def protocols(config: dict) -> list[Protocol]:
-    """The protocols the pipeline compares, the reference first. One entry per protocol."""
+    """The protocols the pipeline compares, the reference first: ID, each other horizon, each robustness
+    partition, each severity-ladder level and each noise level > 0. One entry per protocol."""
     main, H = config["main_split"], int(config["env"]["H"])
     methods = list(config["methods"])
 
@@ -110,7 +111,33 @@ def protocols(config: dict) -> list[Protocol]:
             for h in config["evaluation"]["horizons"] if int(h) != H]
     out += [Protocol(f"OOD {s}", s, H, OOD_SIDE, files(s, H), family="split")
             for s in config["studies"]["robustness"]["splits"] if s != main]
+    out += _ladder_protocols(config)
+    out += _noise_protocols(config)
     return out
+
+
+def _ladder_protocols(config: dict) -> list[Protocol]:
+    """One protocol per severity-ladder level (side d<d> of the ladder split, its own runs and methods)."""
+    from ..pipeline.config import config_family
+    from ..splits.io import ladder_side
+
+    ladder = config["studies"]["ladder"]
+    if not config_family(config).elementary:
+        return []       # the ladder is an elementary-family study in the pipeline
+    H, name = int(config["env"]["H"]), ladder["name"]
+    files = tuple(layout.per_seed(name, m, H) for m in ladder["methods"])
+    return [Protocol(f"ladder d={d}", name, H, ladder_side(d), files, family="ladder") for d in sorted(ladder["levels"])]
+
+
+def _noise_protocols(config: dict) -> list[Protocol]:
+    """One protocol per noise level > 0 (OOD side of the main split's runs evaluated with cell-update noise)."""
+    from ..pipeline.config import noise_study
+
+    study = noise_study(config)
+    split, H = study["split"], study["H"]
+    return [Protocol(f"OOD eps={layout.noise_label(eps)}", split, H, OOD_SIDE,
+                     tuple(layout.noise_per_seed(split, eps, m, H) for m in study["methods"]), family="noise")
+            for eps in study["levels"] if eps > 0]
 
 
 def protocol_files(protos) -> list[str]:
