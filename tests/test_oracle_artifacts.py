@@ -73,7 +73,7 @@ def test_bad_arguments_give_clear_errors(split_path, tmp_path, capsys):
     assert cli_main(["exact", "--rules", "0", "--L", "32", "--H", "32", "--out", out]) == 2
     assert "needs L in 3..20, got L=32" in capsys.readouterr().err
     assert cli_main(["mpc", "--split", str(split_path), "--side", "ood", "--out", out]) == 2
-    assert "side must be one of ['train', 'test'] for a split, got 'ood'" in capsys.readouterr().err
+    assert "side must be one of ['train', 'test'] for split 'toy', got 'ood'" in capsys.readouterr().err
     assert cli_main(["export-mpc-by-type", "--split", str(split_path), "--side", "validation",
                      "--out", str(tmp_path / "b.json")]) == 2
     assert "got 'validation'" in capsys.readouterr().err
