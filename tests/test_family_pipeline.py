@@ -43,6 +43,11 @@ def test_split_is_mirror_safe_and_passes_the_health_gate(family_run):
     assert not {family.mirror_rule(r) for r in split["test"]} & set(split["train"])
     health = json.loads((family_run / "results/splits/main.health.json").read_text())
     assert health["ok"] and health["mirror_leaks"] == 0 and health["family"] == {"k": 3, "r": 1}
+    report = json.loads((family_run / "results/health/main.json").read_text())
+    assert report["protocol"]["reference"] == "mpc"                  # no exact optimum for k = 3
+    assert report["checks"]["identifiability"]["status"] == "n/a" and report["checks"]["leakage"]["value"] == 0.0
+    verdict = json.loads((family_run / "results/health/main.verdict.json").read_text())
+    assert verdict["split"] == "main" and "identifiability" not in verdict["warnings"]
 
 
 def test_tables_have_rows_for_the_family_methods(family_run):

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from tapebench.cli import main
-from tapebench.pipeline.config import validate_config
+from tapebench.pipeline.config import merge_config, validate_config
 from tapebench.report import document, registry
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,11 +29,7 @@ NO_LATEX = "latexmk / pdftotext not installed (apt-get install -y texlive-latex-
 def _config(*overlays, **override) -> dict:
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
     for overlay in [*(yaml.safe_load((REPO / o).read_text()) for o in overlays), override]:
-        for key, value in overlay.items():
-            if isinstance(value, dict) and isinstance(config.get(key), dict):
-                config[key] = {**config[key], **value}
-            else:
-                config[key] = value
+        config = merge_config(config, overlay)       # nested sections merge as Snakemake merges config files
     return validate_config(config, REPO / "workflow/schemas/config.schema.yaml")
 
 

@@ -108,4 +108,5 @@ def _caption_title(table_tex: str) -> str:
 
 
 def _flat(text: str) -> str:
-    return re.sub(r"\s+", "", unicodedata.normalize("NFKC", text))
+    """Text without whitespace or hyphens: LaTeX breaks and hyphenates long headings across lines."""
+    return re.sub(r"[\s\-\u00ad\u2010]+", "", unicodedata.normalize("NFKC", text))

@@ -113,14 +113,17 @@ def test_protocol_comparison_is_built(studies_run):
     results = studies_run / "results"
     comparison = pd.read_parquet(results / "protocols/comparison.parquet")
     ranks = pd.read_parquet(results / "protocols/ranks.parquet")
-    assert list(dict.fromkeys(ranks["protocol"])) == ["OOD", "ID", "OOD H=16", "OOD random1"]
-    assert len(comparison) == 6 and comparison["reference"].sum() == 3
+    names = ["OOD", "ID", "OOD H=16", "OOD random1", "ladder d=1", "ladder d=2", "ladder d=3", "ladder d=4",
+             "OOD eps=0.1"]
+    assert list(dict.fromkeys(ranks["protocol"])) == names
+    assert len(comparison) == len(names) * (len(names) - 1) // 2 and comparison["reference"].sum() == len(names) - 1
     assert set(ranks["agent"]) == {"dqn", "ppo", "random", "mpc", "exact"}
     # tau vs the reference recomputed from the per-seed tables: means over seeds, scipy's tau-b
     methods = ["dqn", "ppo", "random", "mpc", "exact"]
 
-    def means(split, H, side):
-        frames = [pd.read_parquet(results / f"aggregate/{split}/{m}_H{H}.per_seed.parquet") for m in methods]
+    def means(split, H, side, folder="aggregate/{split}"):
+        frames = [pd.read_parquet(results / folder.format(split=split) / f"{m}_H{H}.per_seed.parquet")
+                  for m in methods]
         rows = pd.concat(frames)
         rows = rows[(rows["side"] == side) & (rows["metric"] == "success")]
         return rows.groupby("agent")["value"].mean().reindex(methods).round(12)
@@ -132,6 +135,12 @@ def test_protocol_comparison_is_built(studies_run):
         expected = sps.kendalltau(reference, means(split, H, side)).statistic
         assert row["tau"] == pytest.approx(expected, nan_ok=True), name
         assert row["n_methods"] == 5 and row["tau_ci_low"] <= row["tau"] + 1e-9 <= row["tau_ci_high"] + 2e-9
+    noisy = comparison[(comparison["protocol_a"] == "OOD") & (comparison["protocol_b"] == "OOD eps=0.1")].iloc[0]
+    expected = sps.kendalltau(reference, means("main", 8, "test", "noise/{split}/eps0.1")).statistic
+    assert noisy["tau"] == pytest.approx(expected, nan_ok=True) and noisy["n_methods"] == 5
+    # the ladder runs its own methods (random, mpc): compared on the two it shares with the reference
+    ladder = comparison[(comparison["protocol_a"] == "OOD") & comparison["protocol_b"].str.startswith("ladder")]
+    assert len(ladder) == 4 and set(ladder["n_methods"]) == {2}
     tex = (results / "protocols/comparison.tex").read_text()
     assert re.search(r"^\\textsf\{OOD random1\} & \\texttt\{random1\} & 8 & OOD & 1 & 5 & ", tex, re.M), tex
     for ext in ("pdf", "png"):
