@@ -10,6 +10,8 @@ from pipeline_helpers import REPO, make_workdir, snakemake
 from tapebench.rules.family import RuleFamily
 from tapebench.rules.sampling import SampleSpec, sample_rule_set
 
+pytestmark = pytest.mark.slow       # a tiny-DAG pipeline build: `python3 -m pytest -m slow` (CI runs it)
+
 FAMILY_TINY = REPO / "tests" / "data" / "family_k3r1_tiny.yaml"
 TABLES = [f"results/table{i}.tex" for i in (1, 2, 3, 4)]
 

@@ -9,6 +9,8 @@ import pytest
 
 from pipeline_helpers import make_workdir, snakemake
 
+pytestmark = pytest.mark.slow       # a tiny-DAG pipeline build: `python3 -m pytest -m slow` (CI runs it)
+
 FIGURES = ("figure1_rollout", "figure4_spacetime", "figure3_per_rule", "learning_curves", "oracle_gap",
            "probability_of_improvement", "performance_profile")
 TARGETS = (*(f"results/figures/{f}.png" for f in FIGURES), "results/rliable.tex")

@@ -12,6 +12,8 @@ from pipeline_helpers import make_workdir, scheduled_jobs, snakemake
 from tapebench.rules.family import ELEMENTARY
 from tapebench.splits.ladder import distances_to
 
+pytestmark = pytest.mark.slow       # a tiny-DAG pipeline build: `python3 -m pytest -m slow` (CI runs it)
+
 FIGURE = "results/figures/ladder.png"
 
 

@@ -11,6 +11,8 @@ import yaml
 from pipeline_helpers import make_workdir, scheduled_jobs, snakemake
 from tapebench.utils.io import read_parquet_meta
 
+pytestmark = pytest.mark.slow       # a tiny-DAG pipeline build: `python3 -m pytest -m slow` (CI runs it)
+
 TARGETS = ("results/noise.tex", "results/figures/noise.png")
 METHODS = ["dqn", "random", "exact"]        # a trained method, a stochastic and a deterministic reference
 

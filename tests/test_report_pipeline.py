@@ -20,6 +20,8 @@ from pipeline_helpers import REPO, make_workdir, scheduled_jobs, snakemake
 from tapebench.pipeline.config import validate_config
 from tapebench.report import document, registry
 
+pytestmark = pytest.mark.slow       # a tiny-DAG pipeline build: `python3 -m pytest -m slow` (CI runs it)
+
 HAS_LATEX = all(shutil.which(tool) for tool in ("latexmk", "pdftotext", "pdfinfo"))
 REQUIRE_LATEX = os.environ.get("TAPEBENCH_REQUIRE_LATEX") == "1"
 needs_latex = pytest.mark.skipif(
@@ -108,5 +110,7 @@ def _caption_title(table_tex: str) -> str:
 
 
 def _flat(text: str) -> str:
-    """Text without whitespace or hyphens: LaTeX breaks and hyphenates long headings across lines."""
-    return re.sub(r"[\s\-\u00ad\u2010]+", "", unicodedata.normalize("NFKC", text))
+    """Text without whitespace or hyphens (LaTeX breaks and hyphenates long headings across lines), with
+    LaTeX's typographic quotes read as straight ones."""
+    text = unicodedata.normalize("NFKC", text).translate({0x2019: "'", 0x2018: "'"})
+    return re.sub(r"[\s\-\u00ad\u2010]+", "", text)

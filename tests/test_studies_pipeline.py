@@ -13,6 +13,8 @@ from scipy import stats as sps
 
 from pipeline_helpers import make_workdir, scheduled_jobs, snakemake
 
+pytestmark = pytest.mark.slow       # a tiny-DAG pipeline build: `python3 -m pytest -m slow` (CI runs it)
+
 TARGETS = ("results/table5.tex", "results/table6.tex", "results/table_types.tex", "results/figures/figure5.png",
            "results/protocols/comparison.tex", "results/figures/protocol_comparison.png")
 

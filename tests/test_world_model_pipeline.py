@@ -12,6 +12,8 @@ import yaml
 
 from pipeline_helpers import REPO, make_workdir, scheduled_jobs, snakemake
 
+pytestmark = pytest.mark.slow       # a tiny-DAG pipeline build: `python3 -m pytest -m slow` (CI runs it)
+
 OVERLAY = ("tiny.yaml", "world_models.yaml")
 TARGETS = ("results/diagnostics/model_error.tex", "results/diagnostics/sweep.tex", "results/table3.tex")
 

@@ -79,7 +79,11 @@ def render_protocol_figure(out, *, comparison, ranks) -> list[str]:
     tau = _tau_matrix(table, order)
     plt = pyplot()
     size = max(2.6, 0.32 * len(order) + 1.3)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(FULL_WIDTH, size), gridspec_kw={"width_ratios": [1, 1.25]})
+    if len(order) <= 6:
+        fig, (left, right) = plt.subplots(1, 2, figsize=(FULL_WIDTH, size), gridspec_kw={"width_ratios": [1, 1.25]})
+    else:       # many protocols: the heat map gets the full width so that its numbers stay legible
+        fig, (left, right) = plt.subplots(2, 1, figsize=(FULL_WIDTH, 2 * size + 0.6),
+                                          gridspec_kw={"height_ratios": [1.3, 1]})
     image = left.imshow(np.ma.masked_invalid(tau), cmap="RdBu", vmin=-1, vmax=1)
     for i in range(len(order)):
         for j in range(len(order)):
