@@ -294,6 +294,14 @@ class BatchedTapeEnv:
             raise ValueError(f"flips must be colour shifts in 0..{self.family.k - 1}, got {int(flips.max())}")
         return flips.to(torch.uint8)
 
+    def _shift_colours(self, shifts: torch.Tensor) -> None:
+        """Noise: add `shifts` (0..k-1 per cell) to the tapes mod k (XOR for two colours)."""
+        if self.family.k == 2:
+            self.tapes.bitwise_xor_(shifts)
+        else:
+            moved = self.tapes + shifts
+            self.tapes.copy_(torch.where(moved >= self.family.k, moved - self.family.k, moved))
+
     def step(self, actions: torch.Tensor, flips=None):
         """One step of every row. `flips` ((N, L), optional) is an explicit noise realisation added to the tapes
         mod k after the CA update (0/1 for two colours, shifts 0..k-1 for k > 2: evaluation's common-random-number
@@ -308,22 +316,15 @@ class BatchedTapeEnv:
             k, r = self.family.k, self.family.r
             torch_table_kernel.increment_padded_(self._padded, actions, self._row_offsets, k)
             torch_table_kernel.step_padded_(self._padded, self._tables, k, r, self._table_scratch)
-        if flips is not None:
-            if self.family.k == 2:
-                self.tapes.bitwise_xor_(flips)
-            else:
-                moved = self.tapes + flips
-                self.tapes.copy_(torch.where(moved >= self.family.k, moved - self.family.k, moved))
-        elif self._noisy:
+        if flips is None and self._noisy:
             uniform = torch.rand(self.num_envs, self.L, generator=self.generator)
             flips = (uniform < self.row_noise.unsqueeze(1)).to(torch.uint8)
-            if self.family.k == 2:
-                self.tapes.bitwise_xor_(flips.to(self.device))
-            else:   # a noisy cell moves to a uniformly random other colour
-                shift = torch.randint(1, self.family.k, (self.num_envs, self.L), generator=self.generator,
-                                      dtype=torch.uint8)
-                moved = self.tapes + (flips * shift).to(self.device)
-                self.tapes.copy_(torch.where(moved >= self.family.k, moved - self.family.k, moved))
+            if self.family.k > 2:   # a noisy cell moves to a uniformly random other colour
+                flips *= torch.randint(1, self.family.k, (self.num_envs, self.L), generator=self.generator,
+                                       dtype=torch.uint8)
+            flips = flips.to(self.device)
+        if flips is not None:
+            self._shift_colours(flips)
         self.t += 1
         obs = self.observation()
         if self.family.k == 2:
