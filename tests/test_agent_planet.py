@@ -9,13 +9,13 @@ import pytest
 import torch
 
 from agent_contract import assert_per_episode_policy, assert_sigkill_resume_bit_identical, learned_success
-from tapebench.agents import EnvSpec
-from tapebench.agents.planet import cem_plan, score_sequences, uniforms
-from tapebench.agents.world_model import filter_mode
+from tapebench.methods.contract import EnvSpec
+from tapebench.methods.planet import cem_plan, score_sequences, uniforms
+from tapebench.methods.world_model import filter_mode
 from tapebench.envs.batched import BatchedTapeEnv
-from tapebench.evaluation.episodes import episode_set
-from tapebench.evaluation.policy import EpisodeBatch
-from tapebench.methods import build_config, get_method, make_agent
+from tapebench.episodes.sets import episode_set
+from tapebench.methods.contract import EpisodeBatch
+from tapebench.registry import build_config, get_method, make_agent
 
 SMALL = {"num_envs": 8, "deter_size": 32, "hidden_size": 32, "stoch_groups": 8, "batch_size": 4,
          "sequence_length": 8, "learning_starts": 128, "candidates": 16, "plan_horizon": 3, "elites": 4}

@@ -11,11 +11,11 @@ from scipy import stats
 
 from agent_contract import assert_per_episode_policy, assert_sigkill_resume_bit_identical, learned_success, \
     tensors_equal
-from tapebench.agents import EnvSpec
-from tapebench.agents.rainbow import (NoisyLinear, NStepWindow, PrioritizedReplay, SumTree,
+from tapebench.methods.contract import EnvSpec
+from tapebench.methods.rainbow import (NoisyLinear, NStepWindow, PrioritizedReplay, SumTree,
                                       project_distribution)
-from tapebench.evaluation.policy import greedy_policy
-from tapebench.methods import build_config, get_method, make_agent
+from tapebench.methods.contract import greedy_policy
+from tapebench.registry import build_config, get_method, make_agent
 
 
 @pytest.fixture(autouse=True)

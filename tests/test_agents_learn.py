@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from tapebench.agents import EnvSpec
-from tapebench.methods import build_config, make_agent
+from tapebench.methods.contract import EnvSpec
+from tapebench.registry import build_config, make_agent
 from tapebench.training import checkpoint as ckpt
 from tapebench.training.evaluate import greedy_success
 from tapebench.training.loop import TrainSpec, seed_everything, train

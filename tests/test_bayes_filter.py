@@ -12,10 +12,11 @@ import torch
 from agent_contract import assert_per_episode_policy
 from tapebench.ca import reference
 from tapebench.ca.packed import pack
-from tapebench.evaluation.episodes import episode_set
-from tapebench.evaluation.policy import EpisodeBatch, step_keys, uniform_below
+from tapebench.episodes.sets import episode_set
+from tapebench.methods.contract import EpisodeBatch
+from tapebench.episodes.streams import step_keys, uniform_below
 from tapebench.evaluation.runner import run_episodes
-from tapebench.methods import PolicyContext, build_config, get_method
+from tapebench.registry import PolicyContext, build_config, get_method
 from tapebench.methods.bayes_filter import BAYES_DOMAIN, BayesFilterPolicy, Config, action_scores
 from tapebench.methods.identify_then_plan import pinned_bits
 

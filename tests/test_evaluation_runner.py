@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tapebench.envs.tape_env import TapeEnv
-from tapebench.evaluation.episodes import episode_set, episode_tape
+from tapebench.episodes.sets import episode_set, episode_tape
 from tapebench.evaluation.records import EPISODE_COLUMNS
 from tapebench.evaluation.runner import episode_frame, run_episodes
 

@@ -6,10 +6,11 @@ import pytest
 import torch
 
 from tapebench.ca.reference import transition
-from tapebench.evaluation.episodes import episode_set
+from tapebench.episodes.sets import episode_set
 from tapebench.evaluation.evaluate import evaluate_untrained, side_protocols
-from tapebench.evaluation.policy import EpisodeBatch
-from tapebench.oracle.mpc import MPCConfig, MPCPolicy, candidate_actions, episode_keys, step_key
+from tapebench.methods.contract import EpisodeBatch
+from tapebench.methods.mpc import MPCConfig, MPCPolicy
+from tapebench.episodes.streams import candidate_actions, episode_keys, step_key
 from tapebench.pipeline.config import ConfigError, load_config, validate_config
 from tapebench.rules.family import RuleFamily
 from tapebench.rules.features import FeatureProtocol, write_features

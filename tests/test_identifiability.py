@@ -12,10 +12,10 @@ import pandas as pd
 import pytest
 
 from tapebench.cli import main
-from tapebench.evaluation.episodes import EpisodeSet, episode_set
-from tapebench.evaluation.policy import step_keys
-from tapebench.oracle.mpc import candidate_action, step_key
-from tapebench.rules.identifiability import (IDENT_DOMAIN, all_windows_count, identification_steps,
+from tapebench.episodes.sets import EpisodeSet, episode_set
+from tapebench.episodes.streams import step_keys
+from tapebench.episodes.streams import candidate_action, step_key
+from tapebench.health.identifiability import (IDENT_DOMAIN, all_windows_count, identification_steps,
                                              one_step_probability, summary_rows)
 
 

@@ -10,13 +10,14 @@ import torch
 from agent_contract import assert_per_episode_policy
 from tapebench.ca import reference
 from tapebench.ca.packed import pack
-from tapebench.evaluation.episodes import episode_set
-from tapebench.evaluation.policy import EpisodeBatch
+from tapebench.episodes.sets import episode_set
+from tapebench.methods.contract import EpisodeBatch
 from tapebench.evaluation.runner import run_episodes
-from tapebench.methods import PolicyContext, build_config, get_method
+from tapebench.registry import PolicyContext, build_config, get_method
 from tapebench.methods.identify_then_plan import (Config, IdentifyThenPlanPolicy, consistent_rules, decide,
                                                   pinned_bits)
-from tapebench.oracle.mpc import MPCConfig, MPCPolicy, _plan_action, episode_keys, step_key
+from tapebench.methods.mpc import MPCConfig, MPCPolicy, _plan_action
+from tapebench.episodes.streams import episode_keys, step_key
 
 
 def _obs(tapes):

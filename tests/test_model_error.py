@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tapebench.ca import reference
-from tapebench.evaluation.episodes import episode_set
+from tapebench.episodes.sets import episode_set
 from tapebench.evaluation.model_error import (error_table, observations, probe_trajectories, rollout_errors,
                                               summarize)
 

@@ -15,11 +15,12 @@ import torch
 
 from pipeline_helpers import REPO
 from tapebench.envs.batched import BatchedTapeEnv
-from tapebench.evaluation.episodes import episode_set, noise_flips, noise_key
+from tapebench.episodes.sets import episode_set, noise_flips
+from tapebench.episodes.streams import noise_key
 from tapebench.evaluation.evaluate import evaluate_untrained, play, side_protocols
 from tapebench.evaluation.protocol import protocol_differences, protocol_episodes
 from tapebench.evaluation.runner import run_episodes
-from tapebench.methods import get_method
+from tapebench.registry import get_method
 from tapebench.pipeline import layout
 from tapebench.pipeline.config import (ConfigError, checkpoint_eval_slice, load_config, load_config_file,
                                        merge_config, method_eval_slice, noise_eval_slice, noise_study,
@@ -235,7 +236,7 @@ def test_every_method_without_training_plays_the_noisy_protocol():
     the planners plan with the noise-free rule; all finish and are scored on the noisy tape."""
     episodes, protocol, types = protocol_episodes(L=8, H=8, episodes_per_rule=6, eval_seed=3, rules=[0, 30, 110, 204],
                                                   noise=0.3)
-    from tapebench.methods import PolicyContext, build_config
+    from tapebench.registry import PolicyContext, build_config
 
     context = PolicyContext(L=8, H=8, seed=0, train_rules=(0, 30), device=torch.device("cpu"))
     for method_id in ("identify_then_plan", "bayes_filter", "mpc", "exact", "random"):

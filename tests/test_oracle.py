@@ -6,11 +6,12 @@ import torch
 
 from tapebench.ca import reference
 from tapebench.ca.packed import pack
-from tapebench.evaluation.episodes import episode_set
+from tapebench.episodes.sets import episode_set
 from tapebench.evaluation.runner import run_episodes
-from tapebench.oracle.exact import check_exact_length, run_exact, value_tables
+from tapebench.methods.exact import check_exact_length, run_exact, value_tables
 from tapebench.oracle.feasibility import feasibility_summary, feasibility_table
-from tapebench.oracle.mpc import MPCConfig, candidate_actions, episode_keys, run_mpc, step_key
+from tapebench.methods.mpc import MPCConfig, run_mpc
+from tapebench.episodes.streams import candidate_actions, episode_keys, step_key
 
 METRICS = ("success", "final_dist", "auc_dist", "return", "steps")
 

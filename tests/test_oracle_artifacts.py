@@ -6,7 +6,8 @@ import pytest
 
 import tapebench.utils.io as uio
 from tapebench.cli import main as cli_main
-from tapebench.evaluation.episodes import episode_set, split_key
+from tapebench.episodes.sets import episode_set
+from tapebench.episodes.streams import split_key
 from tapebench.evaluation.records import EPISODE_COLUMNS
 from tapebench.oracle.normalized import evaluation_protocol, normalized_score
 from tapebench.evaluation.protocol import protocol_episodes, read_records

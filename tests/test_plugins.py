@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from agent_contract import toy_split
-from tapebench.methods import Method, _load_plugin
+from tapebench.registry import Method, _load_plugin
 
 PLUGIN = Path(__file__).resolve().parent / "data" / "plugin_example"
 NOT_A_METHOD = object()
@@ -81,7 +81,7 @@ def test_broken_plugins_are_named(value, needle):
 
 
 def test_plugin_id_must_equal_its_entry_point_name():
-    from tapebench.methods import get_method
+    from tapebench.registry import get_method
 
     with pytest.raises(ValueError, match="entry point name and the method id must be the same"):
         _load_plugin(EntryPoint(name="thing", value="test_plugins:random_method", group="tapebench.methods"))
@@ -89,6 +89,6 @@ def test_plugin_id_must_equal_its_entry_point_name():
 
 
 def random_method() -> Method:
-    from tapebench.methods import get_method
+    from tapebench.registry import get_method
 
     return get_method("random")

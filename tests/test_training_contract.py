@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from agent_contract import KILL_AFTER_CHECKPOINT_2, assert_same_run, tensors_equal
-from tapebench import agents, methods
+from tapebench import registry as methods
+from tapebench.methods import contract as agents
 from tapebench.cli import main
 from tapebench.evaluation.records import AGENT_COLUMNS, EPISODE_COLUMNS
 from tapebench.splits.io import save_split

@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from agent_contract import tensors_equal
-from tapebench.agents import EnvSpec
-from tapebench.agents.world_model import (REWARD_GRID, VALUE_GRID, SequenceReplay, TwoHot, kl_loss, symexp, symlog,
+from tapebench.methods.contract import EnvSpec
+from tapebench.methods.world_model import (REWARD_GRID, VALUE_GRID, SequenceReplay, TwoHot, kl_loss, symexp, symlog,
                                           unimix_logits)
 from tapebench.envs.batched import BatchedTapeEnv
-from tapebench.methods import build_config, make_agent
+from tapebench.registry import build_config, make_agent
 from tapebench.training import checkpoint as ckpt
 from tapebench.training.loop import TrainSpec, train
 

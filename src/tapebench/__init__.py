@@ -1,6 +1,6 @@
 """tapebench: reproducible pipeline for the TAPE cellular-automata rule-shift RL benchmark."""
 __version__ = "0.1.0"
 
-from .envs.registration import register_envs
+from tapebench.envs.registration import register_envs
 
 register_envs()

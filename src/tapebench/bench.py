@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from .validation import check_length, check_horizon, parse_rule_list
+from tapebench.validation import check_length, check_horizon, parse_rule_list
 
 BENCH_DESCRIPTION = """\
 Print throughput figures, each beside a baseline measured in the same run: on a shared machine
@@ -95,7 +95,7 @@ def run(args) -> int:
     bench: Callable = getattr(importlib.import_module(module_name), func_name)
     figures = bench(args)
     if args.json:
-        from .utils.io import provenance, write_json
+        from tapebench.utils.io import provenance, write_json
 
         options = {k: v for k, v in vars(args).items() if k not in ("func", "json", "command")}
         write_json(args.json, {"benchmark": args.what, "figures": figures,
@@ -238,8 +238,8 @@ def bench_ca(args) -> dict:
     import numba
     import torch
 
-    from .ca import packed
-    from .envs.batched import BatchedTapeEnv
+    from tapebench.ca import packed
+    from tapebench.envs.batched import BatchedTapeEnv
 
     L, seconds, repeats = check_length(args.L), args.seconds, args.repeats
     rules = parse_rule_list(args.rules)
@@ -318,9 +318,9 @@ def bench_families(args) -> dict:
     import numba
     import torch
 
-    from .ca import packed, table_kernel
-    from .envs.batched import BatchedTapeEnv
-    from .rules.family import ELEMENTARY, RuleFamily
+    from tapebench.ca import packed, table_kernel
+    from tapebench.envs.batched import BatchedTapeEnv
+    from tapebench.rules.family import ELEMENTARY, RuleFamily
 
     L, H, seconds, repeats = check_length(args.L), args.H, args.seconds, args.repeats
     n = args.num_envs or FAMILY_ENVS
@@ -392,7 +392,7 @@ def write_family_figure(path: str, figures: dict, n: int, L: int, threads: int, 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .utils.io import atomic_path
+    from tapebench.utils.io import atomic_path
 
     rows = figures["env"]
     names = list(rows)

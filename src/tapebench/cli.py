@@ -39,7 +39,7 @@ SUBCOMMAND_MODULES = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from tapebench import __version__
 
     parser = argparse.ArgumentParser(prog="tapebench", description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

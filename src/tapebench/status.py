@@ -17,8 +17,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .training import checkpoint as ckpt
-from .utils.artifacts import CorruptArtifact, recovery, scan_results
+from tapebench.training import checkpoint as ckpt
+from tapebench.utils.artifacts import CorruptArtifact, recovery, scan_results
 
 RUNNING_WITHIN_S = 90.0      # a running job writes a progress line at least every 30 s (training.loop)
 RUN_DIR = re.compile(r"^seed(\d+)$")
@@ -76,7 +76,7 @@ def run_status(run_dir: Path, job_log: Path, split: str, agent: str, seed: int, 
                                 if p.stem[len("eval_H"):].isdigit())
     manifest_path = run_dir / ckpt.MANIFEST_FILE
     if manifest_path.is_file():
-        from .training.loop import read_manifest
+        from tapebench.training.loop import read_manifest
 
         try:
             manifest = read_manifest(run_dir, verify=True)
@@ -115,7 +115,7 @@ def expected_runs(config: dict) -> list[tuple[str, str, int]]:
 
 def _trains(method: str) -> bool:
     """Methods that do not train (random, mpc, ...) have evaluation files but no training run."""
-    from .methods import registry
+    from tapebench.registry import registry
 
     found = registry().get(method)
     return found is None or found.trains
@@ -195,7 +195,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from .pipeline.config import load_config, validate_config
+    from tapebench.pipeline.config import load_config, validate_config
 
     results = Path(args.results)
     root = results.parent if results.name not in ("", ".", "..") else results.resolve().parent

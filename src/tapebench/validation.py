@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .rules.family import ELEMENTARY, RuleFamily
+from tapebench.rules.family import ELEMENTARY, RuleFamily
 
 MIN_L, MAX_L = 3, 64
 NUM_RULES = 256

@@ -2,8 +2,8 @@
 import json
 import os
 
-from tapebench.methods import get_method
-from tapebench.methods import build_config
+from tapebench.registry import get_method
+from tapebench.registry import build_config
 from tapebench.pipeline import layout
 from tapebench.pipeline.config import (checkpoint_eval_slice, config_family, dumps, fixed_z_eval_slice,
                                        fixed_z_train_slice, ladder_split_slice, method_eval_slice, model_error_slice,

@@ -9,6 +9,6 @@ Rule families (k colours, radius r; docs/protocol.md#rule-families): `reference`
 `table_kernel` (numba, uint8 cells) and `torch_table_kernel` (batched, per-row tables) work from rule
 tables `RuleFamily.tables(rules)` and are tested bit-exact against the reference.
 """
-from .reference import ca_step, flip, transition
+from tapebench.ca.reference import ca_step, flip, transition
 
 __all__ = ["ca_step", "flip", "transition"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from ..validation import check_length
+from tapebench.validation import check_length
 
 U64 = np.uint64
 ALL_ONES = np.uint64(0xFFFFFFFFFFFFFFFF)

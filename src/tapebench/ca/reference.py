@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..rules.family import ELEMENTARY, RuleFamily
-from ..validation import check_action, check_length
+from tapebench.rules.family import ELEMENTARY, RuleFamily
+from tapebench.validation import check_action, check_length
 
 
 def ca_step(tape, rule: int, family: RuleFamily = ELEMENTARY) -> np.ndarray:

@@ -25,8 +25,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from ..rules.family import MAX_COLOURS, MAX_RADIUS, MIN_COLOURS, MIN_RADIUS
-from ..validation import check_integer, check_length
+from tapebench.rules.family import MAX_COLOURS, MAX_RADIUS, MIN_COLOURS, MIN_RADIUS
+from tapebench.validation import check_integer, check_length
 
 
 @nb.njit(cache=True, inline="always")

@@ -23,9 +23,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..ca import torch_kernel, torch_table_kernel
-from ..rules.family import RuleFamily
-from ..validation import (DEFAULT_INIT_DENSITY, DEFAULT_NOISE, check_goal, check_horizon, check_init_density,
+from tapebench.ca import torch_kernel, torch_table_kernel
+from tapebench.rules.family import RuleFamily
+from tapebench.validation import (DEFAULT_INIT_DENSITY, DEFAULT_NOISE, check_goal, check_horizon, check_init_density,
                           check_length, check_noise, check_rules, check_success_bonus, resolve_family)
 
 

@@ -13,12 +13,12 @@ import time
 import pandas as pd
 import torch
 
-from ..methods import Method, PolicyContext, build_config, check_rule_family, get_method
-from ..splits.io import Split, resolve_split
-from .episodes import EpisodeSet
-from .protocol import Protocol, protocol_episodes
-from .records import coerce_episode_frame
-from .runner import episode_frame, run_episodes
+from tapebench.registry import Method, PolicyContext, build_config, check_rule_family, get_method
+from tapebench.splits.io import Split, resolve_split
+from tapebench.episodes.sets import EpisodeSet
+from tapebench.evaluation.protocol import Protocol, protocol_episodes
+from tapebench.evaluation.records import coerce_episode_frame
+from tapebench.evaluation.runner import episode_frame, run_episodes
 
 
 def side_protocols(*, L: int, H: int, episodes_per_rule: int, eval_seed: int, success_bonus: float = 1.0,

@@ -19,9 +19,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..ca.packed import pack, step_words_rules, unpack
-from .episodes import EpisodeSet
-from .policy import step_keys, uniform_below
+from tapebench.ca.packed import pack, step_words_rules, unpack
+from tapebench.episodes.sets import EpisodeSet
+from tapebench.episodes.streams import step_keys, uniform_below
 
 PROBE_DOMAIN = 0x50524F   # separates the probe actions from the other per-episode streams
 DEFAULT_CONTEXT = 4

@@ -15,11 +15,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..evaluation.episodes import EpisodeSet, episode_set, split_key
-from ..rules.family import ELEMENTARY
-from ..splits.io import DEFAULT_SPLITS_DIR, Split, resolve_split
-from ..utils.io import provenance, write_parquet
-from ..validation import check_goal, check_horizon, check_length, check_noise, check_rules
+from tapebench.episodes.sets import EpisodeSet, episode_set
+from tapebench.episodes.streams import split_key
+from tapebench.rules.family import ELEMENTARY
+from tapebench.splits.io import DEFAULT_SPLITS_DIR, Split, resolve_split
+from tapebench.utils.io import provenance, write_parquet
+from tapebench.validation import check_goal, check_horizon, check_length, check_noise, check_rules
 
 DEFAULT_EVAL_SEED = 20260101      # evaluation seed of the paper-protocol configuration
 DEFAULT_EPISODES_PER_RULE = 20
@@ -111,7 +112,7 @@ def protocol_episodes(*, L: int, H: int, episodes_per_rule: int, eval_seed: int 
 
 
 def rule_types_from_features(path, rules) -> dict[int, str]:
-    from ..rules.features import read_features
+    from tapebench.rules.features import read_features
 
     frame, _ = read_features(path)
     types = dict(zip(frame["rule"].astype(int), frame["type"].astype(str)))
@@ -133,7 +134,7 @@ def read_records(path) -> tuple[pd.DataFrame, dict]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"oracle records not found: {path}")
-    from ..utils.artifacts import read_table
+    from tapebench.utils.artifacts import read_table
 
     frame, meta = read_table(path, "records")
     if "protocol" not in meta:

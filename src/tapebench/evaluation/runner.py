@@ -9,11 +9,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..envs.batched import BatchedTapeEnv
-from ..validation import check_goal
-from .episodes import EpisodeSet
-from .policy import EpisodeBatch, as_policy
-from .records import coerce_episode_frame
+from tapebench.envs.batched import BatchedTapeEnv
+from tapebench.validation import check_goal
+from tapebench.episodes.sets import EpisodeSet
+from tapebench.methods.contract import EpisodeBatch, as_policy
+from tapebench.evaluation.records import coerce_episode_frame
 
 
 def run_episodes(policy, episodes: EpisodeSet, H: int, *, goal=None, success_bonus: float = 1.0, device="cpu",

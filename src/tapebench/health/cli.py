@@ -1,7 +1,7 @@
 """`tapebench benchmark-health` and `tapebench health-gate` (docs/protocol.md#benchmark-health)."""
 from __future__ import annotations
 
-from .checks import CHECKS
+from tapebench.health.checks import CHECKS
 
 
 def register(sub) -> None:
@@ -39,7 +39,7 @@ def register(sub) -> None:
 
 
 def run_health(args) -> int:
-    from .io import load_settings, write_benchmark_health
+    from tapebench.health.io import load_settings, write_benchmark_health
 
     report = write_benchmark_health(split_path=args.split, split_health_path=args.split_health,
                                     reference=args.reference, random=args.random,
@@ -54,7 +54,7 @@ def run_health(args) -> int:
 
 
 def run_gate(args) -> int:
-    from .io import write_verdict
+    from tapebench.health.io import write_verdict
 
     verdict = write_verdict(args.report, args.out)
     print(f"split {verdict['split']} passes every fatal health gate (status {verdict['status']}"

@@ -34,9 +34,10 @@ import numba as nb
 import numpy as np
 import torch
 
-from ..ca.packed import length_mask, pack, popcount, step_word_rule
-from ..evaluation.policy import EpisodeBatch, step_keys
-from ..validation import check_goal
+from tapebench.ca.packed import length_mask, pack, popcount, step_word_rule
+from tapebench.methods.contract import EpisodeBatch
+from tapebench.episodes.streams import step_keys
+from tapebench.validation import check_goal
 
 U64 = np.uint64
 BAYES_DOMAIN = 0x424159   # separates the filter's tie-breaking stream from other streams of the same seed

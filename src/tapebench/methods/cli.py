@@ -14,7 +14,7 @@ def register(sub) -> None:
 
 
 def _list(args) -> int:
-    from . import FAMILIES, registry
+    from tapebench.registry import FAMILIES, registry
 
     methods = sorted(registry().values(), key=lambda m: (list(FAMILIES).index(m.family), m.id))
     width = max([14, *(len(m.id) for m in methods)])

@@ -28,9 +28,10 @@ import numba as nb
 import numpy as np
 import torch
 
-from ..ca.packed import length_mask, pack
-from ..oracle.mpc import MPCConfig, _score_candidates, candidate_action, episode_keys, step_key
-from ..validation import check_goal, check_integer
+from tapebench.ca.packed import length_mask, pack
+from tapebench.methods.mpc import MPCConfig, _score_candidates
+from tapebench.episodes.streams import candidate_action, episode_keys, step_key
+from tapebench.validation import check_goal, check_integer
 
 U64 = np.uint64
 FULL = 0xFF

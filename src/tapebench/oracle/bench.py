@@ -18,10 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..evaluation.episodes import episode_set, split_key
-from ..validation import check_horizon, check_length
-from .exact import _hypercube_min, feasibility_arrays, transition_table, value_tables
-from .mpc import GAMMA, MPCConfig, episode_keys, run_mpc
+from tapebench.episodes.sets import episode_set
+from tapebench.episodes.streams import split_key
+from tapebench.validation import check_horizon, check_length
+from tapebench.methods.exact import _hypercube_min, feasibility_arrays, transition_table, value_tables
+from tapebench.methods.mpc import MPCConfig, run_mpc
+from tapebench.episodes.streams import GAMMA, episode_keys
 
 MPC_GOAL_S = 5.0
 DP_GOAL_S = 5.0
@@ -128,7 +130,7 @@ def numpy_value_layers(F: np.ndarray, L: int, H: int) -> tuple[np.ndarray, np.nd
 
 def _protocol_rules() -> tuple[list[int], str, int]:
     if MAIN_SPLIT.is_file():
-        from ..splits.io import load_split
+        from tapebench.splits.io import load_split
 
         split = load_split(MAIN_SPLIT)
         return list(split.test), f"test rules of {MAIN_SPLIT}", split_key(split.content_hash)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 
-from ..evaluation.protocol import DEFAULT_EVAL_SEED
+from tapebench.evaluation.protocol import DEFAULT_EVAL_SEED
 
 
 def _episode_args(p, *, L: int, H: int, episodes_per_rule: int) -> None:
@@ -30,7 +30,7 @@ def _planner_args(p) -> None:
 
 
 def _protocol_kwargs(args) -> dict:
-    from ..validation import parse_rule_list
+    from tapebench.validation import parse_rule_list
 
     if args.split is not None and args.side is None:
         raise ValueError("--split needs --side train or --side test")
@@ -94,8 +94,8 @@ def _summary_line(frame) -> str:
 
 
 def _mpc(args) -> int:
-    from .mpc import MPCConfig
-    from .run import evaluate_oracle
+    from tapebench.methods.mpc import MPCConfig
+    from tapebench.oracle.run import evaluate_oracle
 
     config = MPCConfig(horizon=args.horizon, candidates=args.candidates, seed=args.seed)
     start = time.perf_counter()
@@ -105,7 +105,7 @@ def _mpc(args) -> int:
 
 
 def _exact(args) -> int:
-    from .run import evaluate_oracle
+    from tapebench.oracle.run import evaluate_oracle
 
     start = time.perf_counter()
     frame = evaluate_oracle("exact", args.out, **_protocol_kwargs(args))
@@ -114,9 +114,9 @@ def _exact(args) -> int:
 
 
 def _feasibility(args) -> int:
-    from ..utils.io import provenance, write_parquet
-    from ..validation import parse_rule_list
-    from .feasibility import feasibility_summary, feasibility_table
+    from tapebench.utils.io import provenance, write_parquet
+    from tapebench.validation import parse_rule_list
+    from tapebench.oracle.feasibility import feasibility_summary, feasibility_table
 
     rules = parse_rule_list(args.rules)
     start = time.perf_counter()
@@ -132,8 +132,8 @@ def _feasibility(args) -> int:
 
 
 def _gap(args) -> int:
-    from ..utils.io import provenance, write_parquet
-    from .gap import format_gap, oracle_gap
+    from tapebench.utils.io import provenance, write_parquet
+    from tapebench.oracle.gap import format_gap, oracle_gap
 
     frame, protocol = oracle_gap(args.mpc, args.exact)
     write_parquet(args.out, frame, meta=provenance({"mpc": str(args.mpc), "exact": str(args.exact)}, None,
@@ -143,8 +143,8 @@ def _gap(args) -> int:
 
 
 def _by_type(args) -> int:
-    from .by_type import export_mpc_by_type
-    from .mpc import MPCConfig
+    from tapebench.oracle.by_type import export_mpc_by_type
+    from tapebench.methods.mpc import MPCConfig
 
     payload = export_mpc_by_type(args.out, split=args.split, side=args.side,
                                  episodes_per_rule=args.episodes_per_rule, L=args.L, H=args.H,

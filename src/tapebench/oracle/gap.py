@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..evaluation.protocol import protocol_differences, read_records
+from tapebench.evaluation.protocol import protocol_differences, read_records
 
 METRICS = ("success", "final_dist", "auc_dist", "return")
 TYPE_ORDER = ("stable", "periodic", "chaotic")

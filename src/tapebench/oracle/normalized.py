@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..evaluation.protocol import protocol_differences, read_records
+from tapebench.evaluation.protocol import protocol_differences, read_records
 
 REQUIRED_FIELDS = ("L", "H", "split_hash", "side", "episodes_per_rule", "eval_seed")
 OPTIONAL_FIELDS = ("goal", "success_bonus")
@@ -28,7 +28,7 @@ def evaluation_protocol(path, side: str) -> dict:
     """The protocol of one side of a learned agent's evaluation file (`tapebench evaluate` records)."""
     import pandas as pd
 
-    from ..utils.io import read_parquet_meta
+    from tapebench.utils.io import read_parquet_meta
 
     path = Path(path)
     if not path.is_file():

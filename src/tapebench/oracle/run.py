@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..evaluation.episodes import EpisodeSet
-from ..evaluation.evaluate import play as play_method
-from ..evaluation.protocol import Protocol, protocol_episodes, write_records
-from ..methods import get_method
-from .exact import ExactPolicy, check_exact_horizon, check_exact_length
-from .mpc import MPCConfig, MPCPolicy
+from tapebench.episodes.sets import EpisodeSet
+from tapebench.evaluation.evaluate import play as play_method
+from tapebench.evaluation.protocol import Protocol, protocol_episodes, write_records
+from tapebench.registry import get_method
+from tapebench.methods.exact import ExactPolicy, check_exact_horizon, check_exact_length
+from tapebench.methods.mpc import MPCConfig, MPCPolicy
 
 ORACLES = ("mpc", "exact")
 

@@ -21,7 +21,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from .config import checkpoints_per_run, load_config, validate_config
+    from tapebench.pipeline.config import checkpoints_per_run, load_config, validate_config
 
     root = Path(args.workflow)
     schema = root / "workflow" / "schemas" / "config.schema.yaml"
@@ -30,7 +30,7 @@ def run(args) -> int:
     config = validate_config(load_config(args.configfile, root=root), schema)
     print(yaml.safe_dump(config, sort_keys=False).rstrip())
     training, evaluation = config["training"], config["evaluation"]
-    from ..methods import get_method
+    from tapebench.registry import get_method
 
     trained = [m for m in config["methods"] if get_method(m).trains]
     runs = len(trained) * config["seeds"]

@@ -144,14 +144,14 @@ SAMPLED_RULES = "sampled"   # a split's `rules` value naming the sampled rule se
 
 def config_family(config: dict):
     """The rule family of the config (elementary unless rule_set.family says otherwise)."""
-    from ..rules.family import family_from_config
+    from tapebench.rules.family import family_from_config
 
     return family_from_config(config.get("rule_set", {}).get("family"))
 
 
 def sampled_rule_set(config: dict) -> dict | None:
     """The sampled rule set the config asks for (computed here as the pipeline's rule_set job will), or None."""
-    from ..rules.sampling import sample_rule_set, spec_from_config
+    from tapebench.rules.sampling import sample_rule_set, spec_from_config
 
     sample = config.get("rule_set", {}).get("sample")
     if sample is None:
@@ -190,7 +190,7 @@ def _check_rule_set(config: dict) -> None:
 
 def split_rule_space(config: dict, name: str) -> list[int]:
     """The rules a configured split divides."""
-    from ..validation import parse_rule_list
+    from tapebench.validation import parse_rule_list
 
     rules = config["splits"][name]["rules"]
     if rules == SAMPLED_RULES:
@@ -199,7 +199,7 @@ def split_rule_space(config: dict, name: str) -> list[int]:
 
 
 def _check_splits(config: dict) -> None:
-    from ..rules.mirror import mirror_classes
+    from tapebench.rules.mirror import mirror_classes
 
     family = config_family(config)
     for name, split in config["splits"].items():
@@ -245,7 +245,7 @@ def _check_schedule(config: dict) -> None:
 
 
 def _check_sweep(config: dict) -> None:
-    from ..methods import check_hyperparameters, registry
+    from tapebench.registry import check_hyperparameters, registry
 
     sweep = config["diagnostics"]["sweep"]
     method, field = sweep["method"], sweep["hyperparameter"]
@@ -265,7 +265,7 @@ def _check_sweep(config: dict) -> None:
 
 
 def _check_studies(config: dict) -> None:
-    from ..methods import registry
+    from tapebench.registry import registry
 
     studies = config["studies"]
     fixed = studies["fixed_z"]
@@ -297,7 +297,7 @@ def _check_studies(config: dict) -> None:
 
 
 def _check_noise_study(config: dict) -> None:
-    from .layout import NOISE_DECIMALS, noise_label
+    from tapebench.pipeline.layout import NOISE_DECIMALS, noise_label
 
     study = config["studies"]["noise"]
     for i, level in enumerate(study["levels"]):
@@ -324,9 +324,9 @@ def noise_study(config: dict) -> dict:
 def _check_ladder(config: dict) -> None:
     """The severity ladder (docs/protocol.md#severity-ladders): its name, methods and, when the training set does not
     depend on the rule features, that every level can be filled."""
-    from ..methods import registry
-    from ..rules.family import ELEMENTARY
-    from ..splits.ladder import LadderError, draw_training_set, ladder_levels
+    from tapebench.registry import registry
+    from tapebench.rules.family import ELEMENTARY
+    from tapebench.splits.ladder import LadderError, draw_training_set, ladder_levels
 
     ladder = config["studies"]["ladder"]
     where = "config key 'studies.ladder"
@@ -354,7 +354,7 @@ def _check_ladder(config: dict) -> None:
 
 
 def _check_health(config: dict) -> None:
-    from ..health.checks import CHECKS
+    from tapebench.health.checks import CHECKS
 
     for check in CHECKS:
         t = config["health"][check.name]
@@ -384,7 +384,7 @@ def validate_config(config: dict, schema_path) -> dict:
     _check_schedule(config)
     _check_rule_set(config)
     _check_splits(config)
-    from ..methods import check_hyperparameters, registry
+    from tapebench.registry import check_hyperparameters, registry
 
     methods = registry()
     for i, method in enumerate(config["methods"]):
@@ -454,7 +454,7 @@ def eval_slice(config: dict) -> dict:
 
 def checkpoint_eval_slice(config: dict, method: str) -> dict:
     """The evaluation slice of a trained method: planners that evaluate only the last K checkpoints say so."""
-    from ..methods import get_method
+    from tapebench.registry import get_method
 
     out = eval_slice(config)
     if not get_method(method).every_checkpoint:
@@ -477,7 +477,7 @@ def sweep_train_slice(config: dict, value: int) -> dict:
 def noise_eval_slice(config: dict, method: str, noise) -> dict:
     """A noisy evaluation (docs/protocol.md#noise): the method's noise-free evaluation slice plus the noise level;
     a trained method plays only the last K checkpoints (the ones behind its per-seed value)."""
-    from ..methods import get_method
+    from tapebench.registry import get_method
 
     if get_method(method).trains:
         out = checkpoint_eval_slice(config, method)

@@ -20,10 +20,10 @@ from pathlib import Path, PurePosixPath
 
 import yaml
 
-from ..pipeline import layout
-from ..utils.io import atomic_path, code_version, content_hash, write_text
-from . import registry
-from .render import environment, tex_escape
+from tapebench.pipeline import layout
+from tapebench.utils.io import atomic_path, code_version, content_hash, write_text
+from tapebench.report import registry
+from tapebench.report.render import environment, tex_escape
 
 TEMPLATE = "report.tex.j2"
 # LaTeX packages the template needs beyond texlive-latex-base (checked before compiling).
@@ -285,7 +285,7 @@ def run(args) -> int:
 
 
 def _config(args, root: Path) -> tuple[dict, list]:
-    from ..pipeline.config import load_config, validate_config
+    from tapebench.pipeline.config import load_config, validate_config
 
     if args.config_json is not None:
         if args.configfile:

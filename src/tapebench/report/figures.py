@@ -19,13 +19,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .. import methods
-from ..ca import reference
-from ..stats.aggregate import group_generator
-from ..stats.bootstrap import DEFAULT_CI, DEFAULT_RESAMPLES, percentile_ci
-from ..utils.artifacts import read_table
-from . import style
-from .tables import FAMILY_ORDER, display_name, family
+from tapebench import registry as methods
+from tapebench.ca import reference
+from tapebench.stats.aggregate import group_generator
+from tapebench.stats.bootstrap import DEFAULT_CI, DEFAULT_RESAMPLES, percentile_ci
+from tapebench.utils.artifacts import read_table
+from tapebench.report import style
+from tapebench.report.tables import FAMILY_ORDER, display_name, family
 
 FIGURE1_RULE = 30
 FIGURE1_TAPE = (0, 1, 1, 0, 1, 0, 0, 1)
@@ -351,7 +351,7 @@ def render_oracle_gap(out, *, gap) -> list[str]:
     from matplotlib.lines import Line2D
 
     plt = style.pyplot()
-    from ..utils.io import read_parquet_meta
+    from tapebench.utils.io import read_parquet_meta
 
     points = oracle_gap_points(read_gap(gap))
     protocol = read_parquet_meta(gap).get("protocol", {})

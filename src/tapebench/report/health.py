@@ -2,9 +2,9 @@
 status from `results/health/<split>.json`."""
 from __future__ import annotations
 
-from ..health.checks import CHECKS, FAIL, NOT_APPLICABLE, WARN
-from ..utils.artifacts import read_json
-from .render import render_table
+from tapebench.health.checks import CHECKS, FAIL, NOT_APPLICABLE, WARN
+from tapebench.utils.artifacts import read_json
+from tapebench.report.render import render_table
 
 STATUS_MARK = {"pass": "", WARN: "warn", FAIL: "FAIL", NOT_APPLICABLE: "n/a"}
 

@@ -1,8 +1,8 @@
 """Registry entry of the benchmark health table (docs/protocol.md#benchmark-health); builder in report/health.py."""
 from __future__ import annotations
 
-from ..pipeline import layout
-from .registry import TABLE, Job, Option, Output
+from tapebench.pipeline import layout
+from tapebench.report.registry import TABLE, Job, Option, Output
 
 
 def _health_jobs(config):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..rules.identifiability import COLUMNS, one_step_probability, summary_rows
-from ..utils.artifacts import read_table
-from .render import render_table
+from tapebench.health.identifiability import COLUMNS, one_step_probability, summary_rows
+from tapebench.utils.artifacts import read_table
+from tapebench.report.render import render_table
 
 TYPE_LABELS = {"stable": "Stable", "periodic": "Periodic", "chaotic": "Chaotic", "": "(untyped)", "all": "All"}
 

@@ -2,9 +2,9 @@
 Builders in report/noise.py."""
 from __future__ import annotations
 
-from ..pipeline import layout
-from ..pipeline.config import noise_study
-from .registry import FIGURE, TABLE, Job, Option, Output
+from tapebench.pipeline import layout
+from tapebench.pipeline.config import noise_study
+from tapebench.report.registry import FIGURE, TABLE, Job, Option, Output
 
 
 def _value(name, help, type=str, many=False, required=True) -> Option:

@@ -7,13 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..pipeline import layout
-from ..stats.protocol_comparison import LOWER_IS_BETTER, protocols
-from ..utils.artifacts import read_table
-from .registry import FIGURE, TABLE, Job, Option, Output
-from .render import render_table
-from .style import FULL_WIDTH, SIDE_LABELS, method_style, pyplot, save_figure
-from .tables import display_name
+from tapebench.pipeline import layout
+from tapebench.stats.protocol_comparison import LOWER_IS_BETTER, protocols
+from tapebench.utils.artifacts import read_table
+from tapebench.report.registry import FIGURE, TABLE, Job, Option, Output
+from tapebench.report.render import render_table
+from tapebench.report.style import FULL_WIDTH, SIDE_LABELS, method_style, pyplot, save_figure
+from tapebench.report.tables import display_name
 
 CATEGORY = "Protocol comparison"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import jinja2
 
-from ..utils.io import write_text
+from tapebench.utils.io import write_text
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
 _TEX_SPECIALS = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",

@@ -2,8 +2,8 @@
 and Figure 5 (split robustness). Builders live in report/fixed_z.py, report/per_type.py, report/robustness.py."""
 from __future__ import annotations
 
-from ..pipeline import layout
-from .registry import FIGURE, TABLE, Job, Option, Output, elementary_only
+from tapebench.pipeline import layout
+from tapebench.report.registry import FIGURE, TABLE, Job, Option, Output, elementary_only
 
 
 def _value(name, help, type=str, many=False, required=True, default=None) -> Option:

@@ -68,7 +68,7 @@ def save_figure(fig, stem) -> list[str]:
     """Write `stem`.pdf and `stem`.png atomically (PNG at 200 dpi); returns the paths and closes the figure."""
     import matplotlib.pyplot as plt
 
-    from ..utils.io import atomic_path
+    from tapebench.utils.io import atomic_path
 
     paths = []
     for ext in ("pdf", "png"):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..validation import parse_rule_list
-from .features import RULE_TYPES, FeatureProtocol, write_features
+from tapebench.validation import parse_rule_list
+from tapebench.rules.features import RULE_TYPES, FeatureProtocol, write_features
 
 
 def register(sub) -> None:
@@ -40,7 +40,7 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="rule-set JSON, e.g. results/rules/rule_set.json")
     p.set_defaults(func=_rule_set)
 
-    from ..evaluation.protocol import DEFAULT_EPISODES_PER_RULE, DEFAULT_EVAL_SEED
+    from tapebench.evaluation.protocol import DEFAULT_EPISODES_PER_RULE, DEFAULT_EVAL_SEED
 
     p = sub.add_parser("identifiability", help="observed transitions until the rule is identified, per episode",
                        description="For every rule of both sides of a split, on the evaluation episodes' initial "
@@ -63,7 +63,7 @@ def register(sub) -> None:
 def run(args) -> int:
     protocol = FeatureProtocol(L=args.L, trials=args.trials, steps=args.steps, seed=args.seed)
     if args.rule_set:
-        from .sampling import read_rule_set
+        from tapebench.rules.sampling import read_rule_set
 
         family, rules, raw = read_rule_set(args.rule_set)
         frame = write_features(args.out, protocol, rules, family, rule_set=raw.get("sample"))
@@ -75,8 +75,8 @@ def run(args) -> int:
 
 
 def _rule_set(args) -> int:
-    from .family import RuleFamily
-    from .sampling import SampleSpec, write_rule_set
+    from tapebench.rules.family import RuleFamily
+    from tapebench.rules.sampling import SampleSpec, write_rule_set
 
     text = str(args.lambda_bins).strip()
     try:
@@ -92,8 +92,8 @@ def _rule_set(args) -> int:
 
 
 def _identifiability(args) -> int:
-    from .identifiability import summary_rows, write_identifiability
-    from ..validation import check_integer
+    from tapebench.health.identifiability import summary_rows, write_identifiability
+    from tapebench.validation import check_integer
 
     check_integer(args.action_seed, "--action-seed", minimum=0)
     check_integer(args.eval_seed, "--eval-seed", minimum=0)

@@ -28,8 +28,8 @@ from itertools import combinations
 
 import numpy as np
 
-from ..validation import check_integer
-from .family import RuleFamily
+from tapebench.validation import check_integer
+from tapebench.rules.family import RuleFamily
 
 SUBFAMILIES = ("all", "totalistic", "outer_totalistic")
 MAX_SAMPLE = 10_000            # mirror classes in a sampled rule set
@@ -237,7 +237,7 @@ def spec_from_config(section: dict) -> SampleSpec:
 
 
 def write_rule_set(path, family: RuleFamily, spec: SampleSpec) -> dict:
-    from ..utils.io import provenance, write_json
+    from tapebench.utils.io import provenance, write_json
 
     if not family.fits_int64:
         raise ValueError(f"the pipeline stores rule numbers as int64 and supports families whose rules fit 64 "
@@ -253,8 +253,8 @@ def read_rule_set(path) -> tuple[RuleFamily, list[int], dict]:
     """(family, rules, payload) of a rule-set artifact; a damaged file names its path."""
     from pathlib import Path
 
-    from ..utils.artifacts import CorruptArtifact, read_json
-    from .family import family_from_config
+    from tapebench.utils.artifacts import CorruptArtifact, read_json
+    from tapebench.rules.family import family_from_config
 
     raw = read_json(Path(path), "rule set")
     if not isinstance(raw, dict) or not {"family", "rules"} <= set(raw):

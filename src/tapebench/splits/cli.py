@@ -1,9 +1,9 @@
 """`tapebench split` and `tapebench split-health` (docs/protocol.md#splits)."""
 from __future__ import annotations
 
-from ..validation import parse_rule_list
-from .generate import SPLIT_METHODS, SPLIT_UNITS, SplitParams, generate_split
-from .health import split_health
+from tapebench.validation import parse_rule_list
+from tapebench.splits.generate import SPLIT_METHODS, SPLIT_UNITS, SplitParams, generate_split
+from tapebench.splits.health import split_health
 
 
 def register(sub) -> None:
@@ -61,7 +61,7 @@ def register(sub) -> None:
 
 def run_split(args) -> int:
     if args.rules == "sampled":
-        from ..rules.features import features_family, read_features
+        from tapebench.rules.features import features_family, read_features
 
         frame, meta = read_features(args.features)
         rule_set = meta.get("config", {}).get("rule_set")
@@ -82,7 +82,7 @@ def run_split(args) -> int:
 
 
 def run_ladder_split(args) -> int:
-    from .ladder import LadderParams, generate_ladder_split
+    from tapebench.splits.ladder import LadderParams, generate_ladder_split
 
     params = LadderParams(name=args.name, train=tuple(parse_rule_list(args.train)) if args.train.strip() else (),
                           train_classes=args.train_classes,

@@ -16,11 +16,11 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from ..rules.family import RuleFamily, family_from_config
-from ..rules.features import RULE_TYPES
-from ..rules.mirror import mirror_leaks
-from ..utils.io import provenance, write_json
-from .io import load_split
+from tapebench.rules.family import RuleFamily, family_from_config
+from tapebench.rules.features import RULE_TYPES
+from tapebench.rules.mirror import mirror_leaks
+from tapebench.utils.io import provenance, write_json
+from tapebench.splits.io import load_split
 
 
 class SplitHealthError(ValueError):
@@ -99,7 +99,7 @@ def check_split_health(path) -> dict:
 
 def _ladder_problems(split, raw: dict, problems: list[str]) -> dict:
     """Check a ladder's levels (appending to `problems`); returns the per-level summary for the report."""
-    from .ladder import distances_to
+    from tapebench.splits.ladder import distances_to
 
     try:
         family: RuleFamily = family_from_config(raw.get("family"))

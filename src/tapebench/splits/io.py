@@ -15,27 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..utils.artifacts import CorruptArtifact, read_json
-from ..utils.io import content_hash, write_json
+from tapebench.utils.artifacts import CorruptArtifact, read_json
+from tapebench.utils.io import content_hash, write_json
+from tapebench.vocabulary import ID_SIDE, SPLIT_SIDES, ladder_level, ladder_side
 
 DEFAULT_SPLITS_DIR = Path("results/splits")
 UNHASHED_FIELDS = ("content_hash", "provenance")
-SPLIT_SIDES = ("train", "test")
-LADDER_SIDE_PREFIX = "d"
-
-
-def ladder_side(d: int) -> str:
-    """The evaluation side of ladder level d: 'd1', 'd2', ..."""
-    return f"{LADDER_SIDE_PREFIX}{int(d)}"
-
-
-def ladder_level(side: str) -> int | None:
-    """The level d of a ladder side 'd<d>' (d >= 1), None for any other side."""
-    if isinstance(side, str) and side.startswith(LADDER_SIDE_PREFIX) and side[1:].isdigit() and int(side[1:]) >= 1 \
-            and side == ladder_side(int(side[1:])):
-        return int(side[1:])
-    return None
-
 
 def split_content_hash(payload: dict) -> str:
     return content_hash({k: v for k, v in payload.items() if k not in UNHASHED_FIELDS})
@@ -56,7 +41,7 @@ class Split:
 
     @property
     def family(self):
-        from ..rules.family import family_from_config
+        from tapebench.rules.family import family_from_config
 
         return family_from_config(self.family_config)
 
@@ -64,7 +49,7 @@ class Split:
     def sides(self) -> tuple[str, ...]:
         """The evaluation sides: ID ('train') and OOD ('test', or one side per ladder level)."""
         if self.levels:
-            return ("train", *(ladder_side(d) for d in sorted(self.levels)))
+            return (ID_SIDE, *(ladder_side(d) for d in sorted(self.levels)))
         return SPLIT_SIDES
 
     def side_rules(self, side: str) -> tuple[int, ...]:

@@ -31,11 +31,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..rules.family import ELEMENTARY, RuleFamily
-from ..rules.features import RULE_TYPES
-from ..utils.io import provenance
-from .generate import SPLIT_NAME_PATTERN
-from .io import ladder_side, save_split
+from tapebench.rules.family import ELEMENTARY, RuleFamily
+from tapebench.rules.features import RULE_TYPES
+from tapebench.utils.io import provenance
+from tapebench.splits.generate import SPLIT_NAME_PATTERN
+from tapebench.splits.io import save_split
+from tapebench.vocabulary import ladder_side
 
 EXACT_ENUMERATION_LIMIT = 2 ** 16     # families up to this many rules enumerate every rule
 MUTATION_ATTEMPTS_PER_RULE = 200      # mutation sampling gives up after level_size * this many candidates
@@ -269,7 +270,7 @@ def make_ladder_split(params: LadderParams, features: pd.DataFrame, features_met
 
 
 def generate_ladder_split(params: LadderParams, features_path, out_path) -> dict:
-    from ..rules.features import read_features
+    from tapebench.rules.features import read_features
 
     frame, meta = read_features(features_path)
     return save_split(out_path, make_ladder_split(params, frame, meta))

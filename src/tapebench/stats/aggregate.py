@@ -67,9 +67,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..evaluation.records import SOFT_EPSILONS, coerce_episode_frame, soft_success
-from ..splits.io import ladder_level
-from .bootstrap import (DEFAULT_CI, DEFAULT_RESAMPLES, difference_ci, hedges_g, holm, percentile_interval,
+from tapebench.evaluation.records import SOFT_EPSILONS, coerce_episode_frame, soft_success
+from tapebench.vocabulary import ladder_level
+from tapebench.stats.bootstrap import (DEFAULT_CI, DEFAULT_RESAMPLES, difference_ci, hedges_g, holm, percentile_interval,
                         resample_indices, welch_test)
 
 SOFT_METRICS = tuple(f"soft_success@{eps:g}" for eps in SOFT_EPSILONS)
@@ -92,7 +92,7 @@ TABLE_KINDS = {"episode": "episodes", "per-seed": "per_seed"}   # `what` -> util
 def read_tables(paths, what: str) -> pd.DataFrame:
     """Concatenate Parquet files of one kind ("episode" or "per-seed"), naming any that is missing,
     damaged or of another kind."""
-    from ..utils.artifacts import read_table
+    from tapebench.utils.artifacts import read_table
 
     paths = [Path(p) for p in paths]
     if not paths:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..utils.io import provenance, read_parquet_meta, write_parquet
+from tapebench.utils.io import provenance, read_parquet_meta, write_parquet
 
 
 def register(sub) -> None:
@@ -67,7 +67,7 @@ def register(sub) -> None:
 
 
 def _aggregate_seed(args) -> int:
-    from .aggregate import read_tables, seed_tables
+    from tapebench.stats.aggregate import read_tables, seed_tables
 
     episodes = read_tables(args.episodes, "episode")
     tables = seed_tables(episodes, last_k=args.last_k)
@@ -84,7 +84,7 @@ def _aggregate_seed(args) -> int:
 
 
 def _aggregate(args) -> int:
-    from .aggregate import aggregate_seeds, method_tests, read_tables
+    from tapebench.stats.aggregate import aggregate_seeds, method_tests, read_tables
 
     per_seed = read_tables(args.per_seed, "per-seed")
     summary = aggregate_seeds(per_seed, n_resamples=args.n_resamples, ci=args.ci, seed=args.seed,
@@ -103,7 +103,7 @@ def _aggregate(args) -> int:
 
 
 def _aggregate_model_error(args) -> int:
-    from .model_error import aggregate_model_error_files
+    from tapebench.stats.model_error import aggregate_model_error_files
 
     table = aggregate_model_error_files(args.inputs, args.out, n_resamples=args.n_resamples, ci=args.ci,
                                         seed=args.seed)
@@ -114,7 +114,7 @@ def _aggregate_model_error(args) -> int:
 def _protocol_comparison(args) -> int:
     import json
 
-    from .protocol_comparison import Protocol, compare_protocol_files, protocol_files
+    from tapebench.stats.protocol_comparison import Protocol, compare_protocol_files, protocol_files
 
     try:
         spec = json.loads(args.protocols)

@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..utils.artifacts import read_table
-from ..utils.io import provenance, write_parquet
-from .aggregate import group_generator
-from .bootstrap import DEFAULT_CI, DEFAULT_RESAMPLES, percentile_ci
+from tapebench.utils.artifacts import read_table
+from tapebench.utils.io import provenance, write_parquet
+from tapebench.stats.aggregate import group_generator
+from tapebench.stats.bootstrap import DEFAULT_CI, DEFAULT_RESAMPLES, percentile_ci
 
 ALL_TYPES = "all"
 RUN_COLUMNS = ["agent", "seed", "checkpoint", "side", "rule", "type", "depth", "error", "n"]

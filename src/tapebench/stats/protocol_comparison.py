@@ -47,9 +47,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from ..pipeline import layout
-from .aggregate import ID_SIDE, METRICS, OOD_SIDE, group_generator
-from .bootstrap import DEFAULT_CI, DEFAULT_RESAMPLES, percentile_interval
+from tapebench.pipeline import layout
+from tapebench.stats.aggregate import ID_SIDE, METRICS, OOD_SIDE, group_generator
+from tapebench.stats.bootstrap import DEFAULT_CI, DEFAULT_RESAMPLES, percentile_interval
 
 LOWER_IS_BETTER = frozenset({"final_dist", "auc_dist", "steps"})
 REFERENCE = "OOD"
@@ -118,8 +118,8 @@ def protocols(config: dict) -> list[Protocol]:
 
 def _ladder_protocols(config: dict) -> list[Protocol]:
     """One protocol per severity-ladder level (side d<d> of the ladder split, its own runs and methods)."""
-    from ..pipeline.config import config_family
-    from ..splits.io import ladder_side
+    from tapebench.pipeline.config import config_family
+    from tapebench.vocabulary import ladder_side
 
     ladder = config["studies"]["ladder"]
     if not config_family(config).elementary:
@@ -131,7 +131,7 @@ def _ladder_protocols(config: dict) -> list[Protocol]:
 
 def _noise_protocols(config: dict) -> list[Protocol]:
     """One protocol per noise level > 0 (OOD side of the main split's runs evaluated with cell-update noise)."""
-    from ..pipeline.config import noise_study
+    from tapebench.pipeline.config import noise_study
 
     study = noise_study(config)
     split, H = study["split"], study["H"]
@@ -329,7 +329,7 @@ def _compare_pair(pa: Protocol, pb: Protocol, names, means, scores, boot_scores,
 def compare_protocol_files(protos: list[Protocol], *, metric: str = "success", n_resamples: int = DEFAULT_RESAMPLES,
                            ci: float = DEFAULT_CI, seed: int = 0) -> dict[str, pd.DataFrame]:
     """`compare_protocols` on the per-seed files the protocols name (each read once)."""
-    from .aggregate import read_tables
+    from tapebench.stats.aggregate import read_tables
 
     tables = {path: read_tables([path], "per-seed") for path in protocol_files(protos)}
     return compare_protocols(tables, protos, metric=metric, n_resamples=n_resamples, ci=ci, seed=seed)

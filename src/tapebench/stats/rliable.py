@@ -63,8 +63,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from .aggregate import group_generator
-from .bootstrap import DEFAULT_CI, DEFAULT_RESAMPLES, _check_settings, _generator, percentile_interval
+from tapebench.stats.aggregate import group_generator
+from tapebench.stats.bootstrap import DEFAULT_CI, DEFAULT_RESAMPLES, _check_settings, _generator, percentile_interval
 
 RESAMPLE_BLOCK = 256            # resamples drawn per (block, N, M) index array
 _MAX_ELEMENTS = 1 << 22         # largest intermediate array (elements) a vectorised step builds

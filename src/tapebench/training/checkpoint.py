@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..utils.artifacts import CorruptArtifact, file_sha256
-from ..utils.io import atomic_path
+from tapebench.utils.artifacts import CorruptArtifact, file_sha256
+from tapebench.utils.io import atomic_path
 
 CHECKPOINT_DIR = "checkpoints"
 RESUME_FILE = "resume.pt"
@@ -144,8 +144,8 @@ def policy_checkpoint(agent_name: str, config, env_spec, agent, env_steps: int, 
 
 def build_policy_agent(payload: dict, device="cpu"):
     """An agent (from the registry) ready to hold the policy weights of checkpoints like `payload`."""
-    from ..agents import EnvSpec
-    from ..methods import build_config, get_method
+    from tapebench.methods.contract import EnvSpec
+    from tapebench.registry import build_config, get_method
 
     config = build_config(payload["agent"], payload["hyperparameters"])
     env_spec = EnvSpec(**payload["env_spec"])

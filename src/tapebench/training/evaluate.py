@@ -13,17 +13,17 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from ..evaluation.episodes import episode_set
-from ..evaluation.evaluate import play, side_protocols, with_run_columns
-from ..evaluation.model_error import DEFAULT_CONTEXT, DEFAULT_DEPTH, check_probe, error_table, rollout_errors
-from ..evaluation.policy import greedy_policy
-from ..evaluation.protocol import DEFAULT_EPISODES_PER_RULE, DEFAULT_EVAL_SEED, protocol_episodes
-from ..evaluation.records import coerce_episode_frame
-from ..evaluation.runner import run_episodes
-from ..methods import get_method
-from ..utils.io import provenance, write_parquet
-from . import checkpoint as ckpt
-from .loop import read_manifest, resolve_device, torch_settings
+from tapebench.episodes.sets import episode_set
+from tapebench.evaluation.evaluate import play, side_protocols, with_run_columns
+from tapebench.evaluation.model_error import DEFAULT_CONTEXT, DEFAULT_DEPTH, check_probe, error_table, rollout_errors
+from tapebench.methods.contract import greedy_policy
+from tapebench.evaluation.protocol import DEFAULT_EPISODES_PER_RULE, DEFAULT_EVAL_SEED, protocol_episodes
+from tapebench.evaluation.records import coerce_episode_frame
+from tapebench.evaluation.runner import run_episodes
+from tapebench.registry import get_method
+from tapebench.utils.io import provenance, write_parquet
+from tapebench.training import checkpoint as ckpt
+from tapebench.training.loop import read_manifest, resolve_device, torch_settings
 
 
 def select_checkpoints(manifest: dict, last: int | str | None) -> list[dict]:

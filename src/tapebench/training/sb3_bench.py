@@ -29,12 +29,12 @@ import time
 import torch
 from torch import nn
 
-from ..envs.registration import ENV_ID
-from ..methods import build_config
-from ..validation import check_horizon, check_length, parse_rule_list
-from ..bench import load_average as _load
-from .bench import select_agents
-from .loop import TrainSpec, torch_settings, train
+from tapebench.envs.registration import ENV_ID
+from tapebench.registry import build_config
+from tapebench.validation import check_horizon, check_length, parse_rule_list
+from tapebench.bench import load_average as _load
+from tapebench.training.bench import select_agents
+from tapebench.training.loop import TrainSpec, torch_settings, train
 
 SB3_MIN_VERSION = (2, 3)
 INSTALL_HINT = 'pip install -e ".[bench]"'
@@ -233,7 +233,7 @@ def time_sb3(agent: str, settings: dict, rules, L: int, H: int, seed: int, threa
     import stable_baselines3
     from stable_baselines3.common.env_util import make_vec_env
 
-    from ..envs.tape_env import TapeEnv
+    from tapebench.envs.tape_env import TapeEnv
 
     algorithm = getattr(stable_baselines3, COUNTERPARTS[agent])
     with torch_settings(torch.device("cpu"), threads):
@@ -275,7 +275,7 @@ def _describe(kwargs: dict) -> str:
 
 def _rule_set(args) -> tuple[list[int], str]:
     if args.split is not None:
-        from ..splits.io import load_split
+        from tapebench.splits.io import load_split
 
         split = load_split(args.split)
         return list(split.train), f"train rules of split {split.name!r} ({args.split})"

@@ -105,10 +105,10 @@ class Kind:
 
 def table_kinds() -> list[Kind]:
     """The pipeline's Parquet tables, most specific first (the first match names an unknown file)."""
-    from ..evaluation.records import AGENT_COLUMNS, EPISODE_COLUMNS
-    from ..stats.aggregate import AGGREGATE_COLUMNS, GROUP, PER_SEED_COLUMNS
-    from ..stats.model_error import COLUMNS as MODEL_ERROR_AGGREGATE_COLUMNS, RUN_COLUMNS as MODEL_ERROR_COLUMNS
-    from ..stats.protocol_comparison import (COMPARISON_COLUMNS as PROTOCOL_COMPARISON_COLUMNS,
+    from tapebench.evaluation.records import AGENT_COLUMNS, EPISODE_COLUMNS
+    from tapebench.stats.aggregate import AGGREGATE_COLUMNS, GROUP, PER_SEED_COLUMNS
+    from tapebench.stats.model_error import COLUMNS as MODEL_ERROR_AGGREGATE_COLUMNS, RUN_COLUMNS as MODEL_ERROR_COLUMNS
+    from tapebench.stats.protocol_comparison import (COMPARISON_COLUMNS as PROTOCOL_COMPARISON_COLUMNS,
                                              REVERSAL_COLUMNS as PROTOCOL_REVERSAL_COLUMNS)
 
     episode = tuple(EPISODE_COLUMNS)
@@ -152,7 +152,7 @@ def read_table(path, kind: str) -> tuple[pd.DataFrame, dict]:
 
     Missing -> FileNotFoundError; damaged -> CorruptArtifact; another kind of table -> WrongKind,
     naming what the file looks like and which command writes the expected one."""
-    from .io import read_parquet_meta
+    from tapebench.utils.io import read_parquet_meta
 
     path = Path(path)
     expected = next((k for k in table_kinds() if k.name == kind), None)
@@ -204,7 +204,7 @@ def scan_results(results) -> list[Problem]:
     """Cheap integrity checks of every artifact under `results`: Parquet footers, JSON, the split
     hash, torch checkpoint archives and that each train.json's checkpoints exist. No checkpoint is
     unpickled; `tapebench train` and `tapebench evaluate` verify their hashes."""
-    from ..splits.io import load_split
+    from tapebench.splits.io import load_split
 
     results = Path(results)
     if not results.is_dir():

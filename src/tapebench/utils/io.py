@@ -67,7 +67,7 @@ def content_hash(obj: Any) -> str:
 
 def code_version() -> str:
     """Package version plus the git commit (and '-dirty') when run from a checkout."""
-    from .. import __version__
+    from tapebench import __version__
 
     version = __version__
     repo = Path(__file__).resolve().parents[3]

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tapebench.methods import Method
+from tapebench.registry import Method
 
 
 @dataclass

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .common import adam, due_updates, soft_update_
+from tapebench.methods.common import adam, due_updates, soft_update_
 
 
 @dataclass

@@ -20,64 +20,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..rules.family import ELEMENTARY, RuleFamily
-from ..splits.io import ladder_level
-from ..validation import check_goal, check_length, check_noise, check_rules
-from .policy import mix64
-
-SIDE_CODES = {"train": 0, "test": 1, "rules": 2}
-LADDER_SIDE_CODE = 100        # ladder level d (side "d<d>", docs/protocol.md#severity-ladders): code 100 + d
-
-
-def split_key(content_hash: str | None) -> int:
-    """Integer key of a split from its content hash (0 for an explicit rule list)."""
-    return int(content_hash[:16], 16) if content_hash else 0
-
-
-def check_side(side: str) -> str:
-    if side not in SIDE_CODES and ladder_level(side) is None:
-        raise ValueError(f"side must be one of {sorted(SIDE_CODES)} or a ladder level 'd1', 'd2', ..., got {side!r}")
-    return side
-
-
-def side_code(side: str) -> int:
-    return SIDE_CODES[side] if side in SIDE_CODES else LADDER_SIDE_CODE + ladder_level(check_side(side))
-
-
-def _identity(eval_seed: int, key: int, side: str, rule: int, episode: int) -> list[int]:
-    return [int(eval_seed), int(key), side_code(side), int(rule), int(episode)]
-
-
-def episode_key(eval_seed: int, key: int, side: str, rule: int, episode: int) -> np.uint64:
-    """A 64-bit identity of one evaluation episode, for methods' per-episode randomness.
-
-    Derived from the same tuple as the initial tape but from a separate stream, so it reveals neither
-    the rule nor the tape.
-    """
-    seq = np.random.SeedSequence(_identity(eval_seed, key, side, rule, episode), spawn_key=(1,))
-    return seq.generate_state(1, np.uint64)[0]
-
-
-def noise_key(eval_seed: int, key: int, side: str, rule: int, episode: int) -> np.uint64:
-    """A 64-bit key of one evaluation episode's noise stream (separate from the tape and `episode_key`)."""
-    seq = np.random.SeedSequence(_identity(eval_seed, key, side, rule, episode), spawn_key=(2,))
-    return seq.generate_state(1, np.uint64)[0]
-
-
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-
-
-def noise_uniforms(noise_keys: np.ndarray, t: int, L: int) -> np.ndarray:
-    """(N, L) uniforms in [0, 1) of step t for episodes with these noise keys: SplitMix64 of (key, t, cell),
-    the top 53 bits as a float64."""
-    if isinstance(t, bool) or int(t) < 0:
-        raise ValueError(f"step t must be an integer >= 0, got {t!r}")
-    counters = (np.uint64(int(t)) << np.uint64(32)) | np.arange(L, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        words = np.asarray(noise_keys, dtype=np.uint64)[:, None] ^ mix64(counters + np.uint64(1))[None, :]
-        words = mix64(words + _GOLDEN)
-    return (words >> np.uint64(11)).astype(np.float64) * (1.0 / 2.0 ** 53)
-
+from tapebench.rules.family import ELEMENTARY, RuleFamily
+from tapebench.validation import check_goal, check_length, check_noise, check_rules
+from tapebench.episodes.streams import check_side, episode_key, identity, noise_key, noise_uniforms
 
 def noise_flips(noise_keys: np.ndarray, t: int, L: int, noise: float, colours: int = 2) -> np.ndarray:
     """(N, L) uint8 colour shifts applied after the CA update of step t (added mod `colours`): non-zero with
@@ -92,7 +37,7 @@ def noise_flips(noise_keys: np.ndarray, t: int, L: int, noise: float, colours: i
 
 def episode_tape(eval_seed: int, key: int, side: str, rule: int, episode: int, L: int, goal,
                  colours: int = 2) -> np.ndarray:
-    rng = np.random.default_rng(np.random.SeedSequence(_identity(eval_seed, key, side, rule, episode)))
+    rng = np.random.default_rng(np.random.SeedSequence(identity(eval_seed, key, side, rule, episode)))
     while True:
         tape = rng.integers(0, colours, size=L, dtype=np.uint8)
         if not np.array_equal(tape, goal):

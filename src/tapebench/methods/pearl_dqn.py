@@ -38,8 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .common import adam, due_updates, soft_update_
-from .dqn import ReplayBuffer, mlp
+from tapebench.methods.common import adam, due_updates, soft_update_
+from tapebench.methods.dqn import ReplayBuffer, mlp
 
 MIN_FACTOR_VARIANCE = 1e-4  # σ_i² = softplus(raw) + this: caps one transition's precision at 1e4
 

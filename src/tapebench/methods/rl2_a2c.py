@@ -31,8 +31,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributions import Categorical
 
-from .common import adam, gae
-from .ppo import layer_init, mlp
+from tapebench.methods.common import adam, gae
+from tapebench.methods.ppo import layer_init, mlp
 
 
 @dataclass

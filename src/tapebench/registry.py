@@ -126,10 +126,8 @@ class Method:
 
 
 def _builtin() -> list[Method]:
-    from ..agents import (curl_dqn, dqn, dreamer, ensemble_mpc, pearl_dqn, planet, ppo, ppo_dr, rad_dqn, rainbow,
-                          rl2_a2c)
-    from ..oracle import exact, mpc
-    from . import bayes_filter, identify_then_plan, random_policy
+    from tapebench.methods import (bayes_filter, curl_dqn, dqn, dreamer, ensemble_mpc, exact, identify_then_plan, mpc,
+                                   pearl_dqn, planet, ppo, ppo_dr, rad_dqn, rainbow, random_policy, rl2_a2c)
 
     agent = Method.from_agent_module
     return [

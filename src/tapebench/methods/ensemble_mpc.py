@@ -46,8 +46,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..oracle.mpc import candidate_action, episode_keys, step_key
-from .common import adam
+from tapebench.episodes.streams import candidate_action, episode_keys, step_key
+from tapebench.methods.common import adam
 
 
 @dataclass

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import augment, dqn
+from tapebench.methods import augment, dqn
 
 
 @dataclass

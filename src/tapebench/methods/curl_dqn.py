@@ -28,8 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import augment, dqn
-from .common import adam
+from tapebench.methods import augment, dqn
+from tapebench.methods.common import adam
 
 
 @dataclass

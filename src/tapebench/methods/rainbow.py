@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .common import adam, due_updates
+from tapebench.methods.common import adam, due_updates
 
 
 @dataclass

@@ -26,16 +26,14 @@ from dataclasses import asdict, dataclass
 import numba as nb
 import numpy as np
 
-from ..ca.packed import length_mask, pack, popcount, step_word_masks
-from ..ca.table_kernel import _step_row
-from ..evaluation.episodes import EpisodeSet
-from ..rules.family import ELEMENTARY
-from ..evaluation.policy import step_keys
-from ..validation import check_goal, check_horizon, check_integer
-from .accounting import add_step, results_dict
+from tapebench.ca.packed import length_mask, pack, popcount, step_word_masks
+from tapebench.ca.table_kernel import _step_row
+from tapebench.episodes.sets import EpisodeSet
+from tapebench.rules.family import ELEMENTARY
+from tapebench.episodes.streams import U64, candidate_action, candidate_actions, episode_keys, step_key
+from tapebench.validation import check_goal, check_horizon, check_integer
+from tapebench.episodes.accounting import add_step, results_dict
 
-U64 = np.uint64
-GAMMA = np.uint64(0x9E3779B97F4A7C15)   # SplitMix64 increment
 
 
 @dataclass(frozen=True)
@@ -56,44 +54,6 @@ class MPCConfig:
 
     def as_dict(self) -> dict:
         return {k: int(v) for k, v in asdict(self).items()}
-
-
-@nb.njit(cache=True, inline="always")
-def mix64(x):
-    """SplitMix64 output function: a bijective 64-bit mixer."""
-    x = (x ^ (x >> U64(30))) * U64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> U64(27))) * U64(0x94D049BB133111EB)
-    return x ^ (x >> U64(31))
-
-
-@nb.njit(cache=True, inline="always")
-def step_key(episode_key, t):
-    return mix64(episode_key + U64(t + 1) * GAMMA)
-
-
-@nb.njit(cache=True, inline="always")
-def candidate_action(key, counter, L):
-    """Action of candidate sequence element `counter` (= c * horizon + depth) under a step key."""
-    z = mix64(key + U64(counter + 1) * GAMMA)
-    return np.int64(((z >> U64(32)) * U64(L)) >> U64(32))
-
-
-@nb.njit(cache=True)
-def candidate_actions(key, candidates, horizon, L):
-    """(candidates, horizon) actions of one decision; what the fused kernel draws on the fly."""
-    out = np.empty((candidates, horizon), dtype=np.int64)
-    for c in range(candidates):
-        for k in range(horizon):
-            out[c, k] = candidate_action(key, c * horizon + k, L)
-    return out
-
-
-MPC_DOMAIN = 0x4D5043   # separates the planner's keys from other per-episode random streams of the same seed
-
-
-def episode_keys(identity_keys: np.ndarray, planner_seed: int) -> np.ndarray:
-    """One 64-bit planner key per episode from its identity (`EpisodeSet.keys`) and the planner seed."""
-    return step_keys(np.asarray(identity_keys, dtype=np.uint64), MPC_DOMAIN, int(planner_seed))
 
 
 @nb.njit(cache=True, inline="always")

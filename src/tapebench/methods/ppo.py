@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .common import adam, gae
+from tapebench.methods.common import adam, gae
 from torch.distributions import Categorical
 
 

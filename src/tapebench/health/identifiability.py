@@ -20,12 +20,12 @@ import numba as nb
 import numpy as np
 import pandas as pd
 
-from ..ca.packed import length_mask, pack, popcount, step_word_rule
-from ..evaluation.episodes import EpisodeSet
-from ..evaluation.policy import step_keys
-from ..methods.identify_then_plan import FULL, pinned_bits
-from ..oracle.mpc import candidate_action, step_key
-from ..validation import check_goal, check_horizon
+from tapebench.ca.packed import length_mask, pack, popcount, step_word_rule
+from tapebench.episodes.sets import EpisodeSet
+from tapebench.episodes.streams import step_keys
+from tapebench.methods.identify_then_plan import FULL, pinned_bits
+from tapebench.episodes.streams import candidate_action, step_key
+from tapebench.validation import check_goal, check_horizon
 
 U64 = np.uint64
 IDENT_DOMAIN = 0x494446   # separates the random-action stream from the methods' streams
@@ -101,7 +101,7 @@ def identification_steps(episodes: EpisodeSet, H: int, *, goal=None, action_seed
 def identifiability_frame(split, *, L: int, H: int, episodes_per_rule: int, eval_seed: int, action_seed: int = 0,
                           splits_dir=None) -> pd.DataFrame:
     """Per-episode rows (columns COLUMNS) for both sides of a split."""
-    from ..evaluation.protocol import protocol_episodes
+    from tapebench.evaluation.protocol import protocol_episodes
 
     kwargs = {} if splits_dir is None else {"splits_dir": splits_dir}
     frames = []
@@ -118,7 +118,7 @@ def identifiability_frame(split, *, L: int, H: int, episodes_per_rule: int, eval
 
 def write_identifiability(path, split, *, L: int, H: int, episodes_per_rule: int, eval_seed: int,
                           action_seed: int = 0, splits_dir=None) -> pd.DataFrame:
-    from ..utils.io import provenance, write_parquet
+    from tapebench.utils.io import provenance, write_parquet
 
     frame = identifiability_frame(split, L=L, H=H, episodes_per_rule=episodes_per_rule, eval_seed=eval_seed,
                                   action_seed=action_seed, splits_dir=splits_dir)

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .common import adam, soft_update_
-from .world_model import (VALUE_BINS, VALUE_GRID, RSSM, WorldModelConfig, WorldModelLearner, filter_mode, mlp,
+from tapebench.methods.common import adam, soft_update_
+from tapebench.methods.world_model import (VALUE_BINS, VALUE_GRID, RSSM, WorldModelConfig, WorldModelLearner, filter_mode, mlp,
                           sample_index, sample_straight_through, unimix_logits, world_model_rollout)
 
 

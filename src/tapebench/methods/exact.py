@@ -25,10 +25,10 @@ from dataclasses import dataclass
 import numba as nb
 import numpy as np
 
-from ..ca.packed import pack, popcount, step_words
-from ..evaluation.episodes import EpisodeSet
-from ..validation import MIN_L, check_goal, check_horizon, check_length, check_rule
-from .accounting import add_step, results_dict
+from tapebench.ca.packed import pack, popcount, step_words
+from tapebench.episodes.sets import EpisodeSet
+from tapebench.validation import MIN_L, check_goal, check_horizon, check_length, check_rule
+from tapebench.episodes.accounting import add_step, results_dict
 
 MAX_EXACT_L = 20
 UNREACHABLE = 255   # d[s] when the goal is not reachable within H steps

@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .common import adam
+from tapebench.methods.common import adam
 
 REWARD_LIMIT = 10.0     # reward bins span [-10, 10] in value space (rewards are in [-1, 1 + bonus])
 REWARD_BINS = 41        # evenly spaced in symlog space: spacing 0.12 in symlog units

@@ -1,0 +1,1 @@
+"""Evaluation episodes and the random streams every method draws from (docs/protocol.md#decisions)."""

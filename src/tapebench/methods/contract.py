@@ -1,0 +1,148 @@
+"""The method contract: what every method implements, learned or not (docs/methods.md).
+
+Evaluation
+----------
+The evaluation-policy contract: what the runner drives on the common-random-number episodes.
+
+Every method evaluates through one interface (docs/methods.md, "The method contract"). The runner
+plays a batch of episodes that all start together; it calls
+
+* `begin(batch)` once, before the first step: every row of `batch` starts a new episode, so a
+  stateful policy (recurrent core, context of transitions, belief over rules, planner) resets its
+  per-episode state here;
+* `act(obs)` each step: (N, L+1) float observations -> (N,) long cell indices;
+* `observe(obs, actions, rewards, next_obs, terminated, truncated)` after each step: the batched
+  transition. Rows whose episode already ended keep being stepped (their records are frozen);
+  their actions and transitions are to be ignored.
+
+A row's actions may depend only on that row's own observations and transitions and on the row's
+`batch.keys` (its episode identity, for reproducible per-episode randomness), never on the other rows
+or on how the episodes were batched. Only reference methods (`Method.sees_true_rule`) get
+`batch.rules`; for everyone else it is None.
+
+A plain callable `obs -> actions` is accepted wherever a policy is expected (a stateless policy).
+
+Training (learned agents)
+-------------------------
+The agent contract: what a method that trains provides (its registry entry is in `tapebench.methods`).
+
+An agent module (CleanRL style, one module per algorithm, see `dqn.py` / `ppo.py`) provides:
+
+* `Config` — a dataclass of hyperparameters, each field documented, all with defaults. It must have
+  `num_envs: int` (how many environments the shared loop steps in parallel for this agent).
+  The pipeline's `agents.<id>` mapping overrides its fields; unknown keys are an error.
+* `make(config, env_spec, total_steps, device) -> agent`, where `env_spec` is an `EnvSpec` and
+  `total_steps` is the training budget in environment steps (for schedules such as ε decay).
+* optionally `training_env(config) -> dict`: extra `BatchedTapeEnv` arguments for the training
+  environment only (domain randomisation); evaluation always uses the protocol's environment.
+
+The object returned by `make` has:
+
+* `act(obs, greedy=False) -> actions` — obs (N, obs_dim) float tensor → (N,) long tensor of cell
+  indices, used by the training loop. Randomness comes from torch's global generator (the loop seeds
+  and checkpoints it).
+* `observe(obs, actions, rewards, next_obs, terminated, truncated)` — one batched transition.
+  `next_obs` is the true successor observation (the episode's last observation on rows that ended,
+  not the auto-reset one): bootstrap from it on truncation, never on termination. A row whose
+  episode ended starts a new episode (a new rule) at the next `act`: agents that keep per-episode
+  state reset it for that row here.
+* `update() -> dict[str, float]` — called after every `observe`; learns when it is time
+  (e.g. every few steps for DQN, when the rollout is full for PPO); returns metrics to log (may be empty).
+* `state_dict()` / `load_state_dict(state)` — the *complete* training state (networks, optimiser,
+  replay buffer or partial rollout, per-episode state, counters), so a resumed run continues bit-identically.
+* `policy_state_dict()` / `load_policy_state_dict(state)` — only what the evaluation policy needs;
+  this is what evaluation checkpoints store.
+* evaluation: `act(obs, greedy=True)` is the greedy policy and must not change any state; an agent
+  that keeps per-episode state (a recurrent core, a context of transitions) instead defines
+  `evaluation_policy() -> EvalPolicy` (contract in `tapebench.methods.contract`): a fresh policy object
+  with its own per-episode state, told when episodes begin and shown every transition.
+* world models (registry entry `world_model=True`): `world_model_rollout(obs_prefix, action_prefix,
+  actions) -> probabilities`. `obs_prefix` (N, C+1, obs_dim) float is the start of N episodes
+  (`obs_prefix[:, 0]` the first observation, `obs_prefix[:, j+1]` the observation after
+  `action_prefix[:, j]`, C >= 0), `actions` (N, D) long the D actions that follow. Returns (N, D, L) float:
+  the model's probability that each cell is 1 after each of the D steps, predicted open loop from the
+  prefix (no observation after `obs_prefix[:, C]` is used). Deterministic and side-effect free: no draws
+  from the global generators, no change to any state (the pipeline's prediction-error diagnostics call it).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class EpisodeBatch:
+    """What a policy learns about the episodes it is about to play."""
+
+    L: int
+    H: int
+    keys: np.ndarray               # (N,) uint64 episode identities (see evaluation.episodes.episode_key)
+    goal: np.ndarray               # (L,) uint8 goal tape
+    success_bonus: float
+    device: torch.device
+    rules: np.ndarray | None = None   # (N,) true rules: only for reference methods
+    family: Any = None                # the episodes' RuleFamily (None: elementary; cells 0..k-1, action +1 mod k)
+    noise: float = 0.0                # the protocol's cell-update noise epsilon (0: noise-free dynamics)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+@runtime_checkable
+class EvalPolicy(Protocol):
+    def begin(self, batch: EpisodeBatch) -> None: ...
+
+    def act(self, obs: torch.Tensor) -> torch.Tensor: ...
+
+    def observe(self, obs, actions, rewards, next_obs, terminated, truncated) -> None: ...
+
+
+class StatelessPolicy:
+    """An EvalPolicy around a function obs -> actions (greedy agents, fixed controllers)."""
+
+    def __init__(self, act: Callable[[torch.Tensor], torch.Tensor]):
+        self._act = act
+
+    def begin(self, batch: EpisodeBatch) -> None:
+        pass
+
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        return self._act(obs)
+
+    def observe(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
+        pass
+
+
+def as_policy(policy) -> EvalPolicy:
+    """An EvalPolicy as it is, or a callable obs -> actions wrapped as a stateless one."""
+    if isinstance(policy, EvalPolicy):
+        return policy
+    if callable(policy):
+        return StatelessPolicy(policy)
+    raise TypeError(f"an evaluation policy needs begin/act/observe or must be a callable obs -> actions, "
+                    f"got {type(policy).__name__}")
+
+
+def greedy_policy(agent) -> EvalPolicy:
+    """The evaluation policy of a trained agent: its own `evaluation_policy()` if it keeps per-episode
+    state, else its greedy action `act(obs, greedy=True)`."""
+    make = getattr(agent, "evaluation_policy", None)
+    if make is not None:
+        return as_policy(make())
+    return StatelessPolicy(lambda obs: agent.act(obs, greedy=True))
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """What an agent needs to know about the environment to build its networks."""
+
+    L: int             # tape length; also the number of actions (flip cell 0..L-1)
+    H: int             # training horizon
+    obs_dim: int       # L + 1: the tape plus the time feature t/H
+    num_actions: int   # L
+
+    @classmethod
+    def for_tape(cls, L: int, H: int) -> "EnvSpec":
+        return cls(L=int(L), H=int(H), obs_dim=int(L) + 1, num_actions=int(L))
