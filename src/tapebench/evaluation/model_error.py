@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from tapebench.schemas import MODEL_ERROR_PROBE_COLUMNS
 from tapebench.ca.packed import pack, step_words_rules, unpack
 from tapebench.episodes.sets import EpisodeSet
 from tapebench.episodes.streams import step_keys, uniform_below
@@ -26,7 +27,6 @@ from tapebench.episodes.streams import step_keys, uniform_below
 PROBE_DOMAIN = 0x50524F   # separates the probe actions from the other per-episode streams
 DEFAULT_CONTEXT = 4
 DEFAULT_DEPTH = 16
-COLUMNS = ["side", "rule", "type", "depth", "error", "n"]
 
 
 def probe_trajectories(episodes: EpisodeSet, steps: int, goal=None) -> tuple[np.ndarray, np.ndarray]:
@@ -104,7 +104,7 @@ def error_table(errors: np.ndarray, valid: np.ndarray, episodes: EpisodeSet, sid
     table = table.rename(columns={"mean": "error", "size": "n"})
     table.insert(0, "side", side)
     table.insert(2, "type", [rule_types.get(int(z), "") for z in table["rule"]])
-    return table[COLUMNS].astype({"rule": "int64", "depth": "int64", "error": "float64", "n": "int64"})
+    return table[MODEL_ERROR_PROBE_COLUMNS].astype({"rule": "int64", "depth": "int64", "error": "float64", "n": "int64"})
 
 
 def summarize(table: pd.DataFrame) -> pd.DataFrame:

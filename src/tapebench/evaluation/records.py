@@ -19,12 +19,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-EPISODE_COLUMNS = {
-    "split": "string", "side": "string", "rule": "int64", "type": "string", "episode": "int64",
-    "L": "int64", "H": "int64", "success": "bool", "final_dist": "float64", "auc_dist": "float64",
-    "return": "float64", "steps": "int64",
-}
-AGENT_COLUMNS = {"agent": "string", "seed": "int64", "checkpoint": "int64"}
+from tapebench.schemas import AGENT_COLUMNS, EPISODE_COLUMNS
+
 SOFT_EPSILONS = (0.03125, 0.0625, 0.1)
 
 

@@ -20,6 +20,7 @@ import numba as nb
 import numpy as np
 import pandas as pd
 
+from tapebench.schemas import IDENTIFIABILITY_COLUMNS
 from tapebench.ca.packed import length_mask, pack, popcount, step_word_rule
 from tapebench.episodes.sets import EpisodeSet
 from tapebench.episodes.streams import step_keys
@@ -30,7 +31,6 @@ from tapebench.validation import check_goal, check_horizon
 U64 = np.uint64
 IDENT_DOMAIN = 0x494446   # separates the random-action stream from the methods' streams
 TYPE_ORDER = ("stable", "periodic", "chaotic")
-COLUMNS = ("split", "side", "rule", "type", "episode", "L", "H", "steps", "identified", "episode_steps")
 
 
 def all_windows_count(L: int) -> int:
@@ -100,7 +100,7 @@ def identification_steps(episodes: EpisodeSet, H: int, *, goal=None, action_seed
 
 def identifiability_frame(split, *, L: int, H: int, episodes_per_rule: int, eval_seed: int, action_seed: int = 0,
                           splits_dir=None) -> pd.DataFrame:
-    """Per-episode rows (columns COLUMNS) for both sides of a split."""
+    """Per-episode rows (columns IDENTIFIABILITY_COLUMNS) for both sides of a split."""
     from tapebench.evaluation.protocol import protocol_episodes
 
     kwargs = {} if splits_dir is None else {"splits_dir": splits_dir}
@@ -113,7 +113,7 @@ def identifiability_frame(split, *, L: int, H: int, episodes_per_rule: int, eval
             "split": protocol.split, "side": side, "rule": episodes.rules.astype(np.int64),
             "type": [types.get(int(z), "") for z in episodes.rules], "episode": episodes.episodes.astype(np.int64),
             "L": int(L), "H": int(H), "steps": steps, "identified": steps <= H, "episode_steps": length}))
-    return pd.concat(frames, ignore_index=True)[list(COLUMNS)]
+    return pd.concat(frames, ignore_index=True)[list(IDENTIFIABILITY_COLUMNS)]
 
 
 def write_identifiability(path, split, *, L: int, H: int, episodes_per_rule: int, eval_seed: int,

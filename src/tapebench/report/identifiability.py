@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tapebench.health.identifiability import COLUMNS, one_step_probability, summary_rows
+from tapebench.health.identifiability import one_step_probability, summary_rows
+from tapebench.schemas import IDENTIFIABILITY_COLUMNS
 from tapebench.utils.artifacts import read_table
 from tapebench.report.render import render_table
 
@@ -17,7 +18,7 @@ def render_identifiability(path, out) -> str:
     if not path.is_file():
         raise FileNotFoundError(f"identifiability table not found: {path} (written by `tapebench identifiability`)")
     frame, meta = read_table(path, "identifiability")
-    missing = [c for c in COLUMNS if c not in frame.columns]
+    missing = [c for c in IDENTIFIABILITY_COLUMNS if c not in frame.columns]
     if missing:
         raise ValueError(f"{path} is not an identifiability table: missing columns {missing}")
     if frame.empty:

@@ -67,6 +67,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from tapebench.vocabulary import DROP_SIDE, ID_SIDE, OOD_SIDE
+from tapebench.schemas import AGGREGATE_COLUMNS, GROUP, PER_SEED_COLUMNS, SUMMARY_GROUP
 from tapebench.evaluation.records import SOFT_EPSILONS, coerce_episode_frame, soft_success
 from tapebench.vocabulary import ladder_level
 from tapebench.stats.bootstrap import (DEFAULT_CI, DEFAULT_RESAMPLES, difference_ci, hedges_g, holm, percentile_interval,
@@ -74,16 +76,10 @@ from tapebench.stats.bootstrap import (DEFAULT_CI, DEFAULT_RESAMPLES, difference
 
 SOFT_METRICS = tuple(f"soft_success@{eps:g}" for eps in SOFT_EPSILONS)
 METRICS = ("success", *SOFT_METRICS, "final_dist", "auc_dist", "return", "steps")
-GROUP = ["split", "agent", "L", "H", "seed", "side"]
-SUMMARY_GROUP = ["split", "agent", "L", "H"]
-ID_SIDE, OOD_SIDE, DROP_SIDE = "train", "test", "drop"
 TEST_ALPHA = 0.05
 ON_METRIC = "on_success"       # oracle-normalised OOD strict success, ON(p) = 100 p / p_reference
 DEFAULT_REFERENCE = "mpc"
 
-PER_SEED_COLUMNS = [*GROUP, "metric", "value", "k_used", "checkpoint_first", "checkpoint_last", "n_episodes"]
-AGGREGATE_COLUMNS = [*SUMMARY_GROUP, "side", "metric", "n", "mean", "sd", "ci_low", "ci_high", "ci",
-                     "n_resamples"]
 
 
 TABLE_KINDS = {"episode": "episodes", "per-seed": "per_seed"}   # `what` -> utils.artifacts table kind

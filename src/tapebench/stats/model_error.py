@@ -10,19 +10,18 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tapebench.schemas import MODEL_ERROR_COLUMNS, MODEL_ERROR_RUN_COLUMNS
 from tapebench.utils.artifacts import read_table
 from tapebench.utils.io import provenance, write_parquet
 from tapebench.stats.aggregate import group_generator
 from tapebench.stats.bootstrap import DEFAULT_CI, DEFAULT_RESAMPLES, percentile_ci
 
 ALL_TYPES = "all"
-RUN_COLUMNS = ["agent", "seed", "checkpoint", "side", "rule", "type", "depth", "error", "n"]
-COLUMNS = ["agent", "side", "type", "depth", "mean", "ci_low", "ci_high", "n_seeds", "episodes"]
 
 
 def per_seed_errors(table: pd.DataFrame) -> pd.DataFrame:
     """(agent, seed, side, type, depth) -> episode-weighted mean error; type 'all' pools the types."""
-    missing = sorted(set(RUN_COLUMNS) - set(table.columns))
+    missing = sorted(set(MODEL_ERROR_RUN_COLUMNS) - set(table.columns))
     if missing:
         raise ValueError(f"model-error table lacks columns {missing} (written by `tapebench model-error`)")
     weighted = table.assign(total=table["error"] * table["n"])
@@ -43,7 +42,7 @@ def aggregate_errors(table: pd.DataFrame, n_resamples: int = DEFAULT_RESAMPLES, 
         rows.append({"agent": key[0], "side": key[1], "type": key[2], "depth": int(key[3]),
                      "mean": interval.mean, "ci_low": interval.low, "ci_high": interval.high,
                      "n_seeds": interval.n, "episodes": int(group["episodes"].sum())})
-    out = pd.DataFrame(rows, columns=COLUMNS)
+    out = pd.DataFrame(rows, columns=MODEL_ERROR_COLUMNS)
     return out.astype({"depth": "int64", "n_seeds": "int64", "episodes": "int64"})
 
 

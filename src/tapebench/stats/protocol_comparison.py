@@ -47,6 +47,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from tapebench.schemas import PROTOCOL_COMPARISON_COLUMNS, PROTOCOL_REVERSAL_COLUMNS
 from tapebench.pipeline import layout
 from tapebench.stats.aggregate import ID_SIDE, METRICS, OOD_SIDE, group_generator
 from tapebench.stats.bootstrap import DEFAULT_CI, DEFAULT_RESAMPLES, percentile_interval
@@ -257,16 +258,11 @@ def compare_protocols(tables: Mapping[str, pd.DataFrame], protos: list[Protocol]
     comparison = pd.DataFrame(pairs)
     comparison["ci"], comparison["n_resamples"] = float(ci), int(n_resamples)
     reversal_frame = pd.concat([r for r in reversals if len(r)], ignore_index=True) if any(
-        len(r) for r in reversals) else pd.DataFrame(columns=REVERSAL_COLUMNS)
-    return {"ranks": ranks, "comparison": comparison[COMPARISON_COLUMNS],
-            "reversals": reversal_frame[REVERSAL_COLUMNS].reset_index(drop=True)}
+        len(r) for r in reversals) else pd.DataFrame(columns=PROTOCOL_REVERSAL_COLUMNS)
+    return {"ranks": ranks, "comparison": comparison[PROTOCOL_COMPARISON_COLUMNS],
+            "reversals": reversal_frame[PROTOCOL_REVERSAL_COLUMNS].reset_index(drop=True)}
 
 
-COMPARISON_COLUMNS = ["protocol_a", "protocol_b", "reference", "methods", "n_methods", "tau", "tau_ci_low",
-                      "tau_ci_high", "p_tau_defined", "n_pairs", "n_reversals", "expected_reversals", "best_a",
-                      "best_b", "best_changes", "p_best_changes", "ci", "n_resamples"]
-REVERSAL_COLUMNS = ["protocol_a", "protocol_b", "reference", "agent_hi", "agent_lo", "tied_a", "mean_a_hi",
-                    "mean_a_lo", "mean_b_hi", "mean_b_lo", "reversed", "p_reversed"]
 
 
 def _rank_table(protos, agents, means, scores, boot_scores, n_seeds, ci) -> pd.DataFrame:
@@ -298,7 +294,7 @@ def _compare_pair(pa: Protocol, pb: Protocol, names, means, scores, boot_scores,
     if n == 0:
         return {**row, "tau": np.nan, "tau_ci_low": np.nan, "tau_ci_high": np.nan, "p_tau_defined": 0.0,
                 "n_reversals": 0, "expected_reversals": 0.0, "best_a": "", "best_b": "", "best_changes": False,
-                "p_best_changes": np.nan}, pd.DataFrame(columns=REVERSAL_COLUMNS)
+                "p_best_changes": np.nan}, pd.DataFrame(columns=PROTOCOL_REVERSAL_COLUMNS)
     tau = float(sps.kendalltau(scores[0], scores[1]).statistic) if n >= 2 else np.nan
     boot_tau = tau_b_rows(boot_scores[0], boot_scores[1]) if n >= 2 else np.full(boot_scores.shape[1], np.nan)
     defined = np.isfinite(boot_tau)

@@ -1,0 +1,81 @@
+"""The pipeline's tables: their column lists and kinds, defined once at the bottom of the package.
+
+Writers build their frames with these columns; `utils.artifacts.read_table` checks a file against its
+kind and names the command that writes the expected one. Column meanings: docs/protocol.md#outputs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# per-episode evaluation records (`tapebench evaluate`, the oracles): column -> dtype
+EPISODE_COLUMNS = {
+    "split": "string", "side": "string", "rule": "int64", "type": "string", "episode": "int64",
+    "L": "int64", "H": "int64", "success": "bool", "final_dist": "float64", "auc_dist": "float64",
+    "return": "float64", "steps": "int64",
+}
+AGENT_COLUMNS = {"agent": "string", "seed": "int64", "checkpoint": "int64"}   # added by learned agents' evaluations
+
+# aggregates (`tapebench aggregate-seed`, `tapebench aggregate`)
+GROUP = ["split", "agent", "L", "H", "seed", "side"]
+SUMMARY_GROUP = ["split", "agent", "L", "H"]
+PER_SEED_COLUMNS = [*GROUP, "metric", "value", "k_used", "checkpoint_first", "checkpoint_last", "n_episodes"]
+PER_RULE_COLUMNS = [*GROUP, "rule", "type", "metric", "value", "k_used", "n_episodes"]
+CURVE_COLUMNS = [*GROUP, "checkpoint", "metric", "value", "n_episodes"]
+AGGREGATE_COLUMNS = [*SUMMARY_GROUP, "side", "metric", "n", "mean", "sd", "ci_low", "ci_high", "ci",
+                     "n_resamples"]
+TESTS_COLUMNS = ["agent_a", "agent_b", "metric", "p", "p_holm"]
+
+# world-model prediction error (`tapebench model-error`, `tapebench aggregate-model-error`)
+MODEL_ERROR_PROBE_COLUMNS = ["side", "rule", "type", "depth", "error", "n"]
+MODEL_ERROR_RUN_COLUMNS = ["agent", "seed", "checkpoint", *MODEL_ERROR_PROBE_COLUMNS]
+MODEL_ERROR_COLUMNS = ["agent", "side", "type", "depth", "mean", "ci_low", "ci_high", "n_seeds", "episodes"]
+
+# protocol comparison (`tapebench protocol-comparison`)
+PROTOCOL_COMPARISON_COLUMNS = ["protocol_a", "protocol_b", "reference", "methods", "n_methods", "tau", "tau_ci_low",
+                               "tau_ci_high", "p_tau_defined", "n_pairs", "n_reversals", "expected_reversals",
+                               "best_a", "best_b", "best_changes", "p_best_changes", "ci", "n_resamples"]
+PROTOCOL_RANK_COLUMNS = ["protocol", "agent", "mean", "rank", "rank_ci_low", "rank_ci_high", "p_best"]
+PROTOCOL_REVERSAL_COLUMNS = ["protocol_a", "protocol_b", "reference", "agent_hi", "agent_lo", "tied_a", "mean_a_hi",
+                             "mean_a_lo", "mean_b_hi", "mean_b_lo", "reversed", "p_reversed"]
+
+# oracle and rule-space tables
+FEASIBILITY_COLUMNS = ["rule", "L", "H", "solvable_fraction", "any_solvable"]
+IDENTIFIABILITY_COLUMNS = ("split", "side", "rule", "type", "episode", "L", "H", "steps", "identified", "episode_steps")
+FEATURE_KEY_COLUMNS = ["rule", "type", "mirror_rule"]
+
+
+@dataclass(frozen=True)
+class TableKind:
+    name: str
+    label: str
+    writer: str
+    columns: tuple[str, ...]
+
+
+EPISODE_TABLE = tuple(EPISODE_COLUMNS)
+
+# The pipeline's Parquet tables, most specific first (the first match names an unknown file).
+TABLE_KINDS = (
+    TableKind("per_seed", "a per-seed table", "tapebench aggregate-seed --out", tuple(PER_SEED_COLUMNS)),
+    TableKind("per_rule", "a per-rule table", "tapebench aggregate-seed --per-rule-out", tuple(PER_RULE_COLUMNS)),
+    TableKind("curves", "a learning-curve table", "tapebench aggregate-seed --curves-out", tuple(CURVE_COLUMNS)),
+    TableKind("aggregate", "an aggregate table", "tapebench aggregate --out", tuple(AGGREGATE_COLUMNS)),
+    TableKind("tests", "a Welch-tests table", "tapebench aggregate --tests-out", tuple(TESTS_COLUMNS)),
+    TableKind("model_error", "a world model's prediction-error table", "tapebench model-error",
+              tuple(MODEL_ERROR_RUN_COLUMNS)),
+    TableKind("model_error_aggregate", "a model-error aggregate", "tapebench aggregate-model-error",
+              tuple(MODEL_ERROR_COLUMNS)),
+    TableKind("episodes", "per-episode evaluation records of an agent", "tapebench evaluate",
+              (*AGENT_COLUMNS, *EPISODE_TABLE)),
+    TableKind("records", "per-episode records", "tapebench mpc / tapebench exact", EPISODE_TABLE),
+    TableKind("feasibility", "a feasibility table", "tapebench feasibility", tuple(FEASIBILITY_COLUMNS)),
+    TableKind("identifiability", "an identifiability table", "tapebench identifiability",
+              ("split", "side", "rule", "type", "episode", "steps", "identified")),
+    TableKind("protocol_comparison", "a protocol-comparison table", "tapebench protocol-comparison --out",
+              tuple(PROTOCOL_COMPARISON_COLUMNS)),
+    TableKind("protocol_ranks", "a protocol-ranks table", "tapebench protocol-comparison --ranks-out",
+              tuple(PROTOCOL_RANK_COLUMNS)),
+    TableKind("protocol_reversals", "a protocol-reversals table", "tapebench protocol-comparison --reversals-out",
+              tuple(PROTOCOL_REVERSAL_COLUMNS)),
+    TableKind("features", "a rule-features table", "tapebench features", tuple(FEATURE_KEY_COLUMNS)),
+)
