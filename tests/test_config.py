@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from pipeline_helpers import REPO
-from tapebench.pipeline.config import (MAX_CHECKPOINTS_PER_RUN, ConfigError, load_config, load_config_file,
-                                       merge_config, validate_config)
+from tapebench.pipeline.config import ConfigError, load_config, load_config_file, merge_config, validate_config
+from tapebench.settings import MAX_CHECKPOINTS_PER_RUN
 
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 INJECTION = "0-255 --out x; touch /tmp/INJECTED; true"

@@ -21,10 +21,9 @@ from tapebench.evaluation.evaluate import evaluate_untrained, play, side_protoco
 from tapebench.evaluation.protocol import protocol_differences, protocol_episodes
 from tapebench.evaluation.runner import run_episodes
 from tapebench.registry import get_method
-from tapebench.pipeline import layout
-from tapebench.pipeline.config import (ConfigError, checkpoint_eval_slice, load_config, load_config_file,
-                                       merge_config, method_eval_slice, noise_eval_slice, noise_study,
-                                       validate_config)
+from tapebench import layout
+from tapebench.pipeline.config import ConfigError, checkpoint_eval_slice, load_config, load_config_file, merge_config, method_eval_slice, noise_eval_slice, validate_config
+from tapebench.settings import noise_study
 from tapebench.report import registry
 from tapebench.rules.family import RuleFamily
 from tapebench.report.noise import noise_summary, render_noise_figure, render_noise_table

@@ -13,10 +13,10 @@ from scipy import stats as sps
 
 from pipeline_helpers import REPO, TINY
 from tapebench.cli import main as cli_main
-from tapebench.pipeline import layout
+from tapebench import layout
 from tapebench.pipeline.config import load_config, validate_config
 from tapebench.stats.aggregate import METRICS, PER_SEED_COLUMNS
-from tapebench.stats.protocol_comparison import (Protocol, compare_protocols, protocol_files, protocols, ranks_of,
+from tapebench.stats.protocol_comparison import (ComparedProtocol, compare_protocols, protocol_files, protocols, ranks_of,
                                                  tau_b_rows)
 from tapebench.utils.io import write_parquet
 
@@ -39,10 +39,10 @@ def two_protocols(ref: dict, other: dict, *, same_runs=True, side_other="train",
     split_other = "main" if same_runs else "other"
     if same_runs:
         tables = {"f": pd.concat([per_seed_rows("main", "test", ref), per_seed_rows("main", side_other, other)])}
-        protos = [Protocol("OOD", "main", 8, "test", ("f",)), Protocol("ID", "main", 8, side_other, ("f",))]
+        protos = [ComparedProtocol("OOD", "main", 8, "test", ("f",)), ComparedProtocol("ID", "main", 8, side_other, ("f",))]
     else:
         tables = {"f": per_seed_rows("main", "test", ref), "g": per_seed_rows(split_other, "test", other)}
-        protos = [Protocol("OOD", "main", 8, "test", ("f",)), Protocol("OOD other", split_other, 8, "test", ("g",))]
+        protos = [ComparedProtocol("OOD", "main", 8, "test", ("f",)), ComparedProtocol("OOD other", split_other, 8, "test", ("g",))]
     return compare_protocols(tables, protos, **{"n_resamples": 400, **kwargs})
 
 
@@ -157,7 +157,7 @@ def test_deterministic_and_independent_of_other_protocols():
     rng = np.random.default_rng(5)
     tables = {"f": pd.concat([per_seed_rows("main", s, {m: list(rng.random(6)) for m in "abcd"})
                               for s in ("test", "train", "d1")])}
-    protos = [Protocol("OOD", "main", 8, "test", ("f",)), Protocol("ID", "main", 8, "train", ("f",))]
+    protos = [ComparedProtocol("OOD", "main", 8, "test", ("f",)), ComparedProtocol("ID", "main", 8, "train", ("f",))]
     first = compare_protocols(tables, protos, n_resamples=300, seed=1)
     again = compare_protocols(tables, protos, n_resamples=300, seed=1)
     for key in first:
@@ -165,8 +165,8 @@ def test_deterministic_and_independent_of_other_protocols():
     other_seed = compare_protocols(tables, protos, n_resamples=300, seed=2)
     assert not first["ranks"]["p_best"].equals(other_seed["ranks"]["p_best"])
     pd.testing.assert_frame_equal(first["ranks"][["agent", "mean", "rank"]], other_seed["ranks"][["agent", "mean", "rank"]])
-    # a ladder level (side d1) is one more Protocol; the existing pair's numbers do not move
-    more = compare_protocols(tables, [*protos, Protocol("OOD d=1", "main", 8, "d1", ("f",), family="ladder")],
+    # a ladder level (side d1) is one more ComparedProtocol; the existing pair's numbers do not move
+    more = compare_protocols(tables, [*protos, ComparedProtocol("OOD d=1", "main", 8, "d1", ("f",), family="ladder")],
                              n_resamples=300, seed=1)
     pd.testing.assert_frame_equal(more["comparison"].iloc[:1], first["comparison"])
     assert list(more["comparison"][["protocol_a", "protocol_b"]].itertuples(index=False, name=None)) == [
@@ -176,8 +176,8 @@ def test_deterministic_and_independent_of_other_protocols():
 def test_lower_is_better_metric_and_partial_method_sets():
     tables = {"f": per_seed_rows("main", "test", constant([0.1, 0.3, 0.5]), metric="final_dist"),
               "g": per_seed_rows("main", "train", constant([0.1, 0.3], names="ab"), metric="final_dist")}
-    out = compare_protocols(tables, [Protocol("OOD", "main", 8, "test", ("f",)),
-                                     Protocol("ID", "main", 8, "train", ("g",))], metric="final_dist", n_resamples=100)
+    out = compare_protocols(tables, [ComparedProtocol("OOD", "main", 8, "test", ("f",)),
+                                     ComparedProtocol("ID", "main", 8, "train", ("g",))], metric="final_dist", n_resamples=100)
     assert list(out["ranks"]["rank"][:3]) == [1.0, 2.0, 3.0]            # lowest distance ranks first
     row = out["comparison"].iloc[0]
     assert row["methods"] == "a,b" and row["n_methods"] == 2 and row["tau"] == 1.0
@@ -185,9 +185,9 @@ def test_lower_is_better_metric_and_partial_method_sets():
 
 def test_bad_input_is_named():
     tables = {"f": per_seed_rows("main", "test", constant([0.5, 0.2]))}
-    ok = Protocol("OOD", "main", 8, "test", ("f",))
+    ok = ComparedProtocol("OOD", "main", 8, "test", ("f",))
     with pytest.raises(ValueError, match=r"protocol 'ID' selects no rows.*side 'train'"):
-        compare_protocols(tables, [ok, Protocol("ID", "main", 8, "train", ("f",))])
+        compare_protocols(tables, [ok, ComparedProtocol("ID", "main", 8, "train", ("f",))])
     with pytest.raises(ValueError, match="repeated: \\['OOD'\\]"):
         compare_protocols(tables, [ok, ok])
     with pytest.raises(ValueError, match="metric 'succes' is not a per-seed metric"):
@@ -196,7 +196,7 @@ def test_bad_input_is_named():
         compare_protocols(tables, [ok])
     doubled = {"f": pd.concat([tables["f"], tables["f"]])}
     with pytest.raises(ValueError, match="share a \\(method, seed\\)"):
-        compare_protocols(doubled, [ok, Protocol("x", "main", 8, "test", ("f",))])
+        compare_protocols(doubled, [ok, ComparedProtocol("x", "main", 8, "test", ("f",))])
 
 
 # --- the config -----------------------------------------------------------------------------------------------
@@ -230,7 +230,7 @@ def test_protocols_of_the_tiny_config():
                                                  "ladder": {"levels": [2]}, "noise": {"levels": [0.0, 0.02, 0.1]}}}))
     assert [p.name for p in one_horizon] == ["OOD", "ID", "OOD diverse2", "OOD random1", "ladder d=2",
                                              "OOD eps=0.02", "OOD eps=0.1"]
-    assert Protocol.from_dict(json.loads(json.dumps(protos[3].to_dict()))) == protos[3]
+    assert ComparedProtocol.from_dict(json.loads(json.dumps(protos[3].to_dict()))) == protos[3]
 
 
 def test_schema_metric_choices_are_the_per_seed_metrics():
@@ -254,9 +254,9 @@ def test_cli_writes_tables_that_render(tmp_path, monkeypatch):
                                                               + 0.05 * rng.standard_normal(3))}) for s in sides])
             write_parquet(path, frame)
             files.setdefault(split, []).append(path)
-    protos = [Protocol("OOD", "main", 8, "test", tuple(files["main"])),
-              Protocol("ID", "main", 8, "train", tuple(files["main"])),
-              Protocol("OOD other", "other", 8, "test", tuple(files["other"]))]
+    protos = [ComparedProtocol("OOD", "main", 8, "test", tuple(files["main"])),
+              ComparedProtocol("ID", "main", 8, "train", tuple(files["main"])),
+              ComparedProtocol("OOD other", "other", 8, "test", tuple(files["other"]))]
     out = layout.PROTOCOL_COMPARISON
     assert cli_main(["protocol-comparison", "--protocols", json.dumps([p.to_dict() for p in protos]),
                      "--n-resamples", "200", "--out", out["comparison"], "--ranks-out", out["ranks"],

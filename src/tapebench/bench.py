@@ -60,8 +60,7 @@ FAMILY_ENVS = 256        # default tapes of the `families` environment figures
 
 
 def register(sub) -> None:
-    p = sub.add_parser("bench", help="measure throughput (CA kernel, environment, MPC, DP, training)",
-                       description=BENCH_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser("bench", description=BENCH_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("what", choices=sorted(BENCHMARKS), help="which benchmark (see above)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
                    help="devices for torch figures: auto = cpu, plus cuda when available (default auto)")

@@ -5,6 +5,8 @@ import argparse
 import importlib
 import sys
 
+from tapebench import __version__
+
 DESCRIPTION = """\
 The commands behind the TAPE benchmark pipeline. Snakemake normally runs them for you:
 
@@ -21,37 +23,78 @@ while the pipeline runs:
 protocol and decisions: docs/protocol.md
 """
 
-# Modules that define `register(subparsers)`; each subcommand sets `func(args) -> int | None`.
-SUBCOMMAND_MODULES = (
-    "tapebench.training.cli",
-    "tapebench.methods.cli",
-    "tapebench.bench",
-    "tapebench.rules.cli",
-    "tapebench.splits.cli",
-    "tapebench.stats.cli",
-    "tapebench.oracle.cli",
-    "tapebench.health.cli",
-    "tapebench.report.registry",
-    "tapebench.report.document",
-    "tapebench.status",
-    "tapebench.pipeline.cli",
-)
+# Every command: the module that builds its parser and runs it (`register(subparsers)`, each command setting
+# `func(args) -> int | None`), and its one-line help. A command imports its module only when it runs, so
+# `tapebench --help` and each command start without loading what other commands need.
+COMMANDS = {
+    "train": ("tapebench.training.cli", "train one agent for one seed (resumable checkpoints)"),
+    "evaluate": ("tapebench.training.cli", "evaluate a trained run or a method that does not train"),
+    "model-error": ("tapebench.training.cli", "a world model's open-loop prediction error on ID and OOD rules"),
+    "methods": ("tapebench.methods.cli", "list the registered methods (agents, planners, reference rows)"),
+    "bench": ("tapebench.bench", "measure throughput (CA kernel, environment, MPC, DP, training)"),
+    "features": ("tapebench.rules.cli", "per-rule features and operational types (stable / periodic / chaotic)"),
+    "rule-set": ("tapebench.rules.cli", "sample a rule set of a k-colour radius-r family by Langton's lambda bins"),
+    "identifiability": ("tapebench.rules.cli", "observed transitions until the rule is identified, per episode"),
+    "split": ("tapebench.splits.cli", "build a train/test rule split from the rule features"),
+    "ladder-split": ("tapebench.splits.cli", "build a severity ladder: test rules at exact distance d from a small training set"),
+    "split-health": ("tapebench.splits.cli", "check a split for overlap and mirror leaks (non-zero exit if it fails)"),
+    "aggregate-seed": ("tapebench.stats.cli", "per-episode records -> per-seed values (mean of the last K checkpoints)"),
+    "aggregate": ("tapebench.stats.cli", "per-seed values -> bootstrap means and CIs over seeds, paired drop"),
+    "aggregate-model-error": ("tapebench.stats.cli", "world-model prediction errors -> means and CIs over seeds"),
+    "protocol-comparison": ("tapebench.stats.cli", "Kendall tau between method rankings across protocols"),
+    "mpc": ("tapebench.oracle.cli", "true-dynamics random-shooting MPC on evaluation episodes -> records"),
+    "exact": ("tapebench.oracle.cli", "exact optimal controller (DP over all 2^L tapes, L <= 20) -> records"),
+    "feasibility": ("tapebench.oracle.cli", "exact per-rule reachability of the goal within H (L <= 20)"),
+    "oracle-gap": ("tapebench.oracle.cli", "MPC vs exact optimum on the same episodes, per rule / type / overall"),
+    "export-mpc-by-type": ("tapebench.oracle.cli", "MPC strict success / mean return / n by rule type -> JSON"),
+    "benchmark-health": ("tapebench.health.cli", "benchmark health report of a split -> JSON + per-rule Parquet"),
+    "health-gate": ("tapebench.health.cli", "stop (non-zero exit) if a split failed a fatal health check"),
+    "render": ("tapebench.report.cli", "render a table or figure from pipeline artifacts"),
+    "report": ("tapebench.report.cli", "the compiled report: every table and figure of a config in one PDF"),
+    "status": ("tapebench.status", "show where a pipeline run stands: each training run's state, progress and ETA"),
+    "config": ("tapebench.pipeline.cli", "check a config (or preset) and show the configuration the pipeline would use"),
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from tapebench import __version__
+class _HelpFromTable:
+    """The subparsers action as a command module sees it: `add_parser` takes its one-line help from COMMANDS."""
 
+    def __init__(self, subparsers):
+        self._subparsers = subparsers
+
+    def add_parser(self, name, **kwargs):
+        if name not in COMMANDS:
+            raise KeyError(f"command {name!r} is not listed in tapebench.cli.COMMANDS")
+        return self._subparsers.add_parser(name, help=COMMANDS[name][1], **kwargs)
+
+
+def build_parser(commands=None) -> argparse.ArgumentParser:
+    """The `tapebench` parser. The modules of `commands` (default: every command) build their full parsers;
+    the other commands are listed by their one-line help only."""
     parser = argparse.ArgumentParser(prog="tapebench", description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"tapebench {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in SUBCOMMAND_MODULES:
-        importlib.import_module(name).register(sub)
+    wanted = {COMMANDS[c][0] for c in (COMMANDS if commands is None else commands)}
+    loaded = set()
+    for name, (module, help_line) in COMMANDS.items():
+        if module in wanted and module not in loaded:
+            importlib.import_module(module).register(_HelpFromTable(sub))
+            loaded.add(module)
+        elif module not in loaded:
+            sub.add_parser(name, help=help_line, description=help_line)
     return parser
 
 
+def requested_command(argv: list[str]) -> list[str]:
+    """The command named on the command line (the first argument that is not an option), if it is one."""
+    first = next((a for a in argv if not a.startswith("-")), None)
+    return [first] if first in COMMANDS else []
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(requested_command(argv))
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)

@@ -178,8 +178,7 @@ def format_status(runs: list[RunStatus], others, horizons=None) -> str:
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "status", help="show where a pipeline run stands: each training run's state, progress and ETA",
-        description="Summarise every training run of a results folder: done, running (with progress, "
+        "status", description="Summarise every training run of a results folder: done, running (with progress, "
                     "steps/s and ETA), interrupted (resumes when the pipeline runs again), failed (with "
                     "the log to read), damaged (with the rm that recovers) or pending, and which evaluation "
                     "files exist. When config/config.yaml is found beside the results folder, the runs the "

@@ -2,13 +2,13 @@
 import json
 import os
 
-from tapebench.registry import get_method
-from tapebench.registry import build_config
-from tapebench.pipeline import layout
-from tapebench.pipeline.config import (checkpoint_eval_slice, config_family, dumps, fixed_z_eval_slice,
-                                       fixed_z_train_slice, ladder_split_slice, method_eval_slice, model_error_slice,
-                                       noise_eval_slice, noise_study, sweep_train_slice, train_slice,
-                                       validate_config)
+from tapebench import layout
+from tapebench.pipeline.config import (checkpoint_eval_slice, dumps, fixed_z_eval_slice, fixed_z_train_slice,
+                                       ladder_split_slice, method_eval_slice, model_error_slice, noise_eval_slice,
+                                       sweep_train_slice, train_slice, validate_config)
+from tapebench.registry import build_config, get_method
+from tapebench.rules.family import config_family
+from tapebench.settings import noise_study
 
 validate_config(config, workflow.source_path("../schemas/config.schema.yaml"))
 

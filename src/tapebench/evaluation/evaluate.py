@@ -16,14 +16,14 @@ import torch
 from tapebench.registry import Method, PolicyContext, build_config, check_rule_family, get_method
 from tapebench.splits.io import Split, resolve_split
 from tapebench.episodes.sets import EpisodeSet
-from tapebench.evaluation.protocol import Protocol, protocol_episodes
+from tapebench.evaluation.protocol import EvalProtocol, protocol_episodes
 from tapebench.evaluation.records import coerce_episode_frame
 from tapebench.evaluation.runner import episode_frame, run_episodes
 
 
 def side_protocols(*, L: int, H: int, episodes_per_rule: int, eval_seed: int, success_bonus: float = 1.0,
                    noise: float = 0.0, split=None, rules=None, features=None
-                   ) -> list[tuple[EpisodeSet, Protocol, dict[int, str]]]:
+                   ) -> list[tuple[EpisodeSet, EvalProtocol, dict[int, str]]]:
     """The ID ('train') and OOD protocols of a split ('test', or one per level 'd1', 'd2', ... of a severity
     ladder), or the one protocol of a rule list."""
     common = dict(L=L, H=H, episodes_per_rule=episodes_per_rule, eval_seed=eval_seed, success_bonus=success_bonus,
@@ -34,7 +34,7 @@ def side_protocols(*, L: int, H: int, episodes_per_rule: int, eval_seed: int, su
     return [protocol_episodes(rules=rules, features=features, **common)]
 
 
-def play(policy, method: Method, episodes: EpisodeSet, protocol: Protocol, rule_types: dict[int, str],
+def play(policy, method: Method, episodes: EpisodeSet, protocol: EvalProtocol, rule_types: dict[int, str],
          device="cpu") -> pd.DataFrame:
     """Per-episode records (schema `evaluation.records`) of one method's policy on the protocol's episodes."""
     check_rule_family(method.id, episodes.family)

@@ -1,6 +1,6 @@
 """The evaluation protocol: one object that fixes which episodes a method plays and how they are scored.
 
-`Protocol` holds L, H, split name and content hash, side, rule list, episodes per rule, evaluation
+`EvalProtocol` holds L, H, split name and content hash, side, rule list, episodes per rule, evaluation
 seed, goal, success bonus and the cell-update noise epsilon (docs/protocol.md#noise; recorded only when > 0,
 so noise-free provenance is what it was before the field existed). Its episodes are the common-random-number evaluation episodes of
 `evaluation.episodes.episode_set`, so every method — learned agents, planners, the oracles and the
@@ -31,7 +31,7 @@ FIELD_DEFAULTS = {"noise": 0.0}   # fields a protocol record leaves out at their
 
 
 @dataclass(frozen=True)
-class Protocol:
+class EvalProtocol:
     """Everything that fixes an evaluation's episodes and their scoring."""
 
     L: int
@@ -69,7 +69,7 @@ def goal_string(goal, L: int) -> str:
 def protocol_episodes(*, L: int, H: int, episodes_per_rule: int, eval_seed: int = 0, split=None,
                       side: str | None = None, rules=None, features=None, goal=None,
                       success_bonus: float = 1.0, noise: float = 0.0, splits_dir=DEFAULT_SPLITS_DIR
-                      ) -> tuple[EpisodeSet, Protocol, dict[int, str]]:
+                      ) -> tuple[EpisodeSet, EvalProtocol, dict[int, str]]:
     """Build the evaluation episodes of one side of a split, or of an explicit rule list.
 
     Exactly one of `split` (a Split, a name or a path, with `side` one of its sides: 'train', 'test', or a
@@ -105,7 +105,7 @@ def protocol_episodes(*, L: int, H: int, episodes_per_rule: int, eval_seed: int 
         family = ELEMENTARY
     episodes = episode_set(rule_list, int(episodes_per_rule), L, eval_seed=int(eval_seed), key=key, side=side,
                            goal=goal, family=family, noise=noise)
-    protocol = Protocol(L=L, H=H, split=name, split_hash=chash, side=side, rules=tuple(int(z) for z in rule_list),
+    protocol = EvalProtocol(L=L, H=H, split=name, split_hash=chash, side=side, rules=tuple(int(z) for z in rule_list),
                         episodes_per_rule=int(episodes_per_rule), eval_seed=int(eval_seed), goal=goal_text,
                         success_bonus=float(success_bonus), noise=noise)
     return episodes, protocol, types
@@ -122,7 +122,7 @@ def rule_types_from_features(path, rules) -> dict[int, str]:
     return {int(z): types[int(z)] for z in rules}
 
 
-def write_records(path, frame: pd.DataFrame, protocol: Protocol, *, oracle: str, planner: dict,
+def write_records(path, frame: pd.DataFrame, protocol: EvalProtocol, *, oracle: str, planner: dict,
                   seed: int | None) -> None:
     """Write per-episode oracle records with the protocol and planner settings in the provenance."""
     config = {"oracle": oracle, "planner": planner, "protocol": protocol.as_dict()}

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from tapebench.methods.exact import MAX_EXACT_L
+from tapebench.vocabulary import MAX_EXACT_L
 from tapebench.stats.bootstrap import paired_ci, percentile_ci
 
 PASS, WARN, FAIL, NOT_APPLICABLE = "pass", "warn", "fail", "n/a"

@@ -5,8 +5,7 @@ from tapebench.health.checks import CHECKS
 
 
 def register(sub) -> None:
-    p = sub.add_parser("benchmark-health", help="benchmark health report of a split -> JSON + per-rule Parquet",
-                       description="Five checks on the split's test rules: leakage, reference solvability, "
+    p = sub.add_parser("benchmark-health", description="Five checks on the split's test rules: leakage, reference solvability, "
                                    "weak-baseline headroom, trivially solved rules, identifiability; each with a "
                                    "status against the thresholds of the config's health: section. Never fails on "
                                    "a check: `tapebench health-gate` turns the report into the pipeline's verdict.")
@@ -29,8 +28,7 @@ def register(sub) -> None:
     p.add_argument("--per-rule-out", required=True, help="per-rule Parquet")
     p.set_defaults(func=run_health)
 
-    g = sub.add_parser("health-gate", help="stop (non-zero exit) if a split failed a fatal health check",
-                       description="Read a benchmark health report; if a check marked fatal failed, print which "
+    g = sub.add_parser("health-gate", description="Read a benchmark health report; if a check marked fatal failed, print which "
                                    "gate and which rules and exit non-zero, so the pipeline trains nothing on the "
                                    "split. Otherwise write the verdict file the training jobs wait for.")
     g.add_argument("report", help="report JSON from `tapebench benchmark-health`")

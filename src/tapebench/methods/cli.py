@@ -5,8 +5,7 @@ import dataclasses
 
 
 def register(sub) -> None:
-    p = sub.add_parser("methods", help="list the registered methods (agents, planners, reference rows)",
-                       description="List every method the pipeline can run: its id (the key under `agents:` in "
+    p = sub.add_parser("methods", description="List every method the pipeline can run: its id (the key under `agents:` in "
                                    "the config), table name, family, whether it trains, and its hyperparameters "
                                    "with defaults.")
     p.add_argument("--verbose", "-v", action="store_true", help="also list each method's hyperparameters")

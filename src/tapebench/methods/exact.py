@@ -29,8 +29,8 @@ from tapebench.ca.packed import pack, popcount, step_words
 from tapebench.episodes.sets import EpisodeSet
 from tapebench.validation import MIN_L, check_goal, check_horizon, check_length, check_rule
 from tapebench.episodes.accounting import add_step, results_dict
+from tapebench.vocabulary import MAX_EXACT_L
 
-MAX_EXACT_L = 20
 UNREACHABLE = 255   # d[s] when the goal is not reachable within H steps
 
 

@@ -41,21 +41,18 @@ def _protocol_kwargs(args) -> dict:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("mpc", help="true-dynamics random-shooting MPC on evaluation episodes -> records",
-                       description="Play the common-random-number evaluation episodes of a split side or a rule "
+    p = sub.add_parser("mpc", description="Play the common-random-number evaluation episodes of a split side or a rule "
                                    "list with random-shooting MPC (true rule) and write per-episode records.")
     _episode_args(p, L=32, H=32, episodes_per_rule=20)
     _planner_args(p)
     p.set_defaults(func=_mpc)
 
-    p = sub.add_parser("exact", help="exact optimal controller (DP over all 2^L tapes, L <= 20) -> records",
-                       description="Play the evaluation episodes with the exact finite-horizon optimum: strict "
+    p = sub.add_parser("exact", description="Play the evaluation episodes with the exact finite-horizon optimum: strict "
                                    "success whenever reachable (fewest steps), else least final distance.")
     _episode_args(p, L=16, H=16, episodes_per_rule=20)
     p.set_defaults(func=_exact)
 
-    p = sub.add_parser("feasibility", help="exact per-rule reachability of the goal within H (L <= 20)",
-                       description="Per rule: fraction of non-goal tapes from which strict success is reachable "
+    p = sub.add_parser("feasibility", description="Per rule: fraction of non-goal tapes from which strict success is reachable "
                                    "within H steps, and the distribution of the minimal number of steps.")
     p.add_argument("--rules", default="0-255", help="rule list (default 0-255)")
     p.add_argument("--L", type=int, default=16, help="tape length, at most 20 (default 16)")
@@ -63,8 +60,7 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="feasibility Parquet")
     p.set_defaults(func=_feasibility)
 
-    p = sub.add_parser("oracle-gap", help="MPC vs exact optimum on the same episodes, per rule / type / overall",
-                       description="Compare the planning reference with the exact optimum episode by episode "
+    p = sub.add_parser("oracle-gap", description="Compare the planning reference with the exact optimum episode by episode "
                                    "(both files must come from the same protocol) and write the success and "
                                    "distance gap per rule, per rule type and overall.")
     p.add_argument("--mpc", required=True, help="MPC records Parquet (tapebench mpc)")
@@ -72,8 +68,7 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="comparison Parquet")
     p.set_defaults(func=_gap)
 
-    p = sub.add_parser("export-mpc-by-type", help="MPC strict success / mean return / n by rule type -> JSON",
-                       description="Run MPC on one side of a split and write mpc_by_type_eval.json (Table 7).")
+    p = sub.add_parser("export-mpc-by-type", description="Run MPC on one side of a split and write mpc_by_type_eval.json (Table 7).")
     p.add_argument("--split", required=True, help="split name (in --splits-dir) or path to a split JSON")
     p.add_argument("--side", default="test", help="train or test (default test)")
     p.add_argument("--splits-dir", default="results/splits", help="where split names are looked up")

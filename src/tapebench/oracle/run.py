@@ -5,7 +5,7 @@ import pandas as pd
 
 from tapebench.episodes.sets import EpisodeSet
 from tapebench.evaluation.evaluate import play as play_method
-from tapebench.evaluation.protocol import Protocol, protocol_episodes, write_records
+from tapebench.evaluation.protocol import EvalProtocol, protocol_episodes, write_records
 from tapebench.registry import get_method
 from tapebench.methods.exact import ExactPolicy, check_exact_horizon, check_exact_length
 from tapebench.methods.mpc import MPCConfig, MPCPolicy
@@ -13,7 +13,7 @@ from tapebench.methods.mpc import MPCConfig, MPCPolicy
 ORACLES = ("mpc", "exact")
 
 
-def play(oracle: str, episodes: EpisodeSet, protocol: Protocol, rule_types: dict[int, str],
+def play(oracle: str, episodes: EpisodeSet, protocol: EvalProtocol, rule_types: dict[int, str],
          mpc: MPCConfig | None = None) -> pd.DataFrame:
     """Per-episode records (schema `evaluation.records`) of one oracle on the protocol's episodes, played
     through the evaluation runner like every other method."""

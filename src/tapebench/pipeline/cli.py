@@ -8,8 +8,7 @@ import yaml
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "config", help="check a config (or preset) and show the configuration the pipeline would use",
-        description="Merge config/config.yaml with the given presets exactly as `snakemake --configfile` "
+        "config", description="Merge config/config.yaml with the given presets exactly as `snakemake --configfile` "
                     "does, check the result as the pipeline does before any job (every error names the file "
                     "or the config key), and print the configuration with its defaults filled in, followed "
                     "by the size of the run it describes.")
@@ -21,7 +20,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from tapebench.pipeline.config import checkpoints_per_run, load_config, validate_config
+    from tapebench.pipeline.config import load_config, validate_config
+    from tapebench.settings import checkpoints_per_run
 
     root = Path(args.workflow)
     schema = root / "workflow" / "schemas" / "config.schema.yaml"

@@ -18,12 +18,22 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+from tapebench.health.checks import CHECKS
+from tapebench.layout import NOISE_DECIMALS, noise_label
+from tapebench.registry import check_hyperparameters, get_method, registry
+from tapebench.rules.family import ELEMENTARY, config_family
+from tapebench.rules.mirror import mirror_classes
+from tapebench.rules.sampling import sample_rule_set, spec_from_config
+from tapebench.settings import MAX_CHECKPOINTS_PER_RUN, checkpoints_per_run, noise_study
+from tapebench.splits.ladder import LadderError, draw_training_set, ladder_levels
+from tapebench.validation import parse_rule_list
+from tapebench.vocabulary import MAX_EXACT_L
+
 
 class ConfigError(ValueError):
     pass
 
 
-MAX_CHECKPOINTS_PER_RUN = 1000
 _INTEGER_TEXT = re.compile(r"^\s*[+-]?\d+\s*$")
 
 
@@ -134,24 +144,11 @@ def _validator(schema: dict):
     return jsonschema.validators.extend(base, type_checker=checker)(schema)
 
 
-def checkpoints_per_run(total_steps: int, eval_every: int) -> int:
-    """Checkpoints of a run: one every eval_every environment steps and one at the end."""
-    return math.ceil(total_steps / eval_every)
-
-
 SAMPLED_RULES = "sampled"   # a split's `rules` value naming the sampled rule set
-
-
-def config_family(config: dict):
-    """The rule family of the config (elementary unless rule_set.family says otherwise)."""
-    from tapebench.rules.family import family_from_config
-
-    return family_from_config(config.get("rule_set", {}).get("family"))
 
 
 def sampled_rule_set(config: dict) -> dict | None:
     """The sampled rule set the config asks for (computed here as the pipeline's rule_set job will), or None."""
-    from tapebench.rules.sampling import sample_rule_set, spec_from_config
 
     sample = config.get("rule_set", {}).get("sample")
     if sample is None:
@@ -190,7 +187,6 @@ def _check_rule_set(config: dict) -> None:
 
 def split_rule_space(config: dict, name: str) -> list[int]:
     """The rules a configured split divides."""
-    from tapebench.validation import parse_rule_list
 
     rules = config["splits"][name]["rules"]
     if rules == SAMPLED_RULES:
@@ -199,7 +195,6 @@ def split_rule_space(config: dict, name: str) -> list[int]:
 
 
 def _check_splits(config: dict) -> None:
-    from tapebench.rules.mirror import mirror_classes
 
     family = config_family(config)
     for name, split in config["splits"].items():
@@ -245,7 +240,6 @@ def _check_schedule(config: dict) -> None:
 
 
 def _check_sweep(config: dict) -> None:
-    from tapebench.registry import check_hyperparameters, registry
 
     sweep = config["diagnostics"]["sweep"]
     method, field = sweep["method"], sweep["hyperparameter"]
@@ -265,7 +259,6 @@ def _check_sweep(config: dict) -> None:
 
 
 def _check_studies(config: dict) -> None:
-    from tapebench.registry import registry
 
     studies = config["studies"]
     fixed = studies["fixed_z"]
@@ -297,7 +290,6 @@ def _check_studies(config: dict) -> None:
 
 
 def _check_noise_study(config: dict) -> None:
-    from tapebench.pipeline.layout import NOISE_DECIMALS, noise_label
 
     study = config["studies"]["noise"]
     for i, level in enumerate(study["levels"]):
@@ -312,21 +304,9 @@ def _check_noise_study(config: dict) -> None:
                               f"those methods (and reuses their noise-free evaluations at epsilon = 0)")
 
 
-def noise_study(config: dict) -> dict:
-    """The noise study's resolved settings: levels (sorted), methods (default: all of `methods`), horizon H
-    (default: env.H), split (the main split)."""
-    study = config["studies"]["noise"]
-    return {"levels": sorted(float(x) for x in study["levels"]),
-            "methods": list(study["methods"]) or list(config["methods"]),
-            "H": int(study["horizon"] or config["env"]["H"]), "split": config["main_split"]}
-
-
 def _check_ladder(config: dict) -> None:
     """The severity ladder (docs/protocol.md#severity-ladders): its name, methods and, when the training set does not
     depend on the rule features, that every level can be filled."""
-    from tapebench.registry import registry
-    from tapebench.rules.family import ELEMENTARY
-    from tapebench.splits.ladder import LadderError, draw_training_set, ladder_levels
 
     ladder = config["studies"]["ladder"]
     where = "config key 'studies.ladder"
@@ -337,8 +317,8 @@ def _check_ladder(config: dict) -> None:
     for i, method in enumerate(ladder["methods"]):
         if method not in methods:
             raise ConfigError(f"{where}.methods[{i}]': unknown method {method!r}; registered methods: {sorted(methods)}")
-        if method == "exact" and config["env"]["L"] > 20:
-            raise ConfigError(f"{where}.methods[{i}]': the exact optimum needs env.L <= 20, but env.L = "
+        if method == "exact" and config["env"]["L"] > MAX_EXACT_L:
+            raise ConfigError(f"{where}.methods[{i}]': the exact optimum needs env.L <= {MAX_EXACT_L}, but env.L = "
                               f"{config['env']['L']}")
     if ladder["train"] and ladder["train_types"]:
         raise ConfigError(f"{where}.train_types': {ladder['train_types']} applies to a drawn training set, but "
@@ -354,7 +334,6 @@ def _check_ladder(config: dict) -> None:
 
 
 def _check_health(config: dict) -> None:
-    from tapebench.health.checks import CHECKS
 
     for check in CHECKS:
         t = config["health"][check.name]
@@ -384,7 +363,6 @@ def validate_config(config: dict, schema_path) -> dict:
     _check_schedule(config)
     _check_rule_set(config)
     _check_splits(config)
-    from tapebench.registry import check_hyperparameters, registry
 
     methods = registry()
     for i, method in enumerate(config["methods"]):
@@ -396,9 +374,9 @@ def validate_config(config: dict, schema_path) -> dict:
             raise ConfigError(f"config key 'methods[{i}]': {method!r} supports only the elementary family, not "
                               f"{config_family(config).describe()} (rule_set.family); methods for any rule family: "
                               f"{supported}")
-        if method == "exact" and config["env"]["L"] > 20:
+        if method == "exact" and config["env"]["L"] > MAX_EXACT_L:
             raise ConfigError(f"config key 'methods[{i}]': the exact optimum enumerates all 2^L tapes and needs "
-                              f"env.L <= 20, but env.L = {config['env']['L']}")
+                              f"env.L <= {MAX_EXACT_L}, but env.L = {config['env']['L']}")
     _check_sweep(config)
     _check_studies(config)
     _check_noise_study(config)
@@ -454,7 +432,6 @@ def eval_slice(config: dict) -> dict:
 
 def checkpoint_eval_slice(config: dict, method: str) -> dict:
     """The evaluation slice of a trained method: planners that evaluate only the last K checkpoints say so."""
-    from tapebench.registry import get_method
 
     out = eval_slice(config)
     if not get_method(method).every_checkpoint:
@@ -477,7 +454,6 @@ def sweep_train_slice(config: dict, value: int) -> dict:
 def noise_eval_slice(config: dict, method: str, noise) -> dict:
     """A noisy evaluation (docs/protocol.md#noise): the method's noise-free evaluation slice plus the noise level;
     a trained method plays only the last K checkpoints (the ones behind its per-seed value)."""
-    from tapebench.registry import get_method
 
     if get_method(method).trains:
         out = checkpoint_eval_slice(config, method)

@@ -20,7 +20,7 @@ from pathlib import Path, PurePosixPath
 
 import yaml
 
-from tapebench.pipeline import layout
+from tapebench import layout
 from tapebench.utils.io import atomic_path, code_version, content_hash, write_text
 from tapebench.report import registry
 from tapebench.report.render import environment, tex_escape
@@ -228,70 +228,3 @@ def _latex_errors(log: str) -> str:
     if not hits:
         return "\n".join(lines[-30:])
     return "\n".join("\n".join(lines[i:i + 4]) for i in hits[:5])
-
-
-# --- command line --------------------------------------------------------------------------------------------
-def register(sub) -> None:
-    p = sub.add_parser(
-        "report", help="the compiled report: every table and figure of a config in one PDF",
-        description="Write the report's LaTeX source (every table and figure the config produces, grouped by "
-                    "category, with the protocol in each caption and a summary of the config on the first page) "
-                    "and compile it to PDF with latexmk or pdflatex. The tables and figures must exist (Snakemake "
-                    "builds them: `snakemake --cores 2 results/report.pdf`). Without LaTeX use --tex-only.")
-    p.add_argument("--configfile", nargs="+", default=[], metavar="FILE",
-                   help="presets merged on top of config/config.yaml, in order (as snakemake --configfile)")
-    p.add_argument("--config-json", metavar="JSON",
-                   help="the whole, already checked config as JSON (what the Snakemake rule passes)")
-    p.add_argument("--presets-json", metavar="JSON", default="[]",
-                   help="names of the presets behind --config-json, as a JSON list (shown on the first page)")
-    p.add_argument("--tex", default=layout.REPORT_TEX, help=f"LaTeX source to write (default {layout.REPORT_TEX})")
-    p.add_argument("--pdf", default=layout.REPORT_PDF, help=f"PDF to write (default {layout.REPORT_PDF})")
-    p.add_argument("--tex-only", action="store_true", help="write the LaTeX source only (no LaTeX needed)")
-    p.add_argument("--check-latex", action="store_true",
-                   help="only check that LaTeX and the packages the report needs are installed")
-    p.add_argument("--workflow", default=".", metavar="DIR",
-                   help="the pipeline folder holding config/, workflow/ and results/ (default: the current folder)")
-    p.set_defaults(func=run)
-
-
-def run(args) -> int:
-    if args.check_latex or not args.tex_only:
-        try:
-            command = latex_command()
-        except LatexMissing as exc:
-            print(f"tapebench report: {exc}", file=sys.stderr)
-            return 3
-        if args.check_latex:
-            print(f"tapebench report: LaTeX found ({command[0]}), packages {', '.join(REQUIRED_PACKAGES)} present")
-            return 0
-    root = Path(args.workflow)
-    config, presets = _config(args, root)
-    missing = [path for path in registry.targets(config) if not (root / path).is_file()]
-    if missing:
-        raise FileNotFoundError(f"the report needs every table and figure of the config; missing: "
-                                f"{', '.join(missing)}. Build them first, e.g. `snakemake --cores 2 "
-                                f"{' '.join(missing[:3])}`")
-    tex = render_tex(config, presets)
-    write_text(root / args.tex, tex)
-    print(f"report: {args.tex}")
-    if not args.tex_only:
-        try:
-            print(compile_pdf(tex, root / args.pdf, root=root))
-        except RuntimeError as exc:
-            print(f"tapebench report: {exc}", file=sys.stderr)
-            return 1
-        print(f"report: {args.pdf}")
-    return 0
-
-
-def _config(args, root: Path) -> tuple[dict, list]:
-    from tapebench.pipeline.config import load_config, validate_config
-
-    if args.config_json is not None:
-        if args.configfile:
-            raise ValueError("give either --config-json or --configfile, not both")
-        return json.loads(args.config_json), list(json.loads(args.presets_json))
-    schema = root / "workflow" / "schemas" / "config.schema.yaml"
-    if not schema.is_file():
-        raise FileNotFoundError(f"{schema} not found; run from the pipeline folder or give --workflow DIR")
-    return validate_config(load_config(args.configfile, root=root), schema), list(args.configfile)

@@ -8,7 +8,7 @@ methods in config["methods"] at the training horizon of the main split, and the 
 """
 from __future__ import annotations
 
-from tapebench.pipeline import layout
+from tapebench import layout
 from tapebench.report.figures import FIGURE4_H, FIGURE4_L, FIGURE4_RULES, FIGURE4_SEED, has_curve
 from tapebench.report.registry import FIGURE, TABLE, Job, Option, Output, elementary_only
 

@@ -1,7 +1,7 @@
 """Registry entry of the benchmark health table (docs/protocol.md#benchmark-health); builder in report/health.py."""
 from __future__ import annotations
 
-from tapebench.pipeline import layout
+from tapebench import layout
 from tapebench.report.registry import TABLE, Job, Option, Output
 
 

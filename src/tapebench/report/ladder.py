@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tapebench.pipeline import layout
+from tapebench import layout
 from tapebench.splits.io import load_split
 from tapebench.vocabulary import ladder_level
 from tapebench.utils.artifacts import read_table

@@ -2,8 +2,8 @@
 Builders in report/noise.py."""
 from __future__ import annotations
 
-from tapebench.pipeline import layout
-from tapebench.pipeline.config import noise_study
+from tapebench import layout
+from tapebench.settings import noise_study
 from tapebench.report.registry import FIGURE, TABLE, Job, Option, Output
 
 

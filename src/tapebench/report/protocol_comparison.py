@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tapebench.pipeline import layout
+from tapebench import layout
 from tapebench.stats.protocol_comparison import LOWER_IS_BETTER, protocols
 from tapebench.utils.artifacts import read_table
 from tapebench.report.registry import FIGURE, TABLE, Job, Option, Output

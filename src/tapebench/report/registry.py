@@ -17,7 +17,7 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from tapebench.pipeline import layout
+from tapebench import layout
 
 TABLE, FIGURE = "table", "figure"
 
@@ -93,7 +93,7 @@ def elementary_only(jobs: Callable[[dict], list[Job]]) -> Callable[[dict], list[
     """Jobs of an output that exists only for the elementary family (fixed rules 0, 30, 90..., 2^L tables, a
     belief over the 256 rules): none when the config's rule family is another (docs/protocol.md#rule-sets)."""
     def family_jobs(config):
-        from tapebench.pipeline.config import config_family
+        from tapebench.rules.family import config_family
 
         return jobs(config) if config_family(config).elementary else []
     return family_jobs
@@ -120,7 +120,7 @@ def _result_table(table: str) -> Callable[[dict], list[Job]]:
 
 
 def _table1_jobs(config):
-    from tapebench.pipeline.config import config_family
+    from tapebench.rules.family import config_family
 
     feas = config["oracle"].get("feasibility", {"L": 16, "H": 16})
     split, H = _main(config), config["env"]["H"]
@@ -274,32 +274,3 @@ def targets(config: dict) -> list[str]:
         files.extend(job.outputs(entry).values())
         files.extend(entry.extra_outputs(job).values())
     return files
-
-
-def register(sub) -> None:
-    """`tapebench render ID ...`, one subcommand per registry entry."""
-    parser = sub.add_parser("render", help="render a table or figure from pipeline artifacts",
-                            description="Write one of the tables or figures (LaTeX tables; figures as PDF and PNG) "
-                                        "from the pipeline's outputs; `tapebench render ID --help` names the inputs.")
-    entries = parser.add_subparsers(dest="table", required=True, metavar="ID")
-    for entry in OUTPUTS.values():
-        p = entries.add_parser(entry.id, help=entry.title, description=f"{entry.title}.")
-        for o in entry.options:
-            kwargs = {"help": o.help.replace("%", "%%"), "type": o.type}
-            if o.many:
-                kwargs["nargs"] = "+"
-            if o.required:
-                kwargs["required"] = True
-            else:
-                kwargs["default"] = o.default
-            p.add_argument(o.flag, dest=o.name, **kwargs)
-        p.add_argument("--out", required=True,
-                       help="output .tex" if entry.kind == TABLE else "output path stem: writes STEM.pdf and STEM.png")
-        p.set_defaults(func=_run, entry=entry.id)
-
-
-def _run(args) -> int:
-    entry = OUTPUTS[args.entry]
-    entry.run(args)
-    print(f"render {entry.id}: {args.out}")
-    return 0

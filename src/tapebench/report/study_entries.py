@@ -2,7 +2,7 @@
 and Figure 5 (split robustness). Builders live in report/fixed_z.py, report/per_type.py, report/robustness.py."""
 from __future__ import annotations
 
-from tapebench.pipeline import layout
+from tapebench import layout
 from tapebench.report.registry import FIGURE, TABLE, Job, Option, Output, elementary_only
 
 

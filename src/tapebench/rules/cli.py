@@ -10,8 +10,7 @@ from tapebench.rules.features import RULE_TYPES, FeatureProtocol, write_features
 
 def register(sub) -> None:
     defaults = FeatureProtocol()
-    p = sub.add_parser("features", help="per-rule features and operational types (stable / periodic / chaotic)",
-                       description="Run every rule of the rule space from random tapes with no actions, summarise "
+    p = sub.add_parser("features", description="Run every rule of the rule space from random tapes with no actions, summarise "
                                    "the rollouts' density, activity and entropy into a feature vector per rule, and "
                                    "type each rule stable, periodic or chaotic with the paper's thresholds "
                                    "(docs/protocol.md#rule-types). Writes one row per rule to a Parquet file; the "
@@ -25,8 +24,7 @@ def register(sub) -> None:
     p.add_argument("--rule-set", help="a sampled rule set (`tapebench rule-set`): its family and rules replace --rules")
     p.set_defaults(func=run)
 
-    p = sub.add_parser("rule-set", help="sample a rule set of a k-colour radius-r family by Langton's lambda bins",
-                       description="Draw n mirror classes of the family's rules (optionally totalistic or "
+    p = sub.add_parser("rule-set", description="Draw n mirror classes of the family's rules (optionally totalistic or "
                                    "outer-totalistic), spread evenly over Langton's lambda bins, every class whole "
                                    "(docs/protocol.md#rule-sets). Writes a JSON rule set; the same seed gives the "
                                    "same file.")
@@ -42,8 +40,7 @@ def register(sub) -> None:
 
     from tapebench.evaluation.protocol import DEFAULT_EPISODES_PER_RULE, DEFAULT_EVAL_SEED
 
-    p = sub.add_parser("identifiability", help="observed transitions until the rule is identified, per episode",
-                       description="For every rule of both sides of a split, on the evaluation episodes' initial "
+    p = sub.add_parser("identifiability", description="For every rule of both sides of a split, on the evaluation episodes' initial "
                                    "tapes with uniformly random actions: the number of observed transitions until "
                                    "the rule tables consistent with them are a single rule (H + 1 = not identified "
                                    "within the episode). Writes one row per episode to a Parquet file.")

@@ -229,3 +229,8 @@ def family_from_config(section: dict | None) -> RuleFamily:
     if unknown:
         raise ValueError(f"rule family accepts the keys k and r, got unknown keys {unknown}")
     return RuleFamily(section.get("k", ELEMENTARY.k), section.get("r", ELEMENTARY.r))
+
+
+def config_family(config: dict) -> RuleFamily:
+    """The rule family of a pipeline config (elementary unless rule_set.family says otherwise)."""
+    return family_from_config(config.get("rule_set", {}).get("family"))

@@ -7,8 +7,7 @@ from tapebench.splits.health import split_health
 
 
 def register(sub) -> None:
-    p = sub.add_parser("split", help="build a train/test rule split from the rule features",
-                       description="Choose the test rules by farthest-point sampling in feature space (diverse) "
+    p = sub.add_parser("split", description="Choose the test rules by farthest-point sampling in feature space (diverse) "
                                    "or at random (seeded), over mirror classes by default so that no test rule "
                                    "has its mirror image in train (docs/protocol.md#splits). Writes the split "
                                    "JSON: train and test rules, their types and features, the generator "
@@ -28,9 +27,7 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="split JSON, e.g. results/splits/main.json")
     p.set_defaults(func=run_split)
 
-    lad = sub.add_parser("ladder-split", help="build a severity ladder: test rules at exact distance d from a small "
-                                              "training set",
-                         description="Choose a small mirror-closed training rule set (explicit, or drawn as mirror "
+    lad = sub.add_parser("ladder-split", description="Choose a small mirror-closed training rule set (explicit, or drawn as mirror "
                                      "classes) and, per level d, test rules whose exact rule-table Hamming distance "
                                      "to the training set is d, in whole mirror classes "
                                      "(docs/protocol.md#severity-ladders). Writes a split JSON whose test side is the "
@@ -49,8 +46,7 @@ def register(sub) -> None:
     lad.add_argument("--out", required=True, help="split JSON, e.g. results/splits/ladder.json")
     lad.set_defaults(func=run_ladder_split)
 
-    h = sub.add_parser("split-health", help="check a split for overlap and mirror leaks (non-zero exit if it fails)",
-                       description="Check a split file: its content hash, no rule on both sides, rules in 0..255, "
+    h = sub.add_parser("split-health", description="Check a split file: its content hash, no rule on both sides, rules in 0..255, "
                                    "no mirror pair split across the sides (for mirror-class splits); report the "
                                    "rule types on each side. Exits non-zero when the split fails, so the pipeline "
                                    "trains nothing on it.")

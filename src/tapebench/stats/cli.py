@@ -8,8 +8,7 @@ from tapebench.utils.io import provenance, read_parquet_meta, write_parquet
 
 
 def register(sub) -> None:
-    p = sub.add_parser("aggregate-seed", help="per-episode records -> per-seed values (mean of the last K checkpoints)",
-                       description="Reduce per-episode evaluation records to one value per seed and metric (the "
+    p = sub.add_parser("aggregate-seed", description="Reduce per-episode evaluation records to one value per seed and metric (the "
                                    "mean over episodes at each checkpoint, averaged over the last K checkpoints), "
                                    "and optionally learning curves and per-rule values. Table formats: "
                                    "docs/protocol.md#outputs.")
@@ -21,8 +20,7 @@ def register(sub) -> None:
     p.add_argument("--per-rule-out", help="optional: per-rule values Parquet")
     p.set_defaults(func=_aggregate_seed)
 
-    p = sub.add_parser("aggregate", help="per-seed values -> bootstrap means and CIs over seeds, paired drop",
-                       description="Bootstrap over seeds: the mean and a percentile confidence interval per "
+    p = sub.add_parser("aggregate", description="Bootstrap over seeds: the mean and a percentile confidence interval per "
                                    "(split, agent, L, H, side, metric), the ID-OOD drop with a paired bootstrap, and "
                                    "Welch tests between agents with Holm correction "
                                    "(docs/protocol.md#statistics).")
@@ -37,8 +35,7 @@ def register(sub) -> None:
                    help="method whose OOD success normalises ON(p) = 100 p / p_ref (default mpc; skipped if absent)")
     p.set_defaults(func=_aggregate)
 
-    p = sub.add_parser("aggregate-model-error", help="world-model prediction errors -> means and CIs over seeds",
-                       description="Pool the tables of `tapebench model-error` (one per run): per method, side, "
+    p = sub.add_parser("aggregate-model-error", description="Pool the tables of `tapebench model-error` (one per run): per method, side, "
                                    "rule type ('all' pools them) and open-loop depth, the mean error over seeds "
                                    "with a percentile bootstrap CI (docs/protocol.md#model-error).")
     p.add_argument("--inputs", nargs="+", required=True, metavar="PARQUET", help="tables of `tapebench model-error`")
@@ -48,8 +45,7 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="aggregate Parquet")
     p.set_defaults(func=_aggregate_model_error)
 
-    p = sub.add_parser("protocol-comparison", help="Kendall tau between method rankings across protocols",
-                       description="Rank the methods under each protocol (a selection of per-seed rows: split, H, "
+    p = sub.add_parser("protocol-comparison", description="Rank the methods under each protocol (a selection of per-seed rows: split, H, "
                                    "side), then compare every pair of protocols: Kendall's tau-b, rank reversals, "
                                    "best-method changes, with a seed bootstrap (docs/protocol.md#protocol-comparison)."
                                    " The first protocol is the reference.")
@@ -114,7 +110,7 @@ def _aggregate_model_error(args) -> int:
 def _protocol_comparison(args) -> int:
     import json
 
-    from tapebench.stats.protocol_comparison import Protocol, compare_protocol_files, protocol_files
+    from tapebench.stats.protocol_comparison import ComparedProtocol, compare_protocol_files, protocol_files
 
     try:
         spec = json.loads(args.protocols)
@@ -122,7 +118,7 @@ def _protocol_comparison(args) -> int:
         raise ValueError(f"--protocols is not valid JSON ({exc}); give a list of protocol objects") from None
     if not isinstance(spec, list) or not all(isinstance(p, dict) for p in spec):
         raise ValueError("--protocols must be a JSON list of protocol objects")
-    protos = [Protocol.from_dict(p) for p in spec]
+    protos = [ComparedProtocol.from_dict(p) for p in spec]
     tables = compare_protocol_files(protos, metric=args.metric, n_resamples=args.n_resamples, ci=args.ci,
                                     seed=args.seed)
     config = {"protocols": spec, "metric": args.metric, "n_resamples": args.n_resamples, "ci": args.ci,

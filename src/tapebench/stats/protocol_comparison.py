@@ -1,12 +1,12 @@
-"""Protocol comparison (docs/protocol.md#protocol-comparison): do the evaluation protocols agree on which
+"""ComparedProtocol comparison (docs/protocol.md#protocol-comparison): do the evaluation protocols agree on which
 method is better?
 
-A *protocol* is a named selection of per-seed rows (`Protocol`: split, H, side, optional extra column
+A *protocol* is a named selection of per-seed rows (`ComparedProtocol`: split, H, side, optional extra column
 filters, and the per-seed files that hold them). `protocols(config)` is the one list the pipeline compares:
 the reference first (OOD on `main_split` at the training H), then ID, OOD at each other horizon of
 `evaluation.horizons`, and OOD on each other split of `studies.robustness`. A new protocol family (severity
 ladder levels: side `d1`..`d4`; noise levels: other per-seed files, or a `match` on a noise column) is one more
-`Protocol(...)` appended there.
+`ComparedProtocol(...)` appended there.
 
 Per protocol and method, on one metric (`success` by default; `final_dist`, `auc_dist`, `steps` rank lower
 first): the mean over seeds and the rank (1 = best, ties averaged). Between every pair of protocols, over the
@@ -48,17 +48,20 @@ import pandas as pd
 from scipy import stats as sps
 
 from tapebench.schemas import PROTOCOL_COMPARISON_COLUMNS, PROTOCOL_REVERSAL_COLUMNS
-from tapebench.pipeline import layout
-from tapebench.stats.aggregate import ID_SIDE, METRICS, OOD_SIDE, group_generator
+from tapebench import layout
+from tapebench.stats.aggregate import METRICS, group_generator, read_tables
 from tapebench.stats.bootstrap import DEFAULT_CI, DEFAULT_RESAMPLES, percentile_interval
+from tapebench.rules.family import config_family
+from tapebench.settings import noise_study
+from tapebench.vocabulary import ID_PROTOCOL, ID_SIDE, OOD_PROTOCOL, OOD_SIDE, ladder_side
 
 LOWER_IS_BETTER = frozenset({"final_dist", "auc_dist", "steps"})
-REFERENCE = "OOD"
+REFERENCE = OOD_PROTOCOL
 DECIMALS = 12
 
 
 @dataclass(frozen=True)
-class Protocol:
+class ComparedProtocol:
     """A named selection of per-seed rows: `split`, `H`, `side` (and `match`: extra column == value filters)
     from the files `per_seed`. Protocols with the same `runs` (default: the split) come from the same trained
     runs and are seed-paired in the bootstrap."""
@@ -89,7 +92,7 @@ class Protocol:
         return out
 
     @classmethod
-    def from_dict(cls, d: Mapping) -> "Protocol":
+    def from_dict(cls, d: Mapping) -> "ComparedProtocol":
         unknown = sorted(set(d) - set(cls.__dataclass_fields__))
         if unknown:
             raise ValueError(f"protocol {d.get('name')!r}: unknown keys {unknown}; allowed: "
@@ -97,7 +100,7 @@ class Protocol:
         return cls(**{**d, "per_seed": tuple(d["per_seed"]), "match": tuple(tuple(kv) for kv in d.get("match", ()))})
 
 
-def protocols(config: dict) -> list[Protocol]:
+def protocols(config: dict) -> list[ComparedProtocol]:
     """The protocols the pipeline compares, the reference first: ID, each other horizon, each robustness
     partition, each severity-ladder level and each noise level > 0. One entry per protocol."""
     main, H = config["main_split"], int(config["env"]["H"])
@@ -106,37 +109,34 @@ def protocols(config: dict) -> list[Protocol]:
     def files(split, h):
         return tuple(layout.per_seed(split, m, h) for m in methods)
 
-    out = [Protocol(REFERENCE, main, H, OOD_SIDE, files(main, H), family="reference"),
-           Protocol("ID", main, H, ID_SIDE, files(main, H), family="side")]
-    out += [Protocol(f"OOD H={h}", main, h, OOD_SIDE, files(main, h), family="horizon")
+    out = [ComparedProtocol(REFERENCE, main, H, OOD_SIDE, files(main, H), family="reference"),
+           ComparedProtocol(ID_PROTOCOL, main, H, ID_SIDE, files(main, H), family="side")]
+    out += [ComparedProtocol(f"{OOD_PROTOCOL} H={h}", main, h, OOD_SIDE, files(main, h), family="horizon")
             for h in config["evaluation"]["horizons"] if int(h) != H]
-    out += [Protocol(f"OOD {s}", s, H, OOD_SIDE, files(s, H), family="split")
+    out += [ComparedProtocol(f"{OOD_PROTOCOL} {s}", s, H, OOD_SIDE, files(s, H), family="split")
             for s in config["studies"]["robustness"]["splits"] if s != main]
     out += _ladder_protocols(config)
     out += _noise_protocols(config)
     return out
 
 
-def _ladder_protocols(config: dict) -> list[Protocol]:
+def _ladder_protocols(config: dict) -> list[ComparedProtocol]:
     """One protocol per severity-ladder level (side d<d> of the ladder split, its own runs and methods)."""
-    from tapebench.pipeline.config import config_family
-    from tapebench.vocabulary import ladder_side
 
     ladder = config["studies"]["ladder"]
     if not config_family(config).elementary:
         return []       # the ladder is an elementary-family study in the pipeline
     H, name = int(config["env"]["H"]), ladder["name"]
     files = tuple(layout.per_seed(name, m, H) for m in ladder["methods"])
-    return [Protocol(f"ladder d={d}", name, H, ladder_side(d), files, family="ladder") for d in sorted(ladder["levels"])]
+    return [ComparedProtocol(f"ladder d={d}", name, H, ladder_side(d), files, family="ladder") for d in sorted(ladder["levels"])]
 
 
-def _noise_protocols(config: dict) -> list[Protocol]:
+def _noise_protocols(config: dict) -> list[ComparedProtocol]:
     """One protocol per noise level > 0 (OOD side of the main split's runs evaluated with cell-update noise)."""
-    from tapebench.pipeline.config import noise_study
 
     study = noise_study(config)
     split, H = study["split"], study["H"]
-    return [Protocol(f"OOD eps={layout.noise_label(eps)}", split, H, OOD_SIDE,
+    return [ComparedProtocol(f"{OOD_PROTOCOL} eps={layout.noise_label(eps)}", split, H, OOD_SIDE,
                      tuple(layout.noise_per_seed(split, eps, m, H) for m in study["methods"]), family="noise")
             for eps in study["levels"] if eps > 0]
 
@@ -147,7 +147,7 @@ def protocol_files(protos) -> list[str]:
 
 
 # --- selecting rows -------------------------------------------------------------------------------------------
-def protocol_values(tables: Mapping[str, pd.DataFrame], protocol: Protocol, metric: str) -> dict[str, pd.Series]:
+def protocol_values(tables: Mapping[str, pd.DataFrame], protocol: ComparedProtocol, metric: str) -> dict[str, pd.Series]:
     """{method: per-seed values (indexed by seed, ascending)} of one protocol."""
     missing = [p for p in protocol.per_seed if p not in tables]
     if missing:
@@ -178,7 +178,7 @@ def protocol_values(tables: Mapping[str, pd.DataFrame], protocol: Protocol, metr
             for agent, grp in rows.groupby("agent", sort=False)}
 
 
-def _match_text(protocol: Protocol) -> str:
+def _match_text(protocol: ComparedProtocol) -> str:
     return "".join(f", {k} = {v!r}" for k, v in protocol.match)
 
 
@@ -205,7 +205,7 @@ def _best_mask(scores: np.ndarray) -> np.ndarray:
 
 
 # --- the comparison -------------------------------------------------------------------------------------------
-def compare_protocols(tables: Mapping[str, pd.DataFrame], protos: list[Protocol], *, metric: str = "success",
+def compare_protocols(tables: Mapping[str, pd.DataFrame], protos: list[ComparedProtocol], *, metric: str = "success",
                       n_resamples: int = DEFAULT_RESAMPLES, ci: float = DEFAULT_CI, seed: int = 0,
                       ) -> dict[str, pd.DataFrame]:
     """Ranks, pairwise comparison and reversals (module docstring); the first protocol is the reference."""
@@ -286,7 +286,7 @@ def _joined_best(names, mask) -> str:
     return "/".join(n for n, m in zip(names, mask) if m)
 
 
-def _compare_pair(pa: Protocol, pb: Protocol, names, means, scores, boot_scores, ci) -> tuple[dict, pd.DataFrame]:
+def _compare_pair(pa: ComparedProtocol, pb: ComparedProtocol, names, means, scores, boot_scores, ci) -> tuple[dict, pd.DataFrame]:
     """One pair of protocols over their common methods: means / scores (2, n), boot_scores (2, B, n)."""
     n = len(names)
     row = {"protocol_a": pa.name, "protocol_b": pb.name, "methods": ",".join(names), "n_methods": n,
@@ -322,10 +322,9 @@ def _compare_pair(pa: Protocol, pb: Protocol, names, means, scores, boot_scores,
     return row, rev
 
 
-def compare_protocol_files(protos: list[Protocol], *, metric: str = "success", n_resamples: int = DEFAULT_RESAMPLES,
+def compare_protocol_files(protos: list[ComparedProtocol], *, metric: str = "success", n_resamples: int = DEFAULT_RESAMPLES,
                            ci: float = DEFAULT_CI, seed: int = 0) -> dict[str, pd.DataFrame]:
     """`compare_protocols` on the per-seed files the protocols name (each read once)."""
-    from tapebench.stats.aggregate import read_tables
 
     tables = {path: read_tables([path], "per-seed") for path in protocol_files(protos)}
     return compare_protocols(tables, protos, metric=metric, n_resamples=n_resamples, ci=ci, seed=seed)

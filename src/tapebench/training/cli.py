@@ -216,8 +216,7 @@ def _common(p) -> None:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("train", help="train one agent for one seed (resumable checkpoints)",
-                       description=TRAIN_DESCRIPTION, epilog=TRAIN_EPILOG,
+    p = sub.add_parser("train", description=TRAIN_DESCRIPTION, epilog=TRAIN_EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--agent", required=True, metavar="METHOD",
                    help=f"a method that trains: {', '.join(sorted(m for m, x in registry().items() if x.trains))}")
@@ -232,8 +231,7 @@ def register(sub) -> None:
     _common(p)
     p.set_defaults(func=run_train)
 
-    p = sub.add_parser("evaluate", help="evaluate a trained run or a method that does not train",
-                       description=EVALUATE_DESCRIPTION, epilog=EVALUATE_EPILOG,
+    p = sub.add_parser("evaluate", description=EVALUATE_DESCRIPTION, epilog=EVALUATE_EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run", help="run folder written by `tapebench train`")
     p.add_argument("--method", help="instead of --run, a method that does not train: "
@@ -249,8 +247,7 @@ def register(sub) -> None:
     _common(p)
     p.set_defaults(func=run_evaluate)
 
-    p = sub.add_parser("model-error", help="a world model's open-loop prediction error on ID and OOD rules",
-                       description=MODEL_ERROR_DESCRIPTION, epilog=MODEL_ERROR_EPILOG,
+    p = sub.add_parser("model-error", description=MODEL_ERROR_DESCRIPTION, epilog=MODEL_ERROR_EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run", required=True, help="run folder of a method with a world model (`tapebench methods -v`)")
     p.add_argument("--split", required=True, help="split file the run was trained on")

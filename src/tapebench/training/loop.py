@@ -41,7 +41,7 @@ from tapebench.methods.contract import EnvSpec
 from tapebench.registry import build_config, check_rule_family, get_method
 from tapebench.rules.family import RuleFamily, family_from_config
 from tapebench.envs.batched import BatchedTapeEnv
-from tapebench.pipeline.config import MAX_CHECKPOINTS_PER_RUN, checkpoints_per_run
+from tapebench.settings import MAX_CHECKPOINTS_PER_RUN, checkpoints_per_run
 from tapebench.utils.artifacts import CorruptArtifact, read_json
 from tapebench.utils.io import content_hash, provenance, write_json
 from tapebench.validation import check_horizon, check_integer, check_length, check_rules

@@ -1,0 +1,21 @@
+"""Settings several layers derive from the config, defined once: the training schedule's checkpoint count
+and the noise study's resolved settings (docs/protocol.md#schedule, #noise)."""
+from __future__ import annotations
+
+import math
+
+MAX_CHECKPOINTS_PER_RUN = 1000
+
+
+def checkpoints_per_run(total_steps: int, eval_every: int) -> int:
+    """Checkpoints of a run: one every eval_every environment steps and one at the end."""
+    return math.ceil(total_steps / eval_every)
+
+
+def noise_study(config: dict) -> dict:
+    """The noise study's resolved settings: levels (sorted), methods (default: all of `methods`), horizon H
+    (default: env.H), split (the main split)."""
+    study = config["studies"]["noise"]
+    return {"levels": sorted(float(x) for x in study["levels"]),
+            "methods": list(study["methods"]) or list(config["methods"]),
+            "H": int(study["horizon"] or config["env"]["H"]), "split": config["main_split"]}
