@@ -94,6 +94,7 @@ def run(args) -> int:
     bench: Callable = getattr(importlib.import_module(module_name), func_name)
     figures = bench(args)
     if args.json:
+        # lazy: a command loads only the modules it runs
         from tapebench.utils.io import provenance, write_json
 
         options = {k: v for k, v in vars(args).items() if k not in ("func", "json", "command")}
@@ -120,6 +121,7 @@ def check_options(args) -> None:
     check_horizon(args.H)
     parse_rule_list(args.rules)
     if args.device == "cuda":
+        # torch is heavy: loaded only when this runs
         import torch
 
         if not torch.cuda.is_available():
@@ -149,6 +151,7 @@ def measure(step: Callable[[], object], units_per_call: float, seconds: float, r
 
 
 def host_description() -> dict:
+    # numba is heavy: loaded only when this runs
     import numba
     import torch
 
@@ -234,9 +237,11 @@ def env_steps_per_second(env_cls, torch, device, n, L, H, rules, seed, seconds, 
 
 
 def bench_ca(args) -> dict:
+    # numba is heavy: loaded only when this runs
     import numba
     import torch
 
+    # lazy: a command loads only the modules it runs
     from tapebench.ca import packed
     from tapebench.envs.batched import BatchedTapeEnv
 
@@ -314,9 +319,11 @@ TABLE_KERNEL_BATCH = 1 << 14   # tapes per numba kernel call
 def bench_families(args) -> dict:
     """Batched-env steps/s per family on one thread (elementary baseline in the same run) and the numba
     table kernel's cell updates/s beside the packed elementary kernel."""
+    # numba is heavy: loaded only when this runs
     import numba
     import torch
 
+    # lazy: a command loads only the modules it runs
     from tapebench.ca import packed, table_kernel
     from tapebench.envs.batched import BatchedTapeEnv
     from tapebench.rules.family import ELEMENTARY, RuleFamily
@@ -386,11 +393,14 @@ def bench_families(args) -> dict:
 
 def write_family_figure(path: str, figures: dict, n: int, L: int, threads: int, device: str) -> None:
     """Bars of env steps/s per family, each labelled with its slowdown vs the elementary family."""
+    # matplotlib is heavy: only figure builders load it
     import matplotlib
 
     matplotlib.use("Agg")
+    # matplotlib is heavy: only figure builders load it
     import matplotlib.pyplot as plt
 
+    # lazy: a command loads only the modules it runs
     from tapebench.utils.io import atomic_path
 
     rows = figures["env"]

@@ -126,6 +126,7 @@ class Method:
 
 
 def _builtin() -> list[Method]:
+    # lazy: a command loads only the modules it runs
     from tapebench.methods import (bayes_filter, curl_dqn, dqn, dreamer, ensemble_mpc, exact, identify_then_plan, mpc,
                                    pearl_dqn, planet, ppo, ppo_dr, rad_dqn, rainbow, random_policy, rl2_a2c)
 

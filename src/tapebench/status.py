@@ -77,6 +77,7 @@ def run_status(run_dir: Path, job_log: Path, split: str, agent: str, seed: int, 
                                 if p.stem[len("eval_H"):].isdigit())
     manifest_path = run_dir / ckpt.MANIFEST_FILE
     if manifest_path.is_file():
+        # lazy: a command loads only the modules it runs
         from tapebench.training.loop import read_manifest
 
         try:
@@ -116,6 +117,7 @@ def expected_runs(config: dict) -> list[tuple[str, str, int]]:
 
 def _trains(method: str) -> bool:
     """Methods that do not train (random, mpc, ...) have evaluation files but no training run."""
+    # lazy: a command loads only the modules it runs
     from tapebench.registry import registry
 
     found = registry().get(method)
@@ -195,6 +197,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    # lazy: a command loads only the modules it runs
     from tapebench.pipeline.config import load_config, validate_config
 
     results = Path(args.results)

@@ -3,6 +3,7 @@ ENV_ID = "tapebench/Tape-v0"
 
 
 def register_envs() -> None:
+    # gymnasium: loaded only when the environment is registered
     import gymnasium
 
     if ENV_ID not in gymnasium.registry:

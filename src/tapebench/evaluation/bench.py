@@ -34,6 +34,7 @@ def bench_methods(args) -> dict:
     for a in agents:
         if get_method(a).trains:
             raise ValueError(f"--agents: {a!r} trains; `tapebench bench train` times it")
+    # numba is heavy: loaded only when this runs
     import numba
 
     threads = args.threads or 1

@@ -21,6 +21,8 @@ from tapebench.rules.family import ELEMENTARY
 from tapebench.splits.io import DEFAULT_SPLITS_DIR, Split, resolve_split
 from tapebench.utils.io import provenance, write_parquet
 from tapebench.validation import check_goal, check_horizon, check_length, check_noise, check_rules
+from tapebench.rules.features import read_features
+from tapebench.utils.artifacts import read_table
 
 DEFAULT_EVAL_SEED = 20260101      # evaluation seed of the paper-protocol configuration
 DEFAULT_EPISODES_PER_RULE = 20
@@ -112,7 +114,6 @@ def protocol_episodes(*, L: int, H: int, episodes_per_rule: int, eval_seed: int 
 
 
 def rule_types_from_features(path, rules) -> dict[int, str]:
-    from tapebench.rules.features import read_features
 
     frame, _ = read_features(path)
     types = dict(zip(frame["rule"].astype(int), frame["type"].astype(str)))
@@ -134,7 +135,6 @@ def read_records(path) -> tuple[pd.DataFrame, dict]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"oracle records not found: {path}")
-    from tapebench.utils.artifacts import read_table
 
     frame, meta = read_table(path, "records")
     if "protocol" not in meta:

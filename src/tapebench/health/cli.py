@@ -37,6 +37,7 @@ def register(sub) -> None:
 
 
 def run_health(args) -> int:
+    # lazy: a command loads only the modules it runs
     from tapebench.health.io import load_settings, write_benchmark_health
 
     report = write_benchmark_health(split_path=args.split, split_health_path=args.split_health,
@@ -52,6 +53,7 @@ def run_health(args) -> int:
 
 
 def run_gate(args) -> int:
+    # lazy: a command loads only the modules it runs
     from tapebench.health.io import write_verdict
 
     verdict = write_verdict(args.report, args.out)

@@ -27,6 +27,8 @@ from tapebench.episodes.streams import step_keys
 from tapebench.methods.identify_then_plan import FULL, pinned_bits
 from tapebench.episodes.streams import candidate_action, step_key
 from tapebench.validation import check_goal, check_horizon
+from tapebench.evaluation.protocol import protocol_episodes
+from tapebench.utils.io import provenance, write_parquet
 
 U64 = np.uint64
 IDENT_DOMAIN = 0x494446   # separates the random-action stream from the methods' streams
@@ -101,7 +103,6 @@ def identification_steps(episodes: EpisodeSet, H: int, *, goal=None, action_seed
 def identifiability_frame(split, *, L: int, H: int, episodes_per_rule: int, eval_seed: int, action_seed: int = 0,
                           splits_dir=None) -> pd.DataFrame:
     """Per-episode rows (columns IDENTIFIABILITY_COLUMNS) for both sides of a split."""
-    from tapebench.evaluation.protocol import protocol_episodes
 
     kwargs = {} if splits_dir is None else {"splits_dir": splits_dir}
     frames = []
@@ -118,7 +119,6 @@ def identifiability_frame(split, *, L: int, H: int, episodes_per_rule: int, eval
 
 def write_identifiability(path, split, *, L: int, H: int, episodes_per_rule: int, eval_seed: int,
                           action_seed: int = 0, splits_dir=None) -> pd.DataFrame:
-    from tapebench.utils.io import provenance, write_parquet
 
     frame = identifiability_frame(split, L=L, H=H, episodes_per_rule=episodes_per_rule, eval_seed=eval_seed,
                                   action_seed=action_seed, splits_dir=splits_dir)

@@ -13,6 +13,7 @@ def register(sub) -> None:
 
 
 def _list(args) -> int:
+    # lazy: a command loads only the modules it runs
     from tapebench.registry import FAMILIES, registry
 
     methods = sorted(registry().values(), key=lambda m: (list(FAMILIES).index(m.family), m.id))

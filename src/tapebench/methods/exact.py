@@ -172,6 +172,7 @@ class ExactPolicy:
         self.tables = {int(z): value_tables(int(z), self.L, self.H, batch.goal) for z in np.unique(self.rules)}
 
     def act(self, obs):
+        # torch is heavy: loaded only when this runs
         import torch
 
         states = pack(obs[:, :self.L].to(torch.uint8).cpu().numpy()).astype(np.uint32)

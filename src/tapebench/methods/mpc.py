@@ -230,6 +230,7 @@ class MPCPolicy:
         self.active = np.ones(len(self.rules), dtype=np.bool_)
 
     def act(self, obs):
+        # torch is heavy: loaded only when this runs
         import torch
 
         cells = obs[:, :self.L].to(torch.uint8).cpu().numpy()

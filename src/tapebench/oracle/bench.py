@@ -130,6 +130,7 @@ def numpy_value_layers(F: np.ndarray, L: int, H: int) -> tuple[np.ndarray, np.nd
 
 def _protocol_rules() -> tuple[list[int], str, int]:
     if MAIN_SPLIT.is_file():
+        # lazy: a command loads only the modules it runs
         from tapebench.splits.io import load_split
 
         split = load_split(MAIN_SPLIT)
@@ -139,6 +140,7 @@ def _protocol_rules() -> tuple[list[int], str, int]:
 
 
 def bench_mpc(args) -> dict:
+    # numba is heavy: loaded only when this runs
     import numba
 
     L, H, repeats = check_length(args.L), check_horizon(args.H), args.repeats
@@ -178,6 +180,7 @@ def bench_mpc(args) -> dict:
 
 
 def bench_dp(args) -> dict:
+    # numba is heavy: loaded only when this runs
     import numba
 
     L, H, repeats = DP_L, DP_H, args.repeats

@@ -30,6 +30,7 @@ def _planner_args(p) -> None:
 
 
 def _protocol_kwargs(args) -> dict:
+    # lazy: a command loads only the modules it runs
     from tapebench.validation import parse_rule_list
 
     if args.split is not None and args.side is None:
@@ -89,6 +90,7 @@ def _summary_line(frame) -> str:
 
 
 def _mpc(args) -> int:
+    # lazy: a command loads only the modules it runs
     from tapebench.methods.mpc import MPCConfig
     from tapebench.oracle.run import evaluate_oracle
 
@@ -100,6 +102,7 @@ def _mpc(args) -> int:
 
 
 def _exact(args) -> int:
+    # lazy: a command loads only the modules it runs
     from tapebench.oracle.run import evaluate_oracle
 
     start = time.perf_counter()
@@ -109,6 +112,7 @@ def _exact(args) -> int:
 
 
 def _feasibility(args) -> int:
+    # lazy: a command loads only the modules it runs
     from tapebench.utils.io import provenance, write_parquet
     from tapebench.validation import parse_rule_list
     from tapebench.oracle.feasibility import feasibility_summary, feasibility_table
@@ -127,6 +131,7 @@ def _feasibility(args) -> int:
 
 
 def _gap(args) -> int:
+    # lazy: a command loads only the modules it runs
     from tapebench.utils.io import provenance, write_parquet
     from tapebench.oracle.gap import format_gap, oracle_gap
 
@@ -138,6 +143,7 @@ def _gap(args) -> int:
 
 
 def _by_type(args) -> int:
+    # lazy: a command loads only the modules it runs
     from tapebench.oracle.by_type import export_mpc_by_type
     from tapebench.methods.mpc import MPCConfig
 

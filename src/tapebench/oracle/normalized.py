@@ -8,9 +8,12 @@ silent cross-protocol normalisation.
 """
 from __future__ import annotations
 
+import pandas as pd
+
 from pathlib import Path
 
 from tapebench.evaluation.protocol import protocol_differences, read_records
+from tapebench.utils.io import read_parquet_meta
 
 REQUIRED_FIELDS = ("L", "H", "split_hash", "side", "episodes_per_rule", "eval_seed")
 OPTIONAL_FIELDS = ("goal", "success_bonus")
@@ -26,9 +29,7 @@ def oracle_success(path) -> tuple[float, dict]:
 
 def evaluation_protocol(path, side: str) -> dict:
     """The protocol of one side of a learned agent's evaluation file (`tapebench evaluate` records)."""
-    import pandas as pd
 
-    from tapebench.utils.io import read_parquet_meta
 
     path = Path(path)
     if not path.is_file():

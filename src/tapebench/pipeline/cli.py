@@ -20,6 +20,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    # lazy: a command loads only the modules it runs
     from tapebench.pipeline.config import load_config, validate_config
     from tapebench.settings import checkpoints_per_run
 
@@ -30,6 +31,7 @@ def run(args) -> int:
     config = validate_config(load_config(args.configfile, root=root), schema)
     print(yaml.safe_dump(config, sort_keys=False).rstrip())
     training, evaluation = config["training"], config["evaluation"]
+    # lazy: a command loads only the modules it runs
     from tapebench.registry import get_method
 
     trained = [m for m in config["methods"] if get_method(m).trains]

@@ -26,6 +26,8 @@ from tapebench.stats.bootstrap import DEFAULT_CI, DEFAULT_RESAMPLES, percentile_
 from tapebench.utils.artifacts import read_table
 from tapebench.report import style
 from tapebench.report.tables import FAMILY_ORDER, display_name, family
+from pathlib import Path
+from tapebench.utils.io import read_parquet_meta
 
 FIGURE1_RULE = 30
 FIGURE1_TAPE = (0, 1, 1, 0, 1, 0, 0, 1)
@@ -56,6 +58,7 @@ def _draw_cells(ax, grid: np.ndarray) -> None:
 
 
 def render_figure1(out, *, rule: int = FIGURE1_RULE, tape=FIGURE1_TAPE, actions=FIGURE1_ACTIONS) -> list[str]:
+    # matplotlib is heavy: only figure builders load it
     from matplotlib.patches import Rectangle
 
     plt = style.pyplot()
@@ -103,6 +106,7 @@ def spacetime(tape, actions, rule: int) -> np.ndarray:
 
 def render_figure4(out, *, rules=FIGURE4_RULES, L: int = FIGURE4_L, H: int = FIGURE4_H,
                    seed: int = FIGURE4_SEED) -> list[str]:
+    # matplotlib is heavy: only figure builders load it
     from matplotlib.lines import Line2D
 
     plt = style.pyplot()
@@ -189,6 +193,7 @@ def _offsets(values: np.ndarray, width: float) -> np.ndarray:
 
 
 def render_figure3(out, *, per_rule, split=None, H=None, metric: str = "success") -> list[str]:
+    # matplotlib is heavy: only figure builders load it
     from matplotlib.lines import Line2D
 
     plt = style.pyplot()
@@ -274,6 +279,7 @@ def _steps(x, _pos=None) -> str:
 
 def render_learning_curves(out, *, curves, split=None, H=None, metric: str = "success",
                            n_resamples: int = DEFAULT_RESAMPLES, ci: float = DEFAULT_CI, seed: int = 0) -> list[str]:
+    # matplotlib is heavy: only figure builders load it
     from matplotlib.ticker import FuncFormatter
 
     plt = style.pyplot()
@@ -328,7 +334,6 @@ def oracle_gap_points(gap: pd.DataFrame) -> pd.DataFrame:
 
 
 def read_gap(path) -> pd.DataFrame:
-    from pathlib import Path
 
     if not Path(path).is_file():
         raise FileNotFoundError(f"oracle-gap table not found: {path} (written by `tapebench oracle-gap`, "
@@ -348,10 +353,10 @@ def _label_points(ax, x: np.ndarray, y: np.ndarray, labels: list[str]) -> None:
 
 
 def render_oracle_gap(out, *, gap) -> list[str]:
+    # matplotlib is heavy: only figure builders load it
     from matplotlib.lines import Line2D
 
     plt = style.pyplot()
-    from tapebench.utils.io import read_parquet_meta
 
     points = oracle_gap_points(read_gap(gap))
     protocol = read_parquet_meta(gap).get("protocol", {})

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from tapebench import layout
+from tapebench.registry import get_method
+from tapebench.rules.family import config_family
 
 TABLE, FIGURE = "table", "figure"
 
@@ -93,7 +95,6 @@ def elementary_only(jobs: Callable[[dict], list[Job]]) -> Callable[[dict], list[
     """Jobs of an output that exists only for the elementary family (fixed rules 0, 30, 90..., 2^L tables, a
     belief over the 256 rules): none when the config's rule family is another (docs/protocol.md#rule-sets)."""
     def family_jobs(config):
-        from tapebench.rules.family import config_family
 
         return jobs(config) if config_family(config).elementary else []
     return family_jobs
@@ -120,7 +121,6 @@ def _result_table(table: str) -> Callable[[dict], list[Job]]:
 
 
 def _table1_jobs(config):
-    from tapebench.rules.family import config_family
 
     feas = config["oracle"].get("feasibility", {"L": 16, "H": 16})
     split, H = _main(config), config["env"]["H"]
@@ -142,7 +142,6 @@ def _identifiability_jobs(config):
 
 
 def _model_error_jobs(config):
-    from tapebench.registry import get_method
 
     if not any(get_method(m).trains and get_method(m).world_model for m in config["methods"]):
         return []

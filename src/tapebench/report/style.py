@@ -5,6 +5,7 @@ markers repeat the type so a grey-scale print still separates them. ID (training
 rules) are told apart by marker fill (ID filled, OOD hollow) or line style (ID solid, OOD dashed).
 """
 from __future__ import annotations
+from tapebench.utils.io import atomic_path
 
 TYPE_ORDER = ("stable", "periodic", "chaotic")
 TYPE_COLOURS = {"stable": "#0072B2", "periodic": "#E69F00", "chaotic": "#009E73"}
@@ -53,9 +54,11 @@ def method_style(index: int) -> dict:
 
 def pyplot():
     """matplotlib.pyplot on the Agg backend with font sizes readable at column width."""
+    # matplotlib is heavy: only figure builders load it
     import matplotlib
 
     matplotlib.use("Agg")
+    # matplotlib is heavy: only figure builders load it
     import matplotlib.pyplot as plt
 
     plt.rcParams.update({"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "xtick.labelsize": 7,
@@ -66,9 +69,9 @@ def pyplot():
 
 def save_figure(fig, stem) -> list[str]:
     """Write `stem`.pdf and `stem`.png atomically (PNG at 200 dpi); returns the paths and closes the figure."""
+    # matplotlib is heavy: only figure builders load it
     import matplotlib.pyplot as plt
 
-    from tapebench.utils.io import atomic_path
 
     paths = []
     for ext in ("pdf", "png"):

@@ -17,6 +17,8 @@ from tapebench import registry as methods
 from tapebench.stats.aggregate import DEFAULT_REFERENCE, ON_METRIC
 from tapebench.utils.artifacts import read_table
 from tapebench.report.render import render_table
+from tapebench.rules.features import solved_by_any_action
+from tapebench.splits.io import load_split
 
 REFERENCE_FAMILY = "reference"
 
@@ -159,7 +161,6 @@ def _floor(test_rules, random_per_rule, split: str, H: int, family=None) -> dict
     if the random policy's per-rule values are given, test rules it solves in >= 90% of episodes."""
     if test_rules is None:
         return None
-    from tapebench.rules.features import solved_by_any_action
 
     any_action = [z for z in test_rules if (solved_by_any_action(z) if family is None
                                             else solved_by_any_action(z, family))]
@@ -245,7 +246,6 @@ def render_result_table(table: str, aggregate, out, *, split: str, H=None, L=Non
     if table == "table3":
         test_rules, family = None, None
         if split_file is not None:
-            from tapebench.splits.io import load_split
 
             loaded = load_split(split_file)
             test_rules, family = list(loaded.test), loaded.family

@@ -65,9 +65,11 @@ def render_model_error(errors_path, out, *, aggregate_path=None, split: str, H: 
 
 def depth_figure(errors: pd.DataFrame, stem, title: str = "") -> list[str]:
     """Error vs open-loop depth, ID solid and OOD dashed, one colour per method; writes stem.pdf + stem.png."""
+    # matplotlib is heavy: only figure builders load it
     import matplotlib
 
     matplotlib.use("Agg")
+    # matplotlib is heavy: only figure builders load it
     import matplotlib.pyplot as plt
 
     data = errors[errors["type"] == ALL_TYPES]
@@ -81,6 +83,7 @@ def depth_figure(errors: pd.DataFrame, stem, title: str = "") -> list[str]:
             ax.plot(d["depth"], d["mean"], SIDE_LINESTYLES[side], color=colour, marker="o", markersize=3,
                     label=f"{display_name(agent)} {SIDE_LABELS[side]}")
             ax.fill_between(d["depth"], d["ci_low"], d["ci_high"], color=colour, alpha=0.15, linewidth=0)
+    # matplotlib is heavy: only figure builders load it
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -122,9 +125,11 @@ def sweep_summary(values: list, per_seed_paths: list, error_paths: list, *, meth
 
 
 def sweep_figure(summary: pd.DataFrame, stem) -> list[str]:
+    # matplotlib is heavy: only figure builders load it
     import matplotlib
 
     matplotlib.use("Agg")
+    # matplotlib is heavy: only figure builders load it
     import matplotlib.pyplot as plt
 
     method, hyper = summary["method"].iloc[0], summary["hyperparameter"].iloc[0]

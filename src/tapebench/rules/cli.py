@@ -38,6 +38,7 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="rule-set JSON, e.g. results/rules/rule_set.json")
     p.set_defaults(func=_rule_set)
 
+    # lazy: a command loads only the modules it runs
     from tapebench.evaluation.protocol import DEFAULT_EPISODES_PER_RULE, DEFAULT_EVAL_SEED
 
     p = sub.add_parser("identifiability", description="For every rule of both sides of a split, on the evaluation episodes' initial "
@@ -60,6 +61,7 @@ def register(sub) -> None:
 def run(args) -> int:
     protocol = FeatureProtocol(L=args.L, trials=args.trials, steps=args.steps, seed=args.seed)
     if args.rule_set:
+        # lazy: a command loads only the modules it runs
         from tapebench.rules.sampling import read_rule_set
 
         family, rules, raw = read_rule_set(args.rule_set)
@@ -72,6 +74,7 @@ def run(args) -> int:
 
 
 def _rule_set(args) -> int:
+    # lazy: a command loads only the modules it runs
     from tapebench.rules.family import RuleFamily
     from tapebench.rules.sampling import SampleSpec, write_rule_set
 
@@ -89,6 +92,7 @@ def _rule_set(args) -> int:
 
 
 def _identifiability(args) -> int:
+    # lazy: a command loads only the modules it runs
     from tapebench.health.identifiability import summary_rows, write_identifiability
     from tapebench.validation import check_integer
 

@@ -41,8 +41,12 @@ import pandas as pd
 
 from tapebench.ca.packed import pack, step_words_rules
 from tapebench.validation import check_integer, check_length, check_rules
-from tapebench.rules.family import ELEMENTARY, RuleFamily
+from tapebench.rules.family import ELEMENTARY, RuleFamily, family_from_config
 from tapebench.rules.mirror import class_representative, mirror_rule, reflect_tape
+from pathlib import Path
+from tapebench.ca.reference import ca_step
+from tapebench.utils.artifacts import CorruptArtifact
+from tapebench.utils.io import provenance, read_parquet_meta, write_parquet
 
 FEATURE_NAMES = ("density", "density_std", "activity", "activity_2step", "entropy", "block_entropy")
 RULE_TYPES = ("stable", "periodic", "chaotic")
@@ -80,7 +84,6 @@ def solved_by_any_action(rule: int, family: RuleFamily = ELEMENTARY) -> bool:
     """Whether every action reaches the all-zero goal in one step from every tape: the rule maps every
     neighbourhood to 0 (of the elementary rules, only rule 0; in every family, only rule 0). Such a test
     rule is solved without any inference or control, so tables report how many test rules are of this kind."""
-    from tapebench.ca.reference import ca_step
 
     if not family.elementary:
         return not family.table(rule).any()
@@ -259,14 +262,12 @@ def features_config(protocol: FeatureProtocol, family: RuleFamily = ELEMENTARY, 
 
 def features_family(meta: dict) -> RuleFamily:
     """The family a features artifact describes (elementary when its metadata names none)."""
-    from tapebench.rules.family import family_from_config
 
     return family_from_config(meta.get("config", {}).get("family"))
 
 
 def write_features(path, protocol: FeatureProtocol | None = None, rules=None,
                    family: RuleFamily = ELEMENTARY, rule_set: dict | None = None) -> pd.DataFrame:
-    from tapebench.utils.io import provenance, write_parquet
 
     protocol = protocol or FeatureProtocol()
     if not family.fits_int64:
@@ -278,10 +279,7 @@ def write_features(path, protocol: FeatureProtocol | None = None, rules=None,
 
 def read_features(path) -> tuple[pd.DataFrame, dict]:
     """Load a features artifact and check it has what splits need; returns (frame, metadata)."""
-    from pathlib import Path
 
-    from tapebench.utils.artifacts import CorruptArtifact
-    from tapebench.utils.io import read_parquet_meta
 
     path = Path(path)
     if not path.is_file():

@@ -29,7 +29,7 @@ from itertools import combinations
 import numpy as np
 
 from tapebench.validation import check_integer
-from tapebench.rules.family import RuleFamily
+from tapebench.rules.family import RuleFamily, family_from_config
 
 SUBFAMILIES = ("all", "totalistic", "outer_totalistic")
 MAX_SAMPLE = 10_000            # mirror classes in a sampled rule set
@@ -237,7 +237,6 @@ def spec_from_config(section: dict) -> SampleSpec:
 
 
 def write_rule_set(path, family: RuleFamily, spec: SampleSpec) -> dict:
-    from tapebench.utils.io import provenance, write_json
 
     if not family.fits_int64:
         raise ValueError(f"the pipeline stores rule numbers as int64 and supports families whose rules fit 64 "
@@ -251,10 +250,7 @@ def write_rule_set(path, family: RuleFamily, spec: SampleSpec) -> dict:
 
 def read_rule_set(path) -> tuple[RuleFamily, list[int], dict]:
     """(family, rules, payload) of a rule-set artifact; a damaged file names its path."""
-    from pathlib import Path
 
-    from tapebench.utils.artifacts import CorruptArtifact, read_json
-    from tapebench.rules.family import family_from_config
 
     raw = read_json(Path(path), "rule set")
     if not isinstance(raw, dict) or not {"family", "rules"} <= set(raw):

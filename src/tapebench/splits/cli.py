@@ -57,6 +57,7 @@ def register(sub) -> None:
 
 def run_split(args) -> int:
     if args.rules == "sampled":
+        # lazy: a command loads only the modules it runs
         from tapebench.rules.features import features_family, read_features
 
         frame, meta = read_features(args.features)
@@ -78,6 +79,7 @@ def run_split(args) -> int:
 
 
 def run_ladder_split(args) -> int:
+    # lazy: a command loads only the modules it runs
     from tapebench.splits.ladder import LadderParams, generate_ladder_split
 
     params = LadderParams(name=args.name, train=tuple(parse_rule_list(args.train)) if args.train.strip() else (),

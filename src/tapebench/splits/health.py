@@ -21,6 +21,7 @@ from tapebench.rules.features import RULE_TYPES
 from tapebench.rules.mirror import mirror_leaks
 from tapebench.utils.io import provenance, write_json
 from tapebench.splits.io import load_split
+from tapebench.splits.ladder import distances_to
 
 
 class SplitHealthError(ValueError):
@@ -99,7 +100,6 @@ def check_split_health(path) -> dict:
 
 def _ladder_problems(split, raw: dict, problems: list[str]) -> dict:
     """Check a ladder's levels (appending to `problems`); returns the per-level summary for the report."""
-    from tapebench.splits.ladder import distances_to
 
     try:
         family: RuleFamily = family_from_config(raw.get("family"))

@@ -73,6 +73,7 @@ from tapebench.evaluation.records import SOFT_EPSILONS, coerce_episode_frame, so
 from tapebench.vocabulary import ladder_level
 from tapebench.stats.bootstrap import (DEFAULT_CI, DEFAULT_RESAMPLES, difference_ci, hedges_g, holm, percentile_interval,
                         resample_indices, welch_test)
+from tapebench.utils.artifacts import read_table
 
 SOFT_METRICS = tuple(f"soft_success@{eps:g}" for eps in SOFT_EPSILONS)
 METRICS = ("success", *SOFT_METRICS, "final_dist", "auc_dist", "return", "steps")
@@ -88,7 +89,6 @@ TABLE_KINDS = {"episode": "episodes", "per-seed": "per_seed"}   # `what` -> util
 def read_tables(paths, what: str) -> pd.DataFrame:
     """Concatenate Parquet files of one kind ("episode" or "per-seed"), naming any that is missing,
     damaged or of another kind."""
-    from tapebench.utils.artifacts import read_table
 
     paths = [Path(p) for p in paths]
     if not paths:

@@ -2,6 +2,7 @@
 `tapebench protocol-comparison`."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from tapebench.utils.io import provenance, read_parquet_meta, write_parquet
@@ -63,6 +64,7 @@ def register(sub) -> None:
 
 
 def _aggregate_seed(args) -> int:
+    # lazy: a command loads only the modules it runs
     from tapebench.stats.aggregate import read_tables, seed_tables
 
     episodes = read_tables(args.episodes, "episode")
@@ -80,6 +82,7 @@ def _aggregate_seed(args) -> int:
 
 
 def _aggregate(args) -> int:
+    # lazy: a command loads only the modules it runs
     from tapebench.stats.aggregate import aggregate_seeds, method_tests, read_tables
 
     per_seed = read_tables(args.per_seed, "per-seed")
@@ -99,6 +102,7 @@ def _aggregate(args) -> int:
 
 
 def _aggregate_model_error(args) -> int:
+    # lazy: a command loads only the modules it runs
     from tapebench.stats.model_error import aggregate_model_error_files
 
     table = aggregate_model_error_files(args.inputs, args.out, n_resamples=args.n_resamples, ci=args.ci,
@@ -108,8 +112,7 @@ def _aggregate_model_error(args) -> int:
 
 
 def _protocol_comparison(args) -> int:
-    import json
-
+    # lazy: a command loads only the modules it runs
     from tapebench.stats.protocol_comparison import ComparedProtocol, compare_protocol_files, protocol_files
 
     try:

@@ -21,7 +21,7 @@ from tapebench.evaluation.protocol import DEFAULT_EPISODES_PER_RULE, DEFAULT_EVA
 from tapebench.registry import registry
 from tapebench.validation import check_noise, parse_rule_list
 from tapebench.training.evaluate import evaluate_run, model_error_run, write_evaluation
-from tapebench.training.loop import PAPER_ENV, PAPER_TRAINING, RunLog, TrainSpec, train
+from tapebench.training.loop import PAPER_ENV, PAPER_TRAINING, RunLog, TrainSpec, resolve_device, torch_settings, train
 
 PARAM_SECTIONS = {
     "agent": None,  # checked against the agent's Config
@@ -57,7 +57,6 @@ def _rule_source(args):
     if (args.split is None) == (args.rules is None):
         raise ValueError("give exactly one of --split PATH or --rules LIST")
     if args.split is not None:
-        from tapebench.splits.io import load_split
 
         split = load_split(args.split)
         return split, {"name": split.name, "content_hash": split.content_hash}
@@ -83,7 +82,6 @@ def run_train(args) -> int:
 
 
 def run_evaluate(args) -> int:
-    from pathlib import Path
 
     params = parse_params(args.params)
     if (args.run is None) == (args.method is None):
@@ -114,9 +112,6 @@ def run_evaluate(args) -> int:
 
 
 def run_model_error(args) -> int:
-    from tapebench.evaluation.model_error import DEFAULT_CONTEXT, DEFAULT_DEPTH, summarize
-    from tapebench.splits.io import load_split
-    from tapebench.utils.io import provenance, write_parquet
 
     params = parse_params(args.params)
     split = load_split(args.split)
@@ -142,8 +137,6 @@ def run_model_error(args) -> int:
 
 
 def _untrained_log(args):
-    import sys
-    import time
 
     def log(message: str) -> None:
         if not args.quiet:
@@ -153,8 +146,6 @@ def _untrained_log(args):
 
 
 def _evaluate_untrained(args, params, split, rules, env, common, log):
-    from tapebench.evaluation.evaluate import evaluate_untrained, side_protocols
-    from tapebench.training.loop import resolve_device, torch_settings
 
     device = resolve_device(args.device)
     sides = side_protocols(L=env.get("L", PAPER_ENV["L"]), H=args.H, split=split, rules=rules, **common)

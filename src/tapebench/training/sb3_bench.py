@@ -48,6 +48,7 @@ class MissingOptionalDependency(ValueError):
 def require_sb3():
     """Import stable_baselines3 or explain how to install it."""
     try:
+        # optional extra: loaded only by the SB3 benchmark
         import stable_baselines3
     except ImportError as exc:
         raise MissingOptionalDependency(
@@ -230,9 +231,11 @@ def time_ours(agent: str, total_steps: int, rules, L: int, H: int, seed: int, th
 
 
 def time_sb3(agent: str, settings: dict, rules, L: int, H: int, seed: int, threads: int) -> dict:
+    # optional extra: loaded only by the SB3 benchmark
     import stable_baselines3
     from stable_baselines3.common.env_util import make_vec_env
 
+    # lazy: a command loads only the modules it runs
     from tapebench.envs.tape_env import TapeEnv
 
     algorithm = getattr(stable_baselines3, COUNTERPARTS[agent])
@@ -275,6 +278,7 @@ def _describe(kwargs: dict) -> str:
 
 def _rule_set(args) -> tuple[list[int], str]:
     if args.split is not None:
+        # lazy: a command loads only the modules it runs
         from tapebench.splits.io import load_split
 
         split = load_split(args.split)
@@ -287,6 +291,7 @@ def bench_sb3(args) -> dict:
     """Entry point for `tapebench bench sb3` (options: --agents --steps --rules/--split --L --H --threads
     --repeats --seed)."""
     sb3 = require_sb3()
+    # gymnasium: loaded only when the environment is registered
     import gymnasium
 
     agents = select_agents(args.agents, allowed=list(COUNTERPARTS), command="bench sb3")

@@ -76,6 +76,7 @@ def read_json(path, what: str = "JSON file"):
 
 def check_parquet(path) -> None:
     """Read the Parquet footer (schema and row groups); catches empty, truncated and garbage files."""
+    # pyarrow: loaded only when a Parquet file is read or written
     import pyarrow.parquet as pq
 
     try:

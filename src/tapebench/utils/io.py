@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pandas as pd
+from tapebench import __version__
 
 
 @contextlib.contextmanager
@@ -46,6 +47,7 @@ def canonical_json(obj: Any) -> str:
 
 
 def _json_default(o):
+    # numpy: loaded only when a value needs it
     import numpy as np
 
     if isinstance(o, np.integer):
@@ -67,7 +69,6 @@ def content_hash(obj: Any) -> str:
 
 def code_version() -> str:
     """Package version plus the git commit (and '-dirty') when run from a checkout."""
-    from tapebench import __version__
 
     version = __version__
     repo = Path(__file__).resolve().parents[3]
@@ -93,6 +94,7 @@ def provenance(config_slice: dict | None = None, seed: int | None = None, **extr
 
 def write_parquet(path, df: pd.DataFrame, meta: dict | None = None) -> None:
     """Write a DataFrame atomically; `meta` (e.g. provenance) goes into the Parquet schema metadata."""
+    # pyarrow: loaded only when a Parquet file is read or written
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -105,6 +107,7 @@ def write_parquet(path, df: pd.DataFrame, meta: dict | None = None) -> None:
 
 
 def read_parquet_meta(path) -> dict:
+    # pyarrow: loaded only when a Parquet file is read or written
     import pyarrow.parquet as pq
 
     md = pq.read_schema(path).metadata or {}
