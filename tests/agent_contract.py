@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tapebench.methods.contract import EnvSpec
 from tapebench.cli import main
 from tapebench.episodes.sets import episode_set
 from tapebench.evaluation.runner import run_episodes
+from tapebench.methods.contract import EnvSpec
 from tapebench.registry import build_config, make_agent
 from tapebench.splits.io import save_split
 from tapebench.training import checkpoint as ckpt

@@ -15,8 +15,8 @@ import math
 import numpy as np
 import pytest
 import torch
-
 from agent_contract import assert_per_episode_policy, assert_sigkill_resume_bit_identical, learned_success
+
 from tapebench.methods.contract import EnvSpec
 from tapebench.methods.curl_dqn import info_nce
 from tapebench.registry import build_config, get_method, make_agent

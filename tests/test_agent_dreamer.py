@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from agent_contract import assert_per_episode_policy, assert_sigkill_resume_bit_identical, learned_success
+
+from tapebench.envs.batched import BatchedTapeEnv
+from tapebench.episodes.sets import episode_set
 from tapebench.methods.contract import EnvSpec
 from tapebench.methods.dreamer import ReturnNormalizer, lambda_returns
 from tapebench.methods.world_model import filter_mode
-from tapebench.envs.batched import BatchedTapeEnv
-from tapebench.episodes.sets import episode_set
 from tapebench.registry import build_config, get_method, make_agent
 
 SMALL = {"num_envs": 8, "deter_size": 32, "hidden_size": 32, "stoch_groups": 8, "batch_size": 4,

@@ -11,18 +11,17 @@ import random
 import numpy as np
 import pytest
 import torch
-
 from agent_contract import assert_per_episode_policy, assert_sigkill_resume_bit_identical, learned_success
-from tapebench.methods.contract import EnvSpec
-from tapebench.methods.ensemble_mpc import Config, IGConfig, candidate_sequences, disagreement, flip_cells
+
 from tapebench.ca import reference
 from tapebench.envs.batched import BatchedTapeEnv
 from tapebench.episodes.sets import episode_set
-from tapebench.methods.contract import EpisodeBatch
-from tapebench.evaluation.runner import run_episodes
-from tapebench.registry import build_config, get_method, make_agent
-from tapebench.methods.mpc import MPCConfig, MPCPolicy
 from tapebench.episodes.streams import candidate_actions, episode_keys, step_key
+from tapebench.evaluation.runner import run_episodes
+from tapebench.methods.contract import EnvSpec, EpisodeBatch
+from tapebench.methods.ensemble_mpc import Config, IGConfig, candidate_sequences, disagreement, flip_cells
+from tapebench.methods.mpc import MPCConfig, MPCPolicy
+from tapebench.registry import build_config, get_method, make_agent
 from tapebench.training import checkpoint as ckpt
 from tapebench.training.loop import TrainSpec, train
 

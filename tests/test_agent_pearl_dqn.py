@@ -9,14 +9,14 @@ import math
 import numpy as np
 import pytest
 import torch
-
 from agent_contract import assert_per_episode_policy, assert_sigkill_resume_bit_identical, learned_success
-from tapebench.methods.contract import EnvSpec
-from tapebench.methods import pearl_dqn
-from tapebench.methods.pearl_dqn import posterior_from_sums, product_of_gaussians, transition_features
+
 from tapebench.envs.batched import BatchedTapeEnv
 from tapebench.episodes.sets import episode_set
 from tapebench.evaluation.runner import run_episodes
+from tapebench.methods import pearl_dqn
+from tapebench.methods.contract import EnvSpec
+from tapebench.methods.pearl_dqn import posterior_from_sums, product_of_gaussians, transition_features
 from tapebench.registry import build_config, get_method, make_agent
 from tapebench.training import checkpoint as ckpt
 from tapebench.training.loop import TrainSpec, train

@@ -7,14 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from agent_contract import assert_per_episode_policy, assert_sigkill_resume_bit_identical, learned_success
-from tapebench.methods.contract import EnvSpec
-from tapebench.methods.planet import cem_plan, score_sequences, uniforms
-from tapebench.methods.world_model import filter_mode
+
 from tapebench.envs.batched import BatchedTapeEnv
 from tapebench.episodes.sets import episode_set
-from tapebench.methods.contract import EpisodeBatch
+from tapebench.methods.contract import EnvSpec, EpisodeBatch
+from tapebench.methods.planet import cem_plan, score_sequences, uniforms
+from tapebench.methods.world_model import filter_mode
 from tapebench.registry import build_config, get_method, make_agent
 
 SMALL = {"num_envs": 8, "deter_size": 32, "hidden_size": 32, "stoch_groups": 8, "batch_size": 4,

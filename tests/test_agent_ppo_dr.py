@@ -8,21 +8,20 @@ import shutil
 import pandas as pd
 import pytest
 import torch
-
 from agent_contract import assert_sigkill_resume_bit_identical, learned_success
-from tapebench.methods import ppo, ppo_dr
-from tapebench.methods.contract import EnvSpec
-from tapebench.utils.artifacts import file_sha256
+
 from tapebench.ca import torch_kernel
 from tapebench.envs.batched import BatchedTapeEnv
-from tapebench.evaluation import runner
 from tapebench.episodes.sets import episode_set
-from tapebench.methods.contract import greedy_policy
+from tapebench.evaluation import runner
+from tapebench.methods import ppo, ppo_dr
+from tapebench.methods.contract import EnvSpec, greedy_policy
 from tapebench.registry import build_config, get_method, make_agent
 from tapebench.training import checkpoint as ckpt
 from tapebench.training import loop
 from tapebench.training.evaluate import evaluate_run
 from tapebench.training.loop import TrainSpec, train
+from tapebench.utils.artifacts import file_sha256
 
 SMALL = {"num_envs": 8, "num_steps": 64, "hidden_size": 32}
 

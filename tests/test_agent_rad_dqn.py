@@ -13,12 +13,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from agent_contract import assert_per_episode_policy, assert_sigkill_resume_bit_identical, learned_success
-from tapebench.methods import augment
-from tapebench.methods.contract import EnvSpec
+
 from tapebench.ca import reference
 from tapebench.envs.batched import BatchedTapeEnv
+from tapebench.methods import augment
+from tapebench.methods.contract import EnvSpec
 from tapebench.registry import build_config, get_method, make_agent
 
 AGENT = "rad_dqn"

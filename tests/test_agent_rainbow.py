@@ -7,14 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from agent_contract import (assert_per_episode_policy, assert_sigkill_resume_bit_identical, learned_success,
+                            tensors_equal)
 from scipy import stats
 
-from agent_contract import assert_per_episode_policy, assert_sigkill_resume_bit_identical, learned_success, \
-    tensors_equal
-from tapebench.methods.contract import EnvSpec
-from tapebench.methods.rainbow import (NoisyLinear, NStepWindow, PrioritizedReplay, SumTree,
-                                      project_distribution)
-from tapebench.methods.contract import greedy_policy
+from tapebench.methods.contract import EnvSpec, greedy_policy
+from tapebench.methods.rainbow import NoisyLinear, NStepWindow, PrioritizedReplay, SumTree, project_distribution
 from tapebench.registry import build_config, get_method, make_agent
 
 

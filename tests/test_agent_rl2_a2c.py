@@ -7,14 +7,14 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-
 from agent_contract import assert_per_episode_policy, assert_sigkill_resume_bit_identical, learned_success
-from tapebench.methods.contract import EnvSpec
-from tapebench.methods.common import gae
-from tapebench.methods.rl2_a2c import policy_inputs
+
 from tapebench.envs.batched import BatchedTapeEnv
 from tapebench.episodes.sets import episode_set
 from tapebench.evaluation.runner import run_episodes
+from tapebench.methods.common import gae
+from tapebench.methods.contract import EnvSpec
+from tapebench.methods.rl2_a2c import policy_inputs
 from tapebench.registry import build_config, get_method, make_agent
 from tapebench.training import checkpoint as ckpt
 from tapebench.training.loop import TrainSpec, train

@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from tapebench.cli import main
-from tapebench.stats.aggregate import (METRICS, aggregate_seeds, group_generator, method_tests, seed_tables)
+from tapebench.stats.aggregate import METRICS, aggregate_seeds, group_generator, method_tests, seed_tables
 from tapebench.stats.bootstrap import holm, percentile_ci, resample_indices
 from tapebench.utils.io import read_parquet_meta
 

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from tapebench.cli import main
+from tapebench.pipeline.integrity import scan_results
 from tapebench.splits.io import save_split
 from tapebench.training import checkpoint as ckpt
 from tapebench.utils.artifacts import CorruptArtifact, file_sha256, read_table
-from tapebench.pipeline.integrity import scan_results
 
 PARAMS = {"agent": {"num_envs": 4, "hidden_size": 16, "learning_starts": 32, "buffer_size": 500,
                     "batch_size": 16, "target_update_frequency": 64},

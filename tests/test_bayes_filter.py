@@ -8,17 +8,17 @@ import math
 import numpy as np
 import pytest
 import torch
-
 from agent_contract import assert_per_episode_policy
+
 from tapebench.ca import reference
 from tapebench.ca.packed import pack
 from tapebench.episodes.sets import episode_set
-from tapebench.methods.contract import EpisodeBatch
 from tapebench.episodes.streams import step_keys, uniform_below
 from tapebench.evaluation.runner import run_episodes
-from tapebench.registry import PolicyContext, build_config, get_method
 from tapebench.methods.bayes_filter import BAYES_DOMAIN, BayesFilterPolicy, Config, action_scores
+from tapebench.methods.contract import EpisodeBatch
 from tapebench.methods.identify_then_plan import pinned_bits
+from tapebench.registry import PolicyContext, build_config, get_method
 
 METRICS = ("success", "final_dist", "auc_dist", "return", "steps")
 

@@ -11,8 +11,8 @@ import pytest
 from torch import nn
 
 from tapebench import registry as methods
-from tapebench.methods import dqn, ppo
 from tapebench.cli import main
+from tapebench.methods import dqn, ppo
 from tapebench.registry import Method, build_config
 from tapebench.training.bench import select_agents, trained_methods
 from tapebench.training.sb3_bench import (COUNTERPARTS, AnnealedLearningRate, fused_adam_available, require_sb3,

@@ -7,8 +7,8 @@ import copy
 
 import pytest
 import yaml
-
 from pipeline_helpers import REPO
+
 from tapebench.pipeline.config import ConfigError, load_config, load_config_file, merge_config, validate_config
 from tapebench.settings import MAX_CHECKPOINTS_PER_RUN
 

@@ -4,13 +4,14 @@ import copy
 import numpy as np
 import pytest
 import torch
+from pipeline_helpers import REPO
 
 from tapebench.ca.reference import transition
 from tapebench.episodes.sets import episode_set
+from tapebench.episodes.streams import candidate_actions, episode_keys, step_key
 from tapebench.evaluation.evaluate import evaluate_untrained, side_protocols
 from tapebench.methods.contract import EpisodeBatch
 from tapebench.methods.mpc import MPCConfig, MPCPolicy
-from tapebench.episodes.streams import candidate_actions, episode_keys, step_key
 from tapebench.pipeline.config import ConfigError, load_config, validate_config
 from tapebench.rules.family import RuleFamily
 from tapebench.rules.features import FeatureProtocol, write_features
@@ -19,7 +20,6 @@ from tapebench.splits.generate import SplitParams, generate_split
 from tapebench.splits.health import SplitHealthError, split_health
 from tapebench.splits.io import load_split, save_split
 from tapebench.training.loop import TrainSpec
-from pipeline_helpers import REPO
 
 K3R1 = RuleFamily(3, 1)
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"

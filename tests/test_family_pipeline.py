@@ -5,8 +5,8 @@ import shutil
 
 import pandas as pd
 import pytest
-
 from pipeline_helpers import REPO, make_workdir, snakemake
+
 from tapebench.rules.family import RuleFamily
 from tapebench.rules.sampling import SampleSpec, sample_rule_set
 

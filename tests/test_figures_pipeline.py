@@ -6,7 +6,6 @@ import re
 
 import pandas as pd
 import pytest
-
 from pipeline_helpers import make_workdir, snakemake
 
 pytestmark = pytest.mark.slow       # a tiny-DAG pipeline build: `python3 -m pytest -m slow` (CI runs it)

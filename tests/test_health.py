@@ -9,17 +9,15 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from test_config import REPO, SCHEMA
 
 from tapebench.cli import main
-from tapebench.health.checks import (CHECKS, FAIL, NOT_APPLICABLE, PASS, WARN, gate_message, reference_oracle,
-                                     status_of)
+from tapebench.health.checks import CHECKS, FAIL, NOT_APPLICABLE, PASS, WARN, gate_message, reference_oracle, status_of
 from tapebench.pipeline.config import ConfigError, load_config, validate_config
 from tapebench.report.health import render_health
 from tapebench.rules.family import RuleFamily
 from tapebench.rules.mirror import mirror_rule
 from tapebench.splits.io import save_split
-
-from test_config import REPO, SCHEMA
 
 L, H, EPISODES = 8, 8, 4
 TRAIN, TEST = [30, 45, 90, 110], [0, 124, 204, 255]      # 124 is the mirror image of 110 (a leak, unit "rule")

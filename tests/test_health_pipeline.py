@@ -8,7 +8,6 @@ import json
 import pandas as pd
 import pytest
 import yaml
-
 from pipeline_helpers import job_counts, make_workdir, scheduled_jobs, snakemake
 
 pytestmark = pytest.mark.slow       # a tiny-DAG pipeline build: `python3 -m pytest -m slow` (CI runs it)

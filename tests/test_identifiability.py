@@ -13,10 +13,9 @@ import pytest
 
 from tapebench.cli import main
 from tapebench.episodes.sets import EpisodeSet, episode_set
-from tapebench.episodes.streams import step_keys
-from tapebench.episodes.streams import candidate_action, step_key
+from tapebench.episodes.streams import candidate_action, step_key, step_keys
 from tapebench.health.identifiability import (IDENT_DOMAIN, all_windows_count, identification_steps,
-                                             one_step_probability, summary_rows)
+                                              one_step_probability, summary_rows)
 
 
 def _brute_count(L):

@@ -6,18 +6,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from agent_contract import assert_per_episode_policy
+
 from tapebench.ca import reference
 from tapebench.ca.packed import pack
 from tapebench.episodes.sets import episode_set
-from tapebench.methods.contract import EpisodeBatch
-from tapebench.evaluation.runner import run_episodes
-from tapebench.registry import PolicyContext, build_config, get_method
-from tapebench.methods.identify_then_plan import (Config, IdentifyThenPlanPolicy, consistent_rules, decide,
-                                                  pinned_bits)
-from tapebench.methods.mpc import MPCConfig, MPCPolicy, _plan_action
 from tapebench.episodes.streams import episode_keys, step_key
+from tapebench.evaluation.runner import run_episodes
+from tapebench.methods.contract import EpisodeBatch
+from tapebench.methods.identify_then_plan import Config, IdentifyThenPlanPolicy, consistent_rules, decide, pinned_bits
+from tapebench.methods.mpc import MPCConfig, MPCPolicy, _plan_action
+from tapebench.registry import PolicyContext, build_config, get_method
 
 
 def _obs(tapes):

@@ -7,8 +7,8 @@ import json
 import pandas as pd
 import pytest
 import yaml
-
 from pipeline_helpers import make_workdir, scheduled_jobs, snakemake
+
 from tapebench.rules.family import ELEMENTARY
 from tapebench.splits.ladder import distances_to
 

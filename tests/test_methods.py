@@ -7,16 +7,16 @@ import dataclasses
 
 import numpy as np
 import pytest
-
 from agent_contract import assert_per_episode_policy
+
 from tapebench import registry as methods
 from tapebench.episodes.sets import episode_set
 from tapebench.evaluation.evaluate import evaluate_untrained, side_protocols
 from tapebench.evaluation.runner import run_episodes
-from tapebench.registry import Method, PolicyContext, build_config, get_method
-from tapebench.methods.random_policy import RandomPolicy
 from tapebench.methods.exact import ExactPolicy, run_exact
 from tapebench.methods.mpc import MPCConfig, MPCPolicy, run_mpc
+from tapebench.methods.random_policy import RandomPolicy
+from tapebench.registry import Method, PolicyContext, build_config, get_method
 
 METRICS = ("success", "final_dist", "auc_dist", "return", "steps")
 

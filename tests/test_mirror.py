@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 
 from tapebench.ca.reference import ca_step, transition
-from tapebench.rules.mirror import (class_representative, is_self_mirror, mirror_classes, mirror_leaks,
-                                    mirror_rule, reflect_action, reflect_tape)
+from tapebench.rules.mirror import (class_representative, is_self_mirror, mirror_classes, mirror_leaks, mirror_rule,
+                                    reflect_action, reflect_tape)
 
 
 def test_mirror_is_an_involution_with_known_pairs():

@@ -7,8 +7,7 @@ import torch
 
 from tapebench.ca import reference
 from tapebench.episodes.sets import episode_set
-from tapebench.evaluation.model_error import (error_table, observations, probe_trajectories, rollout_errors,
-                                              summarize)
+from tapebench.evaluation.model_error import error_table, observations, probe_trajectories, rollout_errors, summarize
 
 
 class TrueRuleModel:

@@ -12,21 +12,22 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-
 from pipeline_helpers import REPO
+
+from tapebench import layout
 from tapebench.envs.batched import BatchedTapeEnv
 from tapebench.episodes.sets import episode_set, noise_flips
 from tapebench.episodes.streams import noise_key
 from tapebench.evaluation.evaluate import evaluate_untrained, play, side_protocols
 from tapebench.evaluation.protocol import protocol_differences, protocol_episodes
 from tapebench.evaluation.runner import run_episodes
+from tapebench.pipeline.config import (ConfigError, checkpoint_eval_slice, load_config, load_config_file, merge_config,
+                                       method_eval_slice, noise_eval_slice, validate_config)
 from tapebench.registry import get_method
-from tapebench import layout
-from tapebench.pipeline.config import ConfigError, checkpoint_eval_slice, load_config, load_config_file, merge_config, method_eval_slice, noise_eval_slice, validate_config
-from tapebench.settings import noise_study
 from tapebench.report import registry
-from tapebench.rules.family import RuleFamily
 from tapebench.report.noise import noise_summary, render_noise_figure, render_noise_table
+from tapebench.rules.family import RuleFamily
+from tapebench.settings import noise_study
 from tapebench.stats.aggregate import aggregate_seeds
 from tapebench.utils.io import read_parquet_meta, write_parquet
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 import yaml
-
 from pipeline_helpers import make_workdir, scheduled_jobs, snakemake
+
 from tapebench.utils.io import read_parquet_meta
 
 pytestmark = pytest.mark.slow       # a tiny-DAG pipeline build: `python3 -m pytest -m slow` (CI runs it)

@@ -7,11 +7,11 @@ import torch
 from tapebench.ca import reference
 from tapebench.ca.packed import pack
 from tapebench.episodes.sets import episode_set
+from tapebench.episodes.streams import candidate_actions, episode_keys, step_key
 from tapebench.evaluation.runner import run_episodes
 from tapebench.methods.exact import check_exact_length, run_exact, value_tables
-from tapebench.oracle.feasibility import feasibility_summary, feasibility_table
 from tapebench.methods.mpc import MPCConfig, run_mpc
-from tapebench.episodes.streams import candidate_actions, episode_keys, step_key
+from tapebench.oracle.feasibility import feasibility_summary, feasibility_table
 
 METRICS = ("success", "final_dist", "auc_dist", "return", "steps")
 

@@ -8,9 +8,9 @@ import tapebench.utils.io as uio
 from tapebench.cli import main as cli_main
 from tapebench.episodes.sets import episode_set
 from tapebench.episodes.streams import split_key
+from tapebench.evaluation.protocol import protocol_episodes, read_records
 from tapebench.evaluation.records import EPISODE_COLUMNS
 from tapebench.oracle.normalized import evaluation_protocol, normalized_score
-from tapebench.evaluation.protocol import protocol_episodes, read_records
 from tapebench.splits.io import save_split
 
 TYPES = {0: "stable", 4: "periodic", 108: "periodic", 204: "periodic", 30: "chaotic", 110: "chaotic",

@@ -11,7 +11,6 @@ import sys
 import pandas as pd
 import pytest
 import yaml
-
 from pipeline_helpers import REPO, make_workdir, scheduled_jobs, snakemake
 
 

@@ -12,8 +12,8 @@ from importlib.metadata import EntryPoint
 from pathlib import Path
 
 import pytest
-
 from agent_contract import toy_split
+
 from tapebench.registry import Method, _load_plugin
 
 PLUGIN = Path(__file__).resolve().parent / "data" / "plugin_example"

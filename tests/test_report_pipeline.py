@@ -15,8 +15,8 @@ import unicodedata
 
 import pytest
 import yaml
-
 from pipeline_helpers import REPO, make_workdir, scheduled_jobs, snakemake
+
 from tapebench.pipeline.config import validate_config
 from tapebench.report import document, registry
 

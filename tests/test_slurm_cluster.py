@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from pipeline_helpers import REPO, interrupt, make_cpu_profile, popen_logged, slurm_available, tail
 
 TOY = REPO / "tests" / "data" / "slurm_toy" / "Snakefile"

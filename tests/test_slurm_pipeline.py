@@ -28,11 +28,10 @@ import pandas as pd
 import pytest
 import torch
 import yaml
+from pipeline_helpers import (PREEMPT, REPO, interrupt, job_counts, make_cpu_profile, make_workdir, popen_logged,
+                              slurm_available, slurm_submissions, tail)
 
 from tapebench.training import checkpoint as ckpt
-
-from pipeline_helpers import (PREEMPT, REPO, interrupt, job_counts, make_cpu_profile, make_workdir,
-                              popen_logged, slurm_available, slurm_submissions, tail)
 
 RUN_TIMEOUT = 900  # a misconfigured status command makes the slurm executor wait forever: never hang CI
 TABLES = ("table1", "table2", "table3", "table4", "table7")
@@ -203,7 +202,7 @@ def test_profile_names_only_real_rules():
     rules = set()
     for smk in [REPO / "Snakefile", *(REPO / "workflow" / "rules").glob("*.smk")]:
         rules |= set(re.findall(r"^rule (\w+):", smk.read_text(), re.M))
-    from tapebench.report.registry import OUTPUTS   # render rules are generated from the report registry
+    from tapebench.report.registry import OUTPUTS  # render rules are generated from the report registry
 
     rules |= {f"render_{entry_id}" for entry_id in OUTPUTS}
     assert {"train", "evaluate", "aggregate_seed", "mpc_split"} <= rules

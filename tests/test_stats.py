@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from tapebench.stats.bootstrap import (bootstrap_means, difference_ci, hedges_g, holm, paired_ci,
-                                       percentile_ci, resample_indices, welch_test)
+from tapebench.stats.bootstrap import (bootstrap_means, difference_ci, hedges_g, holm, paired_ci, percentile_ci,
+                                       resample_indices, welch_test)
 
 
 def test_bootstrap_distribution_matches_closed_form_moments():

@@ -10,8 +10,8 @@ import time
 
 import pandas as pd
 import pytest
-
 from pipeline_helpers import make_workdir
+
 from tapebench.cli import main
 from tapebench.splits.io import save_split
 

@@ -9,9 +9,8 @@ import re
 import pandas as pd
 import pytest
 import yaml
-from scipy import stats as sps
-
 from pipeline_helpers import make_workdir, scheduled_jobs, snakemake
+from scipy import stats as sps
 
 pytestmark = pytest.mark.slow       # a tiny-DAG pipeline build: `python3 -m pytest -m slow` (CI runs it)
 

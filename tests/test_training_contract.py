@@ -12,12 +12,12 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-
 from agent_contract import KILL_AFTER_CHECKPOINT_2, assert_same_run, tensors_equal
+
 from tapebench import registry as methods
-from tapebench.methods import contract as agents
 from tapebench.cli import main
 from tapebench.evaluation.records import AGENT_COLUMNS, EPISODE_COLUMNS
+from tapebench.methods import contract as agents
 from tapebench.splits.io import save_split
 from tapebench.training import checkpoint as ckpt
 from tapebench.training.loop import TrainSpec, checkpoint_steps, train

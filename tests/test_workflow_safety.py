@@ -7,7 +7,6 @@ import ast
 import string
 
 import yaml
-
 from pipeline_helpers import REPO, make_workdir, snakemake
 
 

@@ -7,12 +7,12 @@ import math
 
 import pytest
 import torch
-
 from agent_contract import tensors_equal
+
+from tapebench.envs.batched import BatchedTapeEnv
 from tapebench.methods.contract import EnvSpec
 from tapebench.methods.world_model import (REWARD_GRID, VALUE_GRID, SequenceReplay, TwoHot, kl_loss, symexp, symlog,
-                                          unimix_logits)
-from tapebench.envs.batched import BatchedTapeEnv
+                                           unimix_logits)
 from tapebench.registry import build_config, make_agent
 from tapebench.training import checkpoint as ckpt
 from tapebench.training.loop import TrainSpec, train

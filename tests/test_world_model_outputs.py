@@ -6,9 +6,9 @@ import pandas as pd
 import pytest
 
 from tapebench.report.world_model import render_model_error, render_sweep, sweep_summary
+from tapebench.stats.aggregate import PER_SEED_COLUMNS
 from tapebench.stats.model_error import (ALL_TYPES, aggregate_errors, aggregate_model_error_files, growth,
                                          per_seed_errors, value)
-from tapebench.stats.aggregate import PER_SEED_COLUMNS
 from tapebench.utils.artifacts import WrongKind
 from tapebench.utils.io import write_parquet
 

@@ -9,7 +9,6 @@ import shutil
 import pandas as pd
 import pytest
 import yaml
-
 from pipeline_helpers import REPO, make_workdir, scheduled_jobs, snakemake
 
 pytestmark = pytest.mark.slow       # a tiny-DAG pipeline build: `python3 -m pytest -m slow` (CI runs it)

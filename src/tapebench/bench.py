@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from tapebench.validation import check_length, check_horizon, parse_rule_list
+from tapebench.validation import check_horizon, check_length, parse_rule_list
 
 BENCH_DESCRIPTION = """\
 Print throughput figures, each beside a baseline measured in the same run: on a shared machine

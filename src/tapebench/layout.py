@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 
-
 REPORT_TEX = "results/report.tex"
 REPORT_PDF = "results/report.pdf"
 

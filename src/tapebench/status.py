@@ -17,9 +17,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from tapebench.pipeline.integrity import scan_results
 from tapebench.training import checkpoint as ckpt
 from tapebench.utils.artifacts import CorruptArtifact, recovery
-from tapebench.pipeline.integrity import scan_results
 
 RUNNING_WITHIN_S = 90.0      # a running job writes a progress line at least every 30 s (training.loop)
 RUN_DIR = re.compile(r"^seed(\d+)$")

@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tapebench.episodes.streams import check_side, episode_key, identity, noise_key, noise_uniforms
 from tapebench.rules.family import ELEMENTARY, RuleFamily
 from tapebench.validation import check_goal, check_length, check_noise, check_rules
-from tapebench.episodes.streams import check_side, episode_key, identity, noise_key, noise_uniforms
+
 
 def noise_flips(noise_keys: np.ndarray, t: int, L: int, noise: float, colours: int = 2) -> np.ndarray:
     """(N, L) uint8 colour shifts applied after the CA update of step t (added mod `colours`): non-zero with

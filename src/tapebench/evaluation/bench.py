@@ -8,9 +8,9 @@ import time
 
 import torch
 
+from tapebench.evaluation.evaluate import evaluate_untrained, side_protocols
 from tapebench.registry import build_config, get_method, registry
 from tapebench.validation import check_horizon, check_length, parse_rule_list
-from tapebench.evaluation.evaluate import evaluate_untrained, side_protocols
 
 PROTOCOL_SEEDS = 20
 EPISODES_PER_RULE = 20

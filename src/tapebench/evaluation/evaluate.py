@@ -13,12 +13,12 @@ import time
 import pandas as pd
 import torch
 
-from tapebench.registry import Method, PolicyContext, build_config, check_rule_family, get_method
-from tapebench.splits.io import Split, resolve_split
 from tapebench.episodes.sets import EpisodeSet
 from tapebench.evaluation.protocol import EvalProtocol, protocol_episodes
 from tapebench.evaluation.records import coerce_episode_frame
 from tapebench.evaluation.runner import episode_frame, run_episodes
+from tapebench.registry import Method, PolicyContext, build_config, check_rule_family, get_method
+from tapebench.splits.io import Split, resolve_split
 
 
 def side_protocols(*, L: int, H: int, episodes_per_rule: int, eval_seed: int, success_bonus: float = 1.0,

@@ -19,10 +19,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from tapebench.schemas import MODEL_ERROR_PROBE_COLUMNS
 from tapebench.ca.packed import pack, step_words_rules, unpack
 from tapebench.episodes.sets import EpisodeSet
 from tapebench.episodes.streams import step_keys, uniform_below
+from tapebench.schemas import MODEL_ERROR_PROBE_COLUMNS
 
 PROBE_DOMAIN = 0x50524F   # separates the probe actions from the other per-episode streams
 DEFAULT_CONTEXT = 4

@@ -18,11 +18,11 @@ import pandas as pd
 from tapebench.episodes.sets import EpisodeSet, episode_set
 from tapebench.episodes.streams import split_key
 from tapebench.rules.family import ELEMENTARY
+from tapebench.rules.features import read_features
 from tapebench.splits.io import DEFAULT_SPLITS_DIR, Split, resolve_split
+from tapebench.utils.artifacts import read_table
 from tapebench.utils.io import provenance, write_parquet
 from tapebench.validation import check_goal, check_horizon, check_length, check_noise, check_rules
-from tapebench.rules.features import read_features
-from tapebench.utils.artifacts import read_table
 
 DEFAULT_EVAL_SEED = 20260101      # evaluation seed of the paper-protocol configuration
 DEFAULT_EPISODES_PER_RULE = 20
@@ -114,7 +114,6 @@ def protocol_episodes(*, L: int, H: int, episodes_per_rule: int, eval_seed: int 
 
 
 def rule_types_from_features(path, rules) -> dict[int, str]:
-
     frame, _ = read_features(path)
     types = dict(zip(frame["rule"].astype(int), frame["type"].astype(str)))
     missing = [z for z in rules if z not in types]

@@ -10,10 +10,10 @@ import pandas as pd
 import torch
 
 from tapebench.envs.batched import BatchedTapeEnv
-from tapebench.validation import check_goal
 from tapebench.episodes.sets import EpisodeSet
-from tapebench.methods.contract import EpisodeBatch, as_policy
 from tapebench.evaluation.records import coerce_episode_frame
+from tapebench.methods.contract import EpisodeBatch, as_policy
+from tapebench.validation import check_goal
 
 
 def run_episodes(policy, episodes: EpisodeSet, H: int, *, goal=None, success_bonus: float = 1.0, device="cpu",

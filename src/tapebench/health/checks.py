@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from tapebench.vocabulary import MAX_EXACT_L
 from tapebench.stats.bootstrap import paired_ci, percentile_ci
+from tapebench.vocabulary import MAX_EXACT_L
 
 PASS, WARN, FAIL, NOT_APPLICABLE = "pass", "warn", "fail", "n/a"
 

@@ -20,15 +20,14 @@ import numba as nb
 import numpy as np
 import pandas as pd
 
-from tapebench.schemas import IDENTIFIABILITY_COLUMNS
 from tapebench.ca.packed import length_mask, pack, popcount, step_word_rule
 from tapebench.episodes.sets import EpisodeSet
-from tapebench.episodes.streams import step_keys
-from tapebench.methods.identify_then_plan import FULL, pinned_bits
-from tapebench.episodes.streams import candidate_action, step_key
-from tapebench.validation import check_goal, check_horizon
+from tapebench.episodes.streams import candidate_action, step_key, step_keys
 from tapebench.evaluation.protocol import protocol_episodes
+from tapebench.methods.identify_then_plan import FULL, pinned_bits
+from tapebench.schemas import IDENTIFIABILITY_COLUMNS
 from tapebench.utils.io import provenance, write_parquet
+from tapebench.validation import check_goal, check_horizon
 
 U64 = np.uint64
 IDENT_DOMAIN = 0x494446   # separates the random-action stream from the methods' streams

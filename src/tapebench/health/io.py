@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from tapebench.health.checks import enforce_gate, health_report
 from tapebench.splits.io import load_split
 from tapebench.utils.artifacts import read_json
 from tapebench.utils.io import provenance, write_json, write_parquet
-from tapebench.health.checks import enforce_gate, health_report
 
 
 def _records(paths) -> pd.DataFrame:

@@ -35,8 +35,8 @@ import numpy as np
 import torch
 
 from tapebench.ca.packed import length_mask, pack, popcount, step_word_rule
-from tapebench.methods.contract import EpisodeBatch
 from tapebench.episodes.streams import step_keys
+from tapebench.methods.contract import EpisodeBatch
 from tapebench.validation import check_goal
 
 U64 = np.uint64

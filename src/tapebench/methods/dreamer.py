@@ -30,8 +30,9 @@ import torch
 from torch import nn
 
 from tapebench.methods.common import adam, soft_update_
-from tapebench.methods.world_model import (VALUE_BINS, VALUE_GRID, RSSM, WorldModelConfig, WorldModelLearner, filter_mode, mlp,
-                          sample_index, sample_straight_through, unimix_logits, world_model_rollout)
+from tapebench.methods.world_model import (RSSM, VALUE_BINS, VALUE_GRID, WorldModelConfig, WorldModelLearner,
+                                           filter_mode, mlp, sample_index, sample_straight_through, unimix_logits,
+                                           world_model_rollout)
 
 
 @dataclass

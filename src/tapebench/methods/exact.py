@@ -26,9 +26,9 @@ import numba as nb
 import numpy as np
 
 from tapebench.ca.packed import pack, popcount, step_words
+from tapebench.episodes.accounting import add_step, results_dict
 from tapebench.episodes.sets import EpisodeSet
 from tapebench.validation import MIN_L, check_goal, check_horizon, check_length, check_rule
-from tapebench.episodes.accounting import add_step, results_dict
 from tapebench.vocabulary import MAX_EXACT_L
 
 UNREACHABLE = 255   # d[s] when the goal is not reachable within H steps

@@ -29,8 +29,8 @@ import numpy as np
 import torch
 
 from tapebench.ca.packed import length_mask, pack
-from tapebench.methods.mpc import MPCConfig, _score_candidates
 from tapebench.episodes.streams import candidate_action, episode_keys, step_key
+from tapebench.methods.mpc import MPCConfig, _score_candidates
 from tapebench.validation import check_goal, check_integer
 
 U64 = np.uint64

@@ -35,7 +35,8 @@ import torch
 import torch.nn.functional as F
 
 from tapebench.episodes.streams import step_keys
-from tapebench.methods.world_model import RSSM, WorldModelConfig, WorldModelLearner, filter_mode, mode_one_hot, world_model_rollout
+from tapebench.methods.world_model import (RSSM, WorldModelConfig, WorldModelLearner, filter_mode, mode_one_hot,
+                                           world_model_rollout)
 
 PLAN_SALT = 0x504C414E45       # the planner's stream of per-episode random words
 PLAN_ROWS = 64                 # episodes planned together (memory bound; results do not depend on it)

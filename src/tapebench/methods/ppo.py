@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import nn
+from torch.distributions import Categorical
 
 from tapebench.methods.common import adam, gae
-from torch.distributions import Categorical
 
 
 @dataclass

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tapebench.validation import check_init_density, check_noise
 from tapebench.methods import ppo
+from tapebench.validation import check_init_density, check_noise
 
 
 @dataclass

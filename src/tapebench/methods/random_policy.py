@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from tapebench.methods.contract import EpisodeBatch
 from tapebench.episodes.streams import step_keys, uniform_below
+from tapebench.methods.contract import EpisodeBatch
 
 
 @dataclass

@@ -426,7 +426,6 @@ class WorldModelLearner:
     `update()` takes one gradient step and returns the posterior states of the chunk."""
 
     def __init__(self, config: WorldModelConfig, env_spec, device):
-
         self.config, self.device = config, torch.device(device)
         self.model = RSSM(config, env_spec).to(self.device)
         self.optimizer = adam(self.model.parameters(), lr=config.model_lr)

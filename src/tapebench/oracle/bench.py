@@ -19,11 +19,10 @@ from pathlib import Path
 import numpy as np
 
 from tapebench.episodes.sets import episode_set
-from tapebench.episodes.streams import split_key
-from tapebench.validation import check_horizon, check_length
+from tapebench.episodes.streams import GAMMA, episode_keys, split_key
 from tapebench.methods.exact import _hypercube_min, feasibility_arrays, transition_table, value_tables
 from tapebench.methods.mpc import MPCConfig, run_mpc
-from tapebench.episodes.streams import GAMMA, episode_keys
+from tapebench.validation import check_horizon, check_length
 
 MPC_GOAL_S = 5.0
 DP_GOAL_S = 5.0

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from tapebench.evaluation.protocol import protocol_episodes
+from tapebench.methods.mpc import MPCConfig
+from tapebench.oracle.gap import TYPE_ORDER
+from tapebench.oracle.run import planner_settings, play
 from tapebench.utils.artifacts import read_json
 from tapebench.utils.io import provenance, write_json
-from tapebench.oracle.gap import TYPE_ORDER
-from tapebench.methods.mpc import MPCConfig
-from tapebench.evaluation.protocol import protocol_episodes
-from tapebench.oracle.run import play, planner_settings
 
 
 def _bucket(rows: pd.DataFrame) -> dict:

@@ -113,9 +113,9 @@ def _exact(args) -> int:
 
 def _feasibility(args) -> int:
     # lazy: a command loads only the modules it runs
+    from tapebench.oracle.feasibility import feasibility_summary, feasibility_table
     from tapebench.utils.io import provenance, write_parquet
     from tapebench.validation import parse_rule_list
-    from tapebench.oracle.feasibility import feasibility_summary, feasibility_table
 
     rules = parse_rule_list(args.rules)
     start = time.perf_counter()
@@ -132,8 +132,8 @@ def _feasibility(args) -> int:
 
 def _gap(args) -> int:
     # lazy: a command loads only the modules it runs
-    from tapebench.utils.io import provenance, write_parquet
     from tapebench.oracle.gap import format_gap, oracle_gap
+    from tapebench.utils.io import provenance, write_parquet
 
     frame, protocol = oracle_gap(args.mpc, args.exact)
     write_parquet(args.out, frame, meta=provenance({"mpc": str(args.mpc), "exact": str(args.exact)}, None,
@@ -144,8 +144,8 @@ def _gap(args) -> int:
 
 def _by_type(args) -> int:
     # lazy: a command loads only the modules it runs
-    from tapebench.oracle.by_type import export_mpc_by_type
     from tapebench.methods.mpc import MPCConfig
+    from tapebench.oracle.by_type import export_mpc_by_type
 
     payload = export_mpc_by_type(args.out, split=args.split, side=args.side,
                                  episodes_per_rule=args.episodes_per_rule, L=args.L, H=args.H,

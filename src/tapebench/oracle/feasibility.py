@@ -18,8 +18,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tapebench.validation import check_goal, check_rules
 from tapebench.methods.exact import check_exact_horizon, check_exact_length, feasibility_arrays
+from tapebench.validation import check_goal, check_rules
 
 
 def feasibility_table(rules, L: int, H: int, goal=None) -> pd.DataFrame:

@@ -8,9 +8,9 @@ silent cross-protocol normalisation.
 """
 from __future__ import annotations
 
-import pandas as pd
-
 from pathlib import Path
+
+import pandas as pd
 
 from tapebench.evaluation.protocol import protocol_differences, read_records
 from tapebench.utils.io import read_parquet_meta
@@ -29,8 +29,6 @@ def oracle_success(path) -> tuple[float, dict]:
 
 def evaluation_protocol(path, side: str) -> dict:
     """The protocol of one side of a learned agent's evaluation file (`tapebench evaluate` records)."""
-
-
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"evaluation records not found: {path}")

@@ -6,9 +6,9 @@ import pandas as pd
 from tapebench.episodes.sets import EpisodeSet
 from tapebench.evaluation.evaluate import play as play_method
 from tapebench.evaluation.protocol import EvalProtocol, protocol_episodes, write_records
-from tapebench.registry import get_method
 from tapebench.methods.exact import ExactPolicy, check_exact_horizon, check_exact_length
 from tapebench.methods.mpc import MPCConfig, MPCPolicy
+from tapebench.registry import get_method
 
 ORACLES = ("mpc", "exact")
 

@@ -149,7 +149,6 @@ SAMPLED_RULES = "sampled"   # a split's `rules` value naming the sampled rule se
 
 def sampled_rule_set(config: dict) -> dict | None:
     """The sampled rule set the config asks for (computed here as the pipeline's rule_set job will), or None."""
-
     sample = config.get("rule_set", {}).get("sample")
     if sample is None:
         return None
@@ -187,7 +186,6 @@ def _check_rule_set(config: dict) -> None:
 
 def split_rule_space(config: dict, name: str) -> list[int]:
     """The rules a configured split divides."""
-
     rules = config["splits"][name]["rules"]
     if rules == SAMPLED_RULES:
         return list(sampled_rule_set(config)["rules"])
@@ -195,7 +193,6 @@ def split_rule_space(config: dict, name: str) -> list[int]:
 
 
 def _check_splits(config: dict) -> None:
-
     family = config_family(config)
     for name, split in config["splits"].items():
         try:
@@ -240,7 +237,6 @@ def _check_schedule(config: dict) -> None:
 
 
 def _check_sweep(config: dict) -> None:
-
     sweep = config["diagnostics"]["sweep"]
     method, field = sweep["method"], sweep["hyperparameter"]
     if method not in registry():
@@ -259,7 +255,6 @@ def _check_sweep(config: dict) -> None:
 
 
 def _check_studies(config: dict) -> None:
-
     studies = config["studies"]
     fixed = studies["fixed_z"]
     n = checkpoints_per_run(fixed["total_steps"], fixed["eval_every"])
@@ -290,7 +285,6 @@ def _check_studies(config: dict) -> None:
 
 
 def _check_noise_study(config: dict) -> None:
-
     study = config["studies"]["noise"]
     for i, level in enumerate(study["levels"]):
         if float(noise_label(level)) != float(level):
@@ -334,7 +328,6 @@ def _check_ladder(config: dict) -> None:
 
 
 def _check_health(config: dict) -> None:
-
     for check in CHECKS:
         t = config["health"][check.name]
         if check.higher_is_worse and t["warn"] > t["fail"]:
@@ -432,7 +425,6 @@ def eval_slice(config: dict) -> dict:
 
 def checkpoint_eval_slice(config: dict, method: str) -> dict:
     """The evaluation slice of a trained method: planners that evaluate only the last K checkpoints say so."""
-
     out = eval_slice(config)
     if not get_method(method).every_checkpoint:
         out["evaluation"]["checkpoints"] = config["evaluation"]["last_k"]

@@ -7,8 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tapebench.splits.io import load_split
-from tapebench.utils.artifacts import (CorruptArtifact, check_checkpoint_archive, check_parquet, read_json,
-                                       run_dir_of)
+from tapebench.utils.artifacts import CorruptArtifact, check_checkpoint_archive, check_parquet, read_json, run_dir_of
 
 
 # --- a whole results folder -----------------------------------------------------------------------

@@ -21,9 +21,9 @@ from pathlib import Path, PurePosixPath
 import yaml
 
 from tapebench import layout
-from tapebench.utils.io import atomic_path, code_version, content_hash, write_text
 from tapebench.report import registry
 from tapebench.report.render import environment, tex_escape
+from tapebench.utils.io import atomic_path, code_version, content_hash, write_text
 
 TEMPLATE = "report.tex.j2"
 # LaTeX packages the template needs beyond texlive-latex-base (checked before compiling).

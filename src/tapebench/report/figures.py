@@ -16,17 +16,18 @@ and a builder that draws it and writes `<stem>.pdf` and `<stem>.png`.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
 from tapebench import registry as methods
 from tapebench.ca import reference
+from tapebench.report import style
+from tapebench.report.tables import FAMILY_ORDER, display_name, family
 from tapebench.stats.aggregate import group_generator
 from tapebench.stats.bootstrap import DEFAULT_CI, DEFAULT_RESAMPLES, percentile_ci
 from tapebench.utils.artifacts import read_table
-from tapebench.report import style
-from tapebench.report.tables import FAMILY_ORDER, display_name, family
-from pathlib import Path
 from tapebench.utils.io import read_parquet_meta
 
 FIGURE1_RULE = 30
@@ -334,7 +335,6 @@ def oracle_gap_points(gap: pd.DataFrame) -> pd.DataFrame:
 
 
 def read_gap(path) -> pd.DataFrame:
-
     if not Path(path).is_file():
         raise FileNotFoundError(f"oracle-gap table not found: {path} (written by `tapebench oracle-gap`, "
                                 "the fixed_z_oracle rule)")

@@ -11,11 +11,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tapebench.report.render import render_table
+from tapebench.report.tables import display_name
 from tapebench.stats.aggregate import group_generator
 from tapebench.stats.bootstrap import percentile_ci
 from tapebench.utils.artifacts import read_table
-from tapebench.report.render import render_table
-from tapebench.report.tables import display_name
 
 TABLE5_METRICS = ("success", "soft_success@0.1", "final_dist")
 

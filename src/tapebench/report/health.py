@@ -3,8 +3,8 @@ status from `results/health/<split>.json`."""
 from __future__ import annotations
 
 from tapebench.health.checks import CHECKS, FAIL, NOT_APPLICABLE, WARN
-from tapebench.utils.artifacts import read_json
 from tapebench.report.render import render_table
+from tapebench.utils.artifacts import read_json
 
 STATUS_MARK = {"pass": "", WARN: "warn", FAIL: "FAIL", NOT_APPLICABLE: "n/a"}
 

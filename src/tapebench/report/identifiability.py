@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from tapebench.health.identifiability import one_step_probability, summary_rows
+from tapebench.report.render import render_table
 from tapebench.schemas import IDENTIFIABILITY_COLUMNS
 from tapebench.utils.artifacts import read_table
-from tapebench.report.render import render_table
 
 TYPE_LABELS = {"stable": "Stable", "periodic": "Periodic", "chaotic": "Chaotic", "": "(untyped)", "all": "All"}
 

@@ -8,14 +8,14 @@ import numpy as np
 import pandas as pd
 
 from tapebench import layout
-from tapebench.splits.io import load_split
-from tapebench.vocabulary import ladder_level
-from tapebench.utils.artifacts import read_table
-from tapebench.utils.io import write_parquet
 from tapebench.report.registry import FIGURE, Job, Option, Output, elementary_only
 from tapebench.report.render import render_table
 from tapebench.report.style import COLUMN_WIDTH, method_style, pyplot, save_figure
 from tapebench.report.tables import display_name
+from tapebench.splits.io import load_split
+from tapebench.utils.artifacts import read_table
+from tapebench.utils.io import write_parquet
+from tapebench.vocabulary import ladder_level
 
 ID_SIDE = "train"
 LADDER_COLUMNS = ["agent", "side", "d", "n_rules", "n_seeds", "mean", "ci_low", "ci_high"]

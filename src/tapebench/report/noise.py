@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tapebench.utils.artifacts import read_table
-from tapebench.utils.io import provenance, write_parquet
 from tapebench.report.render import render_table
 from tapebench.report.style import COLUMN_WIDTH, SIDE_LABELS, SIDES, method_style, pyplot, save_figure
 from tapebench.report.tables import _agents, _seeds_text, display_name, grouped
+from tapebench.utils.artifacts import read_table
+from tapebench.utils.io import provenance, write_parquet
 
 SUMMARY_COLUMNS = ["split", "agent", "L", "H", "noise", "side", "metric", "n", "mean", "ci_low", "ci_high"]
 

@@ -3,8 +3,8 @@ Builders in report/noise.py."""
 from __future__ import annotations
 
 from tapebench import layout
-from tapebench.settings import noise_study
 from tapebench.report.registry import FIGURE, TABLE, Job, Option, Output
+from tapebench.settings import noise_study
 
 
 def _value(name, help, type=str, many=False, required=True) -> Option:

@@ -10,8 +10,8 @@ from pathlib import Path
 from tapebench.evaluation.protocol import read_records
 from tapebench.oracle.by_type import read_by_type
 from tapebench.oracle.feasibility import feasibility_summary
-from tapebench.utils.artifacts import read_table
 from tapebench.report.render import render_table
+from tapebench.utils.artifacts import read_table
 
 ORACLE_NAMES = {"mpc": "True-dynamics MPC", "exact": "Exact optimum (DP)"}
 SIDE_NAMES = {"train": "ID (train rules)", "test": "OOD (test rules)", "rules": "rule list"}

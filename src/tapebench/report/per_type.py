@@ -11,12 +11,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tapebench.stats.aggregate import group_generator
-from tapebench.stats.bootstrap import bootstrap_means, percentile_interval, resample_indices
+from tapebench.report.fixed_z import read_per_rule
 from tapebench.report.render import render_table
 from tapebench.report.style import TYPE_ORDER, types_present
 from tapebench.report.tables import display_name
-from tapebench.report.fixed_z import read_per_rule
+from tapebench.stats.aggregate import group_generator
+from tapebench.stats.bootstrap import bootstrap_means, percentile_interval, resample_indices
 from tapebench.utils.io import write_parquet
 
 MICRO, MACRO = "micro", "macro"
@@ -93,7 +93,6 @@ def per_type_context(summary: pd.DataFrame, *, split: str, H: int, agents: list[
 
 
 def render_per_type(out, *, per_rule, split, H, agents=None, n_resamples=2000, ci=0.95, seed=0, parquet=None) -> str:
-
     frame = read_per_rule(per_rule)
     frame = frame[(frame["split"] == split) & (frame["H"] == int(H)) & frame["side"].isin(SIDES)]
     if frame.empty:

@@ -95,7 +95,6 @@ def elementary_only(jobs: Callable[[dict], list[Job]]) -> Callable[[dict], list[
     """Jobs of an output that exists only for the elementary family (fixed rules 0, 30, 90..., 2^L tables, a
     belief over the 256 rules): none when the config's rule family is another (docs/protocol.md#rule-sets)."""
     def family_jobs(config):
-
         return jobs(config) if config_family(config).elementary else []
     return family_jobs
 
@@ -121,7 +120,6 @@ def _result_table(table: str) -> Callable[[dict], list[Job]]:
 
 
 def _table1_jobs(config):
-
     feas = config["oracle"].get("feasibility", {"L": 16, "H": 16})
     split, H = _main(config), config["env"]["H"]
     if not config_family(config).elementary:   # exact feasibility and the fixed-z oracle rows are elementary
@@ -142,7 +140,6 @@ def _identifiability_jobs(config):
 
 
 def _model_error_jobs(config):
-
     if not any(get_method(m).trains and get_method(m).world_model for m in config["methods"]):
         return []
     split = _main(config)

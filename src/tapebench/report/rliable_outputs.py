@@ -16,13 +16,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tapebench.stats import rliable
-from tapebench.stats.bootstrap import DEFAULT_CI, DEFAULT_RESAMPLES
-from tapebench.utils.io import provenance, write_parquet
 from tapebench.report import style
 from tapebench.report.figures import _read_many, method_order
 from tapebench.report.render import render_table
 from tapebench.report.tables import display_name, grouped
+from tapebench.stats import rliable
+from tapebench.stats.bootstrap import DEFAULT_CI, DEFAULT_RESAMPLES
+from tapebench.utils.io import provenance, write_parquet
 
 STATISTICS = ("mean", "median", "iqm", "optimality_gap")
 STATISTIC_LABELS = {"mean": r"Mean $\uparrow$", "median": r"Median $\uparrow$", "iqm": r"IQM $\uparrow$",

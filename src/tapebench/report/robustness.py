@@ -12,11 +12,11 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from tapebench.utils.artifacts import read_table
-from tapebench.utils.io import write_parquet
 from tapebench.report.render import render_table
 from tapebench.report.style import COLUMN_WIDTH, pyplot, save_figure
 from tapebench.report.tables import display_name
+from tapebench.utils.artifacts import read_table
+from tapebench.utils.io import write_parquet
 
 # One style per partition (Okabe-Ito colours other than the three rule-type colours, and a marker each).
 PARTITION_COLOURS = ("#000000", "#D55E00", "#CC79A7", "#56B4E9", "#999999", "#F0E442")

@@ -5,6 +5,7 @@ markers repeat the type so a grey-scale print still separates them. ID (training
 rules) are told apart by marker fill (ID filled, OOD hollow) or line style (ID solid, OOD dashed).
 """
 from __future__ import annotations
+
 from tapebench.utils.io import atomic_path
 
 TYPE_ORDER = ("stable", "periodic", "chaotic")

@@ -14,11 +14,11 @@ from pathlib import Path
 import pandas as pd
 
 from tapebench import registry as methods
-from tapebench.stats.aggregate import DEFAULT_REFERENCE, ON_METRIC
-from tapebench.utils.artifacts import read_table
 from tapebench.report.render import render_table
 from tapebench.rules.features import solved_by_any_action
 from tapebench.splits.io import load_split
+from tapebench.stats.aggregate import DEFAULT_REFERENCE, ON_METRIC
+from tapebench.utils.artifacts import read_table
 
 REFERENCE_FAMILY = "reference"
 

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import pandas as pd
 
+from tapebench.report.render import render_table
+from tapebench.report.style import METHOD_COLOURS, SIDE_LABELS, SIDE_LINESTYLES, save_figure
+from tapebench.report.tables import display_name
 from tapebench.stats.aggregate import aggregate_seeds, read_tables
 from tapebench.stats.model_error import ALL_TYPES, growth, value
 from tapebench.utils.artifacts import read_table
 from tapebench.utils.io import write_parquet
-from tapebench.report.render import render_table
-from tapebench.report.style import METHOD_COLOURS, SIDE_LABELS, SIDE_LINESTYLES, save_figure
-from tapebench.report.tables import display_name
-
 
 
 def _success(aggregate: pd.DataFrame, agent: str, H: int, side: str) -> dict | None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from tapebench.validation import parse_rule_list
 from tapebench.rules.features import RULE_TYPES, FeatureProtocol, write_features
+from tapebench.validation import parse_rule_list
 
 
 def register(sub) -> None:

@@ -35,18 +35,18 @@ The elementary family keeps its bit-packed code path (byte-identical artifacts).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from tapebench.ca.packed import pack, step_words_rules
-from tapebench.validation import check_integer, check_length, check_rules
+from tapebench.ca.reference import ca_step
 from tapebench.rules.family import ELEMENTARY, RuleFamily, family_from_config
 from tapebench.rules.mirror import class_representative, mirror_rule, reflect_tape
-from pathlib import Path
-from tapebench.ca.reference import ca_step
 from tapebench.utils.artifacts import CorruptArtifact
 from tapebench.utils.io import provenance, read_parquet_meta, write_parquet
+from tapebench.validation import check_integer, check_length, check_rules
 
 FEATURE_NAMES = ("density", "density_std", "activity", "activity_2step", "entropy", "block_entropy")
 RULE_TYPES = ("stable", "periodic", "chaotic")
@@ -262,7 +262,6 @@ def features_config(protocol: FeatureProtocol, family: RuleFamily = ELEMENTARY, 
 
 def features_family(meta: dict) -> RuleFamily:
     """The family a features artifact describes (elementary when its metadata names none)."""
-
     return family_from_config(meta.get("config", {}).get("family"))
 
 
@@ -279,8 +278,6 @@ def write_features(path, protocol: FeatureProtocol | None = None, rules=None,
 
 def read_features(path) -> tuple[pd.DataFrame, dict]:
     """Load a features artifact and check it has what splits need; returns (frame, metadata)."""
-
-
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"features file not found: {path} (create it with `tapebench features --out {path}`)")

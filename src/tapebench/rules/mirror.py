@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tapebench.validation import NUM_RULES, check_action
 from tapebench.rules.family import ELEMENTARY, RuleFamily
+from tapebench.validation import NUM_RULES, check_action
 
 
 def mirror_rule(rule: int, family: RuleFamily = ELEMENTARY) -> int:

@@ -28,8 +28,8 @@ from itertools import combinations
 
 import numpy as np
 
-from tapebench.validation import check_integer
 from tapebench.rules.family import RuleFamily, family_from_config
+from tapebench.validation import check_integer
 
 SUBFAMILIES = ("all", "totalistic", "outer_totalistic")
 MAX_SAMPLE = 10_000            # mirror classes in a sampled rule set
@@ -237,7 +237,6 @@ def spec_from_config(section: dict) -> SampleSpec:
 
 
 def write_rule_set(path, family: RuleFamily, spec: SampleSpec) -> dict:
-
     if not family.fits_int64:
         raise ValueError(f"the pipeline stores rule numbers as int64 and supports families whose rules fit 64 "
                          f"bits; {family.describe()} does not (use k = 3, r = 1, k = 2, r = 2 or the elementary "
@@ -250,8 +249,6 @@ def write_rule_set(path, family: RuleFamily, spec: SampleSpec) -> dict:
 
 def read_rule_set(path) -> tuple[RuleFamily, list[int], dict]:
     """(family, rules, payload) of a rule-set artifact; a damaged file names its path."""
-
-
     raw = read_json(Path(path), "rule set")
     if not isinstance(raw, dict) or not {"family", "rules"} <= set(raw):
         raise CorruptArtifact(Path(path), "not a rule-set file: expected a JSON object with 'family' and 'rules' "

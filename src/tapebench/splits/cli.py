@@ -1,9 +1,9 @@
 """`tapebench split` and `tapebench split-health` (docs/protocol.md#splits)."""
 from __future__ import annotations
 
-from tapebench.validation import parse_rule_list
 from tapebench.splits.generate import SPLIT_METHODS, SPLIT_UNITS, SplitParams, generate_split
 from tapebench.splits.health import split_health
+from tapebench.validation import parse_rule_list
 
 
 def register(sub) -> None:

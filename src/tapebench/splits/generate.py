@@ -35,9 +35,9 @@ import pandas as pd
 from tapebench.rules.family import ELEMENTARY, RuleFamily
 from tapebench.rules.features import RULE_TYPES, features_family, read_features
 from tapebench.rules.mirror import mirror_classes
+from tapebench.splits.io import save_split
 from tapebench.utils.io import provenance
 from tapebench.validation import NUM_RULES, check_integer, check_rules
-from tapebench.splits.io import save_split
 
 SPLIT_METHODS = ("diverse", "random")
 SPLIT_UNITS = ("mirror_class", "rule")

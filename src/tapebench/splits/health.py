@@ -19,9 +19,9 @@ from pathlib import Path
 from tapebench.rules.family import RuleFamily, family_from_config
 from tapebench.rules.features import RULE_TYPES
 from tapebench.rules.mirror import mirror_leaks
-from tapebench.utils.io import provenance, write_json
 from tapebench.splits.io import load_split
 from tapebench.splits.ladder import distances_to
+from tapebench.utils.io import provenance, write_json
 
 
 class SplitHealthError(ValueError):
@@ -100,7 +100,6 @@ def check_split_health(path) -> dict:
 
 def _ladder_problems(split, raw: dict, problems: list[str]) -> dict:
     """Check a ladder's levels (appending to `problems`); returns the per-level summary for the report."""
-
     try:
         family: RuleFamily = family_from_config(raw.get("family"))
     except ValueError as exc:

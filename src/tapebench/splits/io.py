@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tapebench.rules.family import family_from_config
 from tapebench.utils.artifacts import CorruptArtifact, read_json
 from tapebench.utils.io import content_hash, write_json
 from tapebench.vocabulary import ID_SIDE, SPLIT_SIDES, ladder_level, ladder_side
-from tapebench.rules.family import family_from_config
 
 DEFAULT_SPLITS_DIR = Path("results/splits")
 UNHASHED_FIELDS = ("content_hash", "provenance")
@@ -42,7 +42,6 @@ class Split:
 
     @property
     def family(self):
-
         return family_from_config(self.family_config)
 
     @property

@@ -33,9 +33,9 @@ import pandas as pd
 
 from tapebench.rules.family import ELEMENTARY, RuleFamily
 from tapebench.rules.features import RULE_TYPES, read_features
-from tapebench.utils.io import provenance
 from tapebench.splits.generate import SPLIT_NAME_PATTERN
 from tapebench.splits.io import save_split
+from tapebench.utils.io import provenance
 from tapebench.vocabulary import ladder_side
 
 EXACT_ENUMERATION_LIMIT = 2 ** 16     # families up to this many rules enumerate every rule
@@ -270,7 +270,6 @@ def make_ladder_split(params: LadderParams, features: pd.DataFrame, features_met
 
 
 def generate_ladder_split(params: LadderParams, features_path, out_path) -> dict:
-
     frame, meta = read_features(features_path)
     return save_split(out_path, make_ladder_split(params, frame, meta))
 

@@ -67,13 +67,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tapebench.vocabulary import DROP_SIDE, ID_SIDE, OOD_SIDE
-from tapebench.schemas import AGGREGATE_COLUMNS, GROUP, PER_SEED_COLUMNS, SUMMARY_GROUP
 from tapebench.evaluation.records import SOFT_EPSILONS, coerce_episode_frame, soft_success
-from tapebench.vocabulary import ladder_level
-from tapebench.stats.bootstrap import (DEFAULT_CI, DEFAULT_RESAMPLES, difference_ci, hedges_g, holm, percentile_interval,
-                        resample_indices, welch_test)
+from tapebench.schemas import AGGREGATE_COLUMNS, GROUP, PER_SEED_COLUMNS, SUMMARY_GROUP
+from tapebench.stats.bootstrap import (DEFAULT_CI, DEFAULT_RESAMPLES, difference_ci, hedges_g, holm,
+                                       percentile_interval, resample_indices, welch_test)
 from tapebench.utils.artifacts import read_table
+from tapebench.vocabulary import DROP_SIDE, ID_SIDE, OOD_SIDE, ladder_level
 
 SOFT_METRICS = tuple(f"soft_success@{eps:g}" for eps in SOFT_EPSILONS)
 METRICS = ("success", *SOFT_METRICS, "final_dist", "auc_dist", "return", "steps")

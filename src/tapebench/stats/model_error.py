@@ -11,10 +11,10 @@ import numpy as np
 import pandas as pd
 
 from tapebench.schemas import MODEL_ERROR_COLUMNS, MODEL_ERROR_RUN_COLUMNS
-from tapebench.utils.artifacts import read_table
-from tapebench.utils.io import provenance, write_parquet
 from tapebench.stats.aggregate import group_generator
 from tapebench.stats.bootstrap import DEFAULT_CI, DEFAULT_RESAMPLES, percentile_ci
+from tapebench.utils.artifacts import read_table
+from tapebench.utils.io import provenance, write_parquet
 
 ALL_TYPES = "all"
 

@@ -47,12 +47,12 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from tapebench.schemas import PROTOCOL_COMPARISON_COLUMNS, PROTOCOL_REVERSAL_COLUMNS
 from tapebench import layout
+from tapebench.rules.family import config_family
+from tapebench.schemas import PROTOCOL_COMPARISON_COLUMNS, PROTOCOL_REVERSAL_COLUMNS
+from tapebench.settings import noise_study
 from tapebench.stats.aggregate import METRICS, group_generator, read_tables
 from tapebench.stats.bootstrap import DEFAULT_CI, DEFAULT_RESAMPLES, percentile_interval
-from tapebench.rules.family import config_family
-from tapebench.settings import noise_study
 from tapebench.vocabulary import ID_PROTOCOL, ID_SIDE, OOD_PROTOCOL, OOD_SIDE, ladder_side
 
 LOWER_IS_BETTER = frozenset({"final_dist", "auc_dist", "steps"})
@@ -122,7 +122,6 @@ def protocols(config: dict) -> list[ComparedProtocol]:
 
 def _ladder_protocols(config: dict) -> list[ComparedProtocol]:
     """One protocol per severity-ladder level (side d<d> of the ladder split, its own runs and methods)."""
-
     ladder = config["studies"]["ladder"]
     if not config_family(config).elementary:
         return []       # the ladder is an elementary-family study in the pipeline
@@ -133,7 +132,6 @@ def _ladder_protocols(config: dict) -> list[ComparedProtocol]:
 
 def _noise_protocols(config: dict) -> list[ComparedProtocol]:
     """One protocol per noise level > 0 (OOD side of the main split's runs evaluated with cell-update noise)."""
-
     study = noise_study(config)
     split, H = study["split"], study["H"]
     return [ComparedProtocol(f"{OOD_PROTOCOL} eps={layout.noise_label(eps)}", split, H, OOD_SIDE,

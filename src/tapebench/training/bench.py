@@ -19,11 +19,11 @@ import time
 
 import torch
 
-from tapebench.registry import build_config, registry
 from tapebench.envs.batched import BatchedTapeEnv
-from tapebench.validation import check_horizon, check_length, parse_rule_list
+from tapebench.registry import build_config, registry
 from tapebench.training.evaluate import evaluate_run
 from tapebench.training.loop import TrainSpec, resolve_device, train
+from tapebench.validation import check_horizon, check_length, parse_rule_list
 
 PROTOCOL_STEPS = 200_000
 PROTOCOL_EVAL_EVERY = 10_000

@@ -24,10 +24,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tapebench.utils.artifacts import CorruptArtifact, file_sha256
-from tapebench.utils.io import atomic_path
 from tapebench.methods.contract import EnvSpec
 from tapebench.registry import build_config, get_method
+from tapebench.utils.artifacts import CorruptArtifact, file_sha256
+from tapebench.utils.io import atomic_path
 
 CHECKPOINT_DIR = "checkpoints"
 RESUME_FILE = "resume.pt"
@@ -146,7 +146,6 @@ def policy_checkpoint(agent_name: str, config, env_spec, agent, env_steps: int, 
 
 def build_policy_agent(payload: dict, device="cpu"):
     """An agent (from the registry) ready to hold the policy weights of checkpoints like `payload`."""
-
     config = build_config(payload["agent"], payload["hyperparameters"])
     env_spec = EnvSpec(**payload["env_spec"])
     return get_method(payload["agent"]).make_agent(config, env_spec, payload["total_steps"], device)

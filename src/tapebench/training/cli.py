@@ -19,9 +19,9 @@ import json
 
 from tapebench.evaluation.protocol import DEFAULT_EPISODES_PER_RULE, DEFAULT_EVAL_SEED
 from tapebench.registry import registry
-from tapebench.validation import check_noise, parse_rule_list
 from tapebench.training.evaluate import evaluate_run, model_error_run, write_evaluation
 from tapebench.training.loop import PAPER_ENV, PAPER_TRAINING, RunLog, TrainSpec, resolve_device, torch_settings, train
+from tapebench.validation import check_noise, parse_rule_list
 
 PARAM_SECTIONS = {
     "agent": None,  # checked against the agent's Config
@@ -82,7 +82,6 @@ def run_train(args) -> int:
 
 
 def run_evaluate(args) -> int:
-
     params = parse_params(args.params)
     if (args.run is None) == (args.method is None):
         raise ValueError("give --run DIR (a trained run) or --method ID --seed N (a method that does not train)")
@@ -112,7 +111,6 @@ def run_evaluate(args) -> int:
 
 
 def run_model_error(args) -> int:
-
     params = parse_params(args.params)
     split = load_split(args.split)
     evaluation, probe = params.get("evaluation", {}), params.get("model_error", {})
@@ -137,7 +135,6 @@ def run_model_error(args) -> int:
 
 
 def _untrained_log(args):
-
     def log(message: str) -> None:
         if not args.quiet:
             print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} [evaluate {args.method} seed {args.seed} H={args.H}] "
@@ -146,7 +143,6 @@ def _untrained_log(args):
 
 
 def _evaluate_untrained(args, params, split, rules, env, common, log):
-
     device = resolve_device(args.device)
     sides = side_protocols(L=env.get("L", PAPER_ENV["L"]), H=args.H, split=split, rules=rules, **common)
     train_rules = tuple(split.train) if split is not None else tuple(rules)

@@ -16,14 +16,14 @@ import torch
 from tapebench.episodes.sets import episode_set
 from tapebench.evaluation.evaluate import play, side_protocols, with_run_columns
 from tapebench.evaluation.model_error import DEFAULT_CONTEXT, DEFAULT_DEPTH, check_probe, error_table, rollout_errors
-from tapebench.methods.contract import greedy_policy
 from tapebench.evaluation.protocol import DEFAULT_EPISODES_PER_RULE, DEFAULT_EVAL_SEED, protocol_episodes
 from tapebench.evaluation.records import coerce_episode_frame
 from tapebench.evaluation.runner import run_episodes
+from tapebench.methods.contract import greedy_policy
 from tapebench.registry import get_method
-from tapebench.utils.io import provenance, write_parquet
 from tapebench.training import checkpoint as ckpt
 from tapebench.training.loop import read_manifest, resolve_device, torch_settings
+from tapebench.utils.io import provenance, write_parquet
 
 
 def select_checkpoints(manifest: dict, last: int | str | None) -> list[dict]:

@@ -37,15 +37,15 @@ from typing import Callable
 import numpy as np
 import torch
 
+from tapebench.envs.batched import BatchedTapeEnv
 from tapebench.methods.contract import EnvSpec
 from tapebench.registry import build_config, check_rule_family, get_method
 from tapebench.rules.family import RuleFamily, family_from_config
-from tapebench.envs.batched import BatchedTapeEnv
 from tapebench.settings import MAX_CHECKPOINTS_PER_RUN, checkpoints_per_run
+from tapebench.training import checkpoint as ckpt
 from tapebench.utils.artifacts import CorruptArtifact, read_json
 from tapebench.utils.io import content_hash, provenance, write_json
 from tapebench.validation import check_horizon, check_integer, check_length, check_rules
-from tapebench.training import checkpoint as ckpt
 
 PAPER_ENV = {"L": 32, "H": 32, "success_bonus": 1.0}
 PAPER_TRAINING = {"total_steps": 200_000, "eval_every": 10_000}

@@ -29,12 +29,12 @@ import time
 import torch
 from torch import nn
 
+from tapebench.bench import load_average as _load
 from tapebench.envs.registration import ENV_ID
 from tapebench.registry import build_config
-from tapebench.validation import check_horizon, check_length, parse_rule_list
-from tapebench.bench import load_average as _load
 from tapebench.training.bench import select_agents
 from tapebench.training.loop import TrainSpec, torch_settings, train
+from tapebench.validation import check_horizon, check_length, parse_rule_list
 
 SB3_MIN_VERSION = (2, 3)
 INSTALL_HINT = 'pip install -e ".[bench]"'

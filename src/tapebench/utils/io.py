@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pandas as pd
+
 from tapebench import __version__
 
 
@@ -69,7 +70,6 @@ def content_hash(obj: Any) -> str:
 
 def code_version() -> str:
     """Package version plus the git commit (and '-dirty') when run from a checkout."""
-
     version = __version__
     repo = Path(__file__).resolve().parents[3]
     if (repo / ".git").exists():
