@@ -6,7 +6,7 @@ import ast
 import re
 from pathlib import Path
 
-import pytest
+
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"

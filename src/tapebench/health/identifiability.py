@@ -14,7 +14,6 @@ cyclically; the tape is uniform (a uniform tape flipped at a uniform cell), so t
 """
 from __future__ import annotations
 
-from pathlib import Path
 
 import numba as nb
 import numpy as np

@@ -30,7 +30,7 @@ from tapebench.ca.packed import length_mask, pack, popcount, step_word_masks
 from tapebench.ca.table_kernel import _step_row
 from tapebench.episodes.accounting import add_step, results_dict
 from tapebench.episodes.sets import EpisodeSet
-from tapebench.episodes.streams import U64, candidate_action, candidate_actions, episode_keys, step_key
+from tapebench.episodes.streams import U64, candidate_action, episode_keys, step_key
 from tapebench.rules.family import ELEMENTARY
 from tapebench.validation import check_goal, check_horizon, check_integer
 

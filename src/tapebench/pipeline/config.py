@@ -24,7 +24,7 @@ from tapebench.registry import check_hyperparameters, get_method, registry
 from tapebench.rules.family import ELEMENTARY, config_family
 from tapebench.rules.mirror import mirror_classes
 from tapebench.rules.sampling import sample_rule_set, spec_from_config
-from tapebench.settings import MAX_CHECKPOINTS_PER_RUN, checkpoints_per_run, noise_study
+from tapebench.settings import MAX_CHECKPOINTS_PER_RUN, checkpoints_per_run
 from tapebench.splits.ladder import LadderError, draw_training_set, ladder_levels
 from tapebench.validation import parse_rule_list
 from tapebench.vocabulary import MAX_EXACT_L

@@ -9,21 +9,18 @@ anything and says how to install it (`--tex-only` needs no LaTeX).
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path, PurePosixPath
 
 import yaml
 
-from tapebench import layout
 from tapebench.report import registry
 from tapebench.report.render import environment, tex_escape
-from tapebench.utils.io import atomic_path, code_version, content_hash, write_text
+from tapebench.utils.io import atomic_path, code_version, content_hash
 
 TEMPLATE = "report.tex.j2"
 # LaTeX packages the template needs beyond texlive-latex-base (checked before compiling).

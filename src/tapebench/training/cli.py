@@ -16,11 +16,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+import time
+from pathlib import Path
 
+from tapebench.evaluation.evaluate import evaluate_untrained, side_protocols
+from tapebench.evaluation.model_error import DEFAULT_CONTEXT, DEFAULT_DEPTH, summarize
 from tapebench.evaluation.protocol import DEFAULT_EPISODES_PER_RULE, DEFAULT_EVAL_SEED
 from tapebench.registry import registry
+from tapebench.splits.io import load_split
 from tapebench.training.evaluate import evaluate_run, model_error_run, write_evaluation
 from tapebench.training.loop import PAPER_ENV, PAPER_TRAINING, RunLog, TrainSpec, resolve_device, torch_settings, train
+from tapebench.utils.io import provenance, write_parquet
 from tapebench.validation import check_noise, parse_rule_list
 
 PARAM_SECTIONS = {
