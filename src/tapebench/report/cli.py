@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 from tapebench import layout
-from tapebench.pipeline.config import load_config, validate_config
 from tapebench.report import registry
 from tapebench.report.document import REQUIRED_PACKAGES, LatexMissing, compile_pdf, latex_command, render_tex
 from tapebench.utils.io import write_text
@@ -99,6 +98,9 @@ def run_report(args) -> int:
 
 
 def _config(args, root: Path) -> tuple[dict, list]:
+    # lazy: config validation loads the registry and the health checks; only --configfile needs it
+    from tapebench.pipeline.config import load_config, validate_config
+
     if args.config_json is not None:
         if args.configfile:
             raise ValueError("give either --config-json or --configfile, not both")
