@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import re
 
+# the files of one training run's folder (`run_dir`)
+CHECKPOINT_DIR = "checkpoints"
+RESUME_FILE = "resume.pt"
+MANIFEST_FILE = "train.json"
+LOG_FILE = "train.log"
+
 REPORT_TEX = "results/report.tex"
 REPORT_PDF = "results/report.pdf"
 

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tapebench.pipeline.integrity import scan_results
-from tapebench.training import checkpoint as ckpt
+from tapebench.layout import LOG_FILE, MANIFEST_FILE, RESUME_FILE
 from tapebench.utils.artifacts import CorruptArtifact, recovery
 
 RUNNING_WITHIN_S = 90.0      # a running job writes a progress line at least every 30 s (training.loop)
@@ -75,7 +75,7 @@ def run_status(run_dir: Path, job_log: Path, split: str, agent: str, seed: int, 
     status = RunStatus(split, agent, seed)
     status.evaluations = sorted(int(p.stem[len("eval_H"):]) for p in run_dir.glob("eval_H*.parquet")
                                 if p.stem[len("eval_H"):].isdigit())
-    manifest_path = run_dir / ckpt.MANIFEST_FILE
+    manifest_path = run_dir / MANIFEST_FILE
     if manifest_path.is_file():
         # lazy: a command loads only the modules it runs
         from tapebench.training.loop import read_manifest
@@ -89,7 +89,7 @@ def run_status(run_dir: Path, job_log: Path, split: str, agent: str, seed: int, 
         status.env_steps = status.total_steps = manifest.get("training", {}).get("env_steps")
         status.steps_per_second = manifest.get("steps_per_second")
         return status
-    train_log = run_dir / ckpt.LOG_FILE
+    train_log = run_dir / LOG_FILE
     progress, stamp = _last_progress(train_log.read_text(errors="replace")) if train_log.is_file() else (None, None)
     if progress is not None:
         status.env_steps, status.total_steps, status.steps_per_second, eta = progress
@@ -101,7 +101,7 @@ def run_status(run_dir: Path, job_log: Path, split: str, agent: str, seed: int, 
     elif train_log.is_file() and now - train_log.stat().st_mtime <= RUNNING_WITHIN_S:
         status.state = "running"
     elif train_log.is_file():
-        resumable = (run_dir / ckpt.RESUME_FILE).is_file()
+        resumable = (run_dir / RESUME_FILE).is_file()
         status.state = "interrupted"
         status.note = "resumes from resume.pt when the pipeline runs again" if resumable else \
             "starts again when the pipeline runs again"

@@ -24,15 +24,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from tapebench.layout import CHECKPOINT_DIR, LOG_FILE, MANIFEST_FILE, RESUME_FILE  # re-exported: ckpt.MANIFEST_FILE
 from tapebench.methods.contract import EnvSpec
 from tapebench.registry import build_config, get_method
 from tapebench.utils.artifacts import CorruptArtifact, file_sha256
 from tapebench.utils.io import atomic_path
 
-CHECKPOINT_DIR = "checkpoints"
-RESUME_FILE = "resume.pt"
-MANIFEST_FILE = "train.json"
-LOG_FILE = "train.log"
 FORMAT_VERSION = 1
 
 

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from tapebench.layout import CHECKPOINT_DIR, MANIFEST_FILE, RESUME_FILE
 from tapebench.schemas import TABLE_KINDS, TableKind
 from tapebench.utils.io import read_parquet_meta
 
-RUN_FILES = ("train.json", "resume.pt")
+RUN_FILES = (MANIFEST_FILE, RESUME_FILE)
 
 
 class CorruptArtifact(ValueError):
@@ -35,7 +36,7 @@ class WrongKind(ValueError):
 def run_dir_of(path) -> Path | None:
     """The training run a file belongs to (its checkpoints, train.json, resume.pt), else None."""
     path = Path(path)
-    if path.parent.name == "checkpoints" and path.suffix == ".pt":
+    if path.parent.name == CHECKPOINT_DIR and path.suffix == ".pt":
         return path.parent.parent
     if path.name in RUN_FILES:
         return path.parent

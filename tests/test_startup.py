@@ -1,0 +1,62 @@
+"""Start-up: a command loads only what it runs, and numba kernels load from their on-disk cache instead of
+compiling again in every job (docs/architecture.md). These tests look at what a fresh interpreter imports and
+at numba's own cache counters, never at a clock."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+HEAVY = ("torch", "numba", "scipy", "pandas", "matplotlib", "pyarrow", "gymnasium")
+
+
+def modules_after(code: str, env=None) -> set[str]:
+    """The top-level modules a fresh interpreter holds after running `code`."""
+    probe = textwrap.dedent(code) + "\nimport json, sys\nprint(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))\n"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, **(env or {})})
+    assert out.returncode == 0, out.stderr
+    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["render", "--help"]])
+def test_a_command_line_that_runs_nothing_imports_nothing_heavy(argv):
+    loaded = modules_after(f"""
+        from tapebench.cli import main
+        try:
+            main({argv!r})
+        except SystemExit:
+            pass
+    """)
+    assert not loaded & set(HEAVY), f"`tapebench {' '.join(argv)}` imported {sorted(loaded & set(HEAVY))}"
+
+
+def test_the_package_root_imports_nothing_heavy():
+    assert not modules_after("import tapebench") & set(HEAVY)
+
+
+def test_numba_kernels_load_from_the_cache_in_a_second_process(tmp_path):
+    """The first process compiles (or finds) the kernels and writes the cache; a second one only loads it."""
+    code = """
+        import numpy as np
+        from tapebench.ca.packed import pack, step_words
+        from tapebench.methods.mpc import MPCConfig, run_mpc
+        from tapebench.episodes.sets import episode_set
+        run_mpc(episode_set([30, 90], 1, 8), 8, MPCConfig(candidates=4, horizon=2))
+        stats = {name: (f.stats.cache_hits, f.stats.cache_misses) for name, f in
+                 [("step_words", step_words)] + [(n, getattr(__import__("tapebench.methods.mpc", fromlist=[n]), n))
+                                                 for n in ("_plan_episodes",)]}
+        print(__import__("json").dumps({k: [sum(v[0].values()), sum(v[1].values())] for k, v in stats.items()}))
+    """
+    runs = []
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                             timeout=600, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    second = runs[1]
+    assert second["_plan_episodes"][0] >= 1 and second["_plan_episodes"][1] == 0, second
