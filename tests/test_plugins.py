@@ -71,9 +71,9 @@ def test_plugins_are_not_visible_without_installation():
 
 
 @pytest.mark.parametrize("value,needle", [
-    ("test_plugins:NOT_A_METHOD", "must name a tapebench.methods.Method"),
+    ("test_plugins:NOT_A_METHOD", "must name a tapebench.registry.Method"),
     ("no_such_module_xyz:METHOD", "cannot load tapebench method plug-in 'thing'.*ModuleNotFoundError"),
-    ("tapebench.methods:Method", "must name a tapebench.methods.Method"),
+    ("tapebench.registry:Method", "must name a tapebench.registry.Method"),
 ])
 def test_broken_plugins_are_named(value, needle):
     with pytest.raises((ValueError, TypeError), match=needle):

@@ -195,7 +195,7 @@ def _load_plugin(ep) -> Method:
                          f"{type(exc).__name__}: {exc}") from exc
     method = obj() if inspect.isfunction(obj) else obj
     if not isinstance(method, Method):
-        raise ValueError(f"plug-in entry point {ep.name!r} ({ep.value}) must name a tapebench.methods.Method "
+        raise ValueError(f"plug-in entry point {ep.name!r} ({ep.value}) must name a tapebench.registry.Method "
                          f"or a function returning one, got {type(method).__name__}")
     if method.id != ep.name:
         raise ValueError(f"plug-in entry point {ep.name!r} ({ep.value}) registers a method with id {method.id!r}; "

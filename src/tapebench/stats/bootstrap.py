@@ -18,7 +18,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as sps
 
 DEFAULT_RESAMPLES = 2000
 DEFAULT_CI = 0.95
@@ -136,6 +135,9 @@ def welch_test(a, b) -> WelchResult:
     va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
     if va + vb == 0.0:
         return WelchResult(math.nan, math.nan, math.nan)
+    # scipy.stats takes about a second to import: only the Welch tests of `tapebench aggregate` load it
+    from scipy import stats as sps
+
     res = sps.ttest_ind(a, b, equal_var=False)
     df = (va + vb) ** 2 / (va**2 / (a.size - 1) + vb**2 / (b.size - 1))
     return WelchResult(float(res.statistic), float(df), float(res.pvalue))
