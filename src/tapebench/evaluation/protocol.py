@@ -23,10 +23,10 @@ from tapebench.splits.io import DEFAULT_SPLITS_DIR, Split, resolve_split
 from tapebench.utils.artifacts import read_table
 from tapebench.utils.io import provenance, write_parquet
 from tapebench.validation import check_goal, check_horizon, check_length, check_noise, check_rules
+from tapebench.vocabulary import SPLIT_SIDES
 
 DEFAULT_EVAL_SEED = 20260101      # evaluation seed of the paper-protocol configuration
 DEFAULT_EPISODES_PER_RULE = 20
-SPLIT_SIDES = ("train", "test")
 PROTOCOL_FIELDS = ("L", "H", "split", "split_hash", "side", "rules", "episodes_per_rule", "eval_seed",
                    "goal", "success_bonus", "noise")
 FIELD_DEFAULTS = {"noise": 0.0}   # fields a protocol record leaves out at their default

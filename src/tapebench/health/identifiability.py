@@ -14,7 +14,6 @@ cyclically; the tape is uniform (a uniform tape flipped at a uniform cell), so t
 """
 from __future__ import annotations
 
-
 import numba as nb
 import numpy as np
 import pandas as pd
@@ -27,6 +26,7 @@ from tapebench.methods.identify_then_plan import FULL, pinned_bits
 from tapebench.schemas import IDENTIFIABILITY_COLUMNS
 from tapebench.utils.io import provenance, write_parquet
 from tapebench.validation import check_goal, check_horizon
+from tapebench.vocabulary import SPLIT_SIDES
 
 U64 = np.uint64
 IDENT_DOMAIN = 0x494446   # separates the random-action stream from the methods' streams
@@ -104,7 +104,7 @@ def identifiability_frame(split, *, L: int, H: int, episodes_per_rule: int, eval
 
     kwargs = {} if splits_dir is None else {"splits_dir": splits_dir}
     frames = []
-    for side in ("train", "test"):
+    for side in SPLIT_SIDES:
         episodes, protocol, types = protocol_episodes(L=L, H=H, episodes_per_rule=episodes_per_rule,
                                                       eval_seed=eval_seed, split=split, side=side, **kwargs)
         steps, length = identification_steps(episodes, H, goal=protocol.goal_tape(), action_seed=action_seed)

@@ -24,6 +24,7 @@ from tapebench.registry import get_method
 from tapebench.training import checkpoint as ckpt
 from tapebench.training.loop import read_manifest, resolve_device, torch_settings
 from tapebench.utils.io import provenance, write_parquet
+from tapebench.vocabulary import SPLIT_SIDES
 
 
 def select_checkpoints(manifest: dict, last: int | str | None) -> list[dict]:
@@ -101,7 +102,7 @@ def model_error_run(run_dir, H: int, *, split, episodes_per_rule: int = DEFAULT_
         payload = ckpt.load(run_dir / entry["file"])
         agent = ckpt.build_policy_agent(payload, device)
         agent.load_policy_state_dict(payload["policy"])
-        for side in ("train", "test"):
+        for side in SPLIT_SIDES:
             episodes, protocol, types = protocol_episodes(L=manifest["env"]["L"], H=H, split=split, side=side,
                                                           episodes_per_rule=episodes_per_rule, eval_seed=eval_seed)
             errors, valid = rollout_errors(agent, episodes, H, context=context, depth=depth, device=device)
