@@ -9,7 +9,9 @@ from tapebench.pipeline.config import load_config_file
 if Path("config/config.yaml").is_file():
     load_config_file("config/config.yaml")  # Snakemake's own YAML error does not name the file
 
+
 configfile: "config/config.yaml"
+
 
 report: "workflow/report/workflow.rst"
 

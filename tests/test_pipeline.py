@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -28,6 +29,17 @@ def test_lint_is_clean():
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Lints for" not in proc.stdout + proc.stderr
+
+
+def test_workflow_is_formatted_with_snakefmt():
+    """The Snakefile and every .smk file are as snakefmt writes them (settings: [tool.snakefmt] in pyproject)."""
+    if shutil.which("snakefmt") is None:
+        if os.environ.get("TAPEBENCH_REQUIRE_LINT"):
+            pytest.fail("snakefmt is not installed (pip install -e '.[test]'); CI requires it")
+        pytest.skip("snakefmt is not installed (pip install -e '.[test]')")
+    proc = subprocess.run(["snakefmt", "--check", "--diff", "Snakefile", "workflow"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, "run `snakefmt Snakefile workflow`:\n" + proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize("override, key", [

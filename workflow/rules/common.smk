@@ -3,14 +3,25 @@ import json
 import os
 
 from tapebench import layout
-from tapebench.pipeline.config import (checkpoint_eval_slice, dumps, fixed_z_eval_slice, fixed_z_train_slice,
-                                       ladder_split_slice, method_eval_slice, model_error_slice, noise_eval_slice,
-                                       sweep_train_slice, train_slice, validate_config)
+from tapebench.pipeline.config import (
+    checkpoint_eval_slice,
+    dumps,
+    fixed_z_eval_slice,
+    fixed_z_train_slice,
+    ladder_split_slice,
+    method_eval_slice,
+    model_error_slice,
+    noise_eval_slice,
+    sweep_train_slice,
+    train_slice,
+    validate_config,
+)
 from tapebench.registry import build_config, get_method
 from tapebench.rules.family import config_family
 from tapebench.settings import noise_study
 
 validate_config(config, workflow.source_path("../schemas/config.schema.yaml"))
+
 
 resource_scopes:
     gpu="local",
@@ -18,9 +29,9 @@ resource_scopes:
 
 SEEDS = list(range(config["seeds"]))
 METHODS = list(config["methods"])
-LADDER = config["studies"]["ladder"]          # the severity ladder (studies.smk, docs/protocol.md#severity-ladders)
+LADDER = config["studies"]["ladder"]  # the severity ladder (studies.smk, docs/protocol.md#severity-ladders)
 LADDER_SPLIT = LADDER["name"]
-RUN_METHODS = list(dict.fromkeys([*METHODS, *LADDER["methods"]]))   # every method that runs on some split
+RUN_METHODS = list(dict.fromkeys([*METHODS, *LADDER["methods"]]))  # every method that runs on some split
 TRAINED = [m for m in RUN_METHODS if get_method(m).trains]
 UNTRAINED = [m for m in RUN_METHODS if not get_method(m).trains]
 SPLIT_NAMES = list(config["splits"])
@@ -28,7 +39,7 @@ EVALUATED_UNTRAINED = UNTRAINED + ([] if "random" in UNTRAINED else ["random"]) 
 HORIZONS = config["evaluation"]["horizons"]
 MAIN_SPLIT = config["main_split"]
 CONDA_ENV = "../../envs/tapebench.yaml"
-PRESETS = [os.path.relpath(path) for path in workflow.overwrite_configfiles]   # --configfile, for the report
+PRESETS = [os.path.relpath(path) for path in workflow.overwrite_configfiles]  # --configfile, for the report
 
 
 wildcard_constraints:
@@ -38,7 +49,7 @@ wildcard_constraints:
     H=r"\d+",
 
 
-RULE_SAMPLE = config["rule_set"].get("sample")   # a sampled rule set of a large family (or None)
+RULE_SAMPLE = config["rule_set"].get("sample")  # a sampled rule set of a large family (or None)
 FAMILY = config_family(config)
 
 
@@ -107,8 +118,10 @@ def method_eval_params(wildcards):
 
 
 def episode_files(wildcards):
-    return [f"{run_dir(wildcards.split, wildcards.agent, s)}/eval_H{wildcards.H}.parquet"
-            for s in seeds_of(wildcards.agent, wildcards.split)]
+    return [
+        f"{run_dir(wildcards.split, wildcards.agent, s)}/eval_H{wildcards.H}.parquet"
+        for s in seeds_of(wildcards.agent, wildcards.split)
+    ]
 
 
 def random_per_rule_files(wildcards):
@@ -124,8 +137,11 @@ def random_per_rule_flag(wildcards, input):
 
 
 def per_seed_files(wildcards):
-    return [f"results/aggregate/{wildcards.split}/{a}_H{h}.per_seed.parquet" for a in split_methods(wildcards.split)
-            for h in split_horizons(wildcards.split)]
+    return [
+        f"results/aggregate/{wildcards.split}/{a}_H{h}.per_seed.parquet"
+        for a in split_methods(wildcards.split)
+        for h in split_horizons(wildcards.split)
+    ]
 
 
 # The benchmark health report (health.smk, docs/protocol.md#benchmark-health)
@@ -154,8 +170,10 @@ def health_verdict(wildcards):
 
 def health_random(wildcards):
     """The random policy's evaluation records on the split at the training horizon, every seed it runs."""
-    return [f"{run_dir(wildcards.split, 'random', s)}/eval_H{config['env']['H']}.parquet"
-            for s in seeds_of("random", wildcards.split)]
+    return [
+        f"{run_dir(wildcards.split, 'random', s)}/eval_H{config['env']['H']}.parquet"
+        for s in seeds_of("random", wildcards.split)
+    ]
 
 
 FIXED_Z = config["studies"]["fixed_z"]
@@ -166,8 +184,16 @@ FEAS = config["oracle"].get("feasibility", {"L": 16, "H": 16})
 def ladder_split_args(wildcards=None):
     """`tapebench ladder-split` arguments from the ladder's split slice (methods and seeds change only the runs)."""
     ladder = ladder_split_slice(config)
-    args = ["--train-classes", str(ladder["train_classes"]), "--levels", ",".join(map(str, ladder["levels"])),
-            "--level-size", str(ladder["level_size"]), "--seed", str(ladder["seed"])]
+    args = [
+        "--train-classes",
+        str(ladder["train_classes"]),
+        "--levels",
+        ",".join(map(str, ladder["levels"])),
+        "--level-size",
+        str(ladder["level_size"]),
+        "--seed",
+        str(ladder["seed"]),
+    ]
     if ladder["train"]:
         args += ["--train", ",".join(map(str, ladder["train"]))]
     if ladder["train_types"]:
@@ -219,18 +245,24 @@ def fixed_z_eval_params(wildcards):
 
 
 def fixed_z_episode_files(wildcards):
-    return [f"{layout.fixed_z_run_dir(wildcards.L, wildcards.H, wildcards.agent, wildcards.rule, s)}/eval.parquet"
-            for s in FIXED_Z_SEEDS]
+    return [
+        f"{layout.fixed_z_run_dir(wildcards.L, wildcards.H, wildcards.agent, wildcards.rule, s)}/eval.parquet"
+        for s in FIXED_Z_SEEDS
+    ]
 
 
 def multi_rule_episode_files(wildcards):
-    return [f"{layout.multi_rule_run_dir(wildcards.L, wildcards.H, wildcards.split, wildcards.agent, s)}/eval.parquet"
-            for s in FIXED_Z_SEEDS]
+    return [
+        f"{layout.multi_rule_run_dir(wildcards.L, wildcards.H, wildcards.split, wildcards.agent, s)}/eval.parquet"
+        for s in FIXED_Z_SEEDS
+    ]
 
 
 def multi_rule_per_seed_files(wildcards):
-    return [f"{layout.fixed_z_dir(wildcards.L, wildcards.H)}/multi_{wildcards.split}/{a}.per_seed.parquet"
-            for a in MULTI_RULE_METHODS]
+    return [
+        f"{layout.fixed_z_dir(wildcards.L, wildcards.H)}/multi_{wildcards.split}/{a}.per_seed.parquet"
+        for a in MULTI_RULE_METHODS
+    ]
 
 
 # The noise study (noise.smk, docs/protocol.md#noise): the main split's runs at each noise level
@@ -244,8 +276,10 @@ def noise_eval_params(wildcards):
 
 
 def noise_episode_files(wildcards):
-    return [layout.noise_eval(wildcards.split, wildcards.eps, wildcards.agent, s, wildcards.H)
-            for s in seeds_of(wildcards.agent, wildcards.split)]
+    return [
+        layout.noise_eval(wildcards.split, wildcards.eps, wildcards.agent, s, wildcards.H)
+        for s in seeds_of(wildcards.agent, wildcards.split)
+    ]
 
 
 def noise_per_seed_files(wildcards):

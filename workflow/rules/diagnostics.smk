@@ -2,26 +2,27 @@
 # prediction error of every method with a world model, on ID and OOD rules, beside its success; and a
 # one-hyperparameter sensitivity sweep (default: the DreamerV3 imagination horizon in {5, 10, 15, 20}).
 
+
 rule model_error:
     input:
         split="results/splits/{split}.json",
         manifest="results/runs/{split}/{agent}/seed{seed}/train.json",
     output:
         "results/runs/{split}/{agent}/seed{seed}/model_error.parquet",
+    log:
+        "logs/model_error/{split}/{agent}/seed{seed}.log",
     wildcard_constraints:
         agent=one_of(WORLD_MODELS),
-    params:
-        slice=model_error_params,
-        run_dir=lambda w: run_dir(w.split, w.agent, w.seed),
-        H=config["env"]["H"],
+    conda:
+        CONDA_ENV
     threads: 1
     resources:
         mem_mb=2000,
         runtime=30,
-    log:
-        "logs/model_error/{split}/{agent}/seed{seed}.log",
-    conda:
-        CONDA_ENV
+    params:
+        slice=model_error_params,
+        run_dir=lambda w: run_dir(w.split, w.agent, w.seed),
+        H=config["env"]["H"],
     shell:
         "tapebench model-error --run {params.run_dir:q} --split {input.split:q} --H {params.H:q}"
         " --params {params.slice:q} --threads {threads:q} --device cpu --out {output:q} > {log:q} 2>&1"
@@ -32,14 +33,14 @@ rule aggregate_model_error:
         lambda w: [f"results/runs/{w.split}/{a}/seed{s}/model_error.parquet" for a in WORLD_MODELS for s in SEEDS],
     output:
         "results/aggregate/{split}/model_error.parquet",
-    params:
-        n_resamples=config["statistics"]["n_resamples"],
-        ci=config["statistics"]["ci"],
-        seed=config["statistics"]["seed"],
     log:
         "logs/aggregate/{split}/model_error.log",
     conda:
         CONDA_ENV
+    params:
+        n_resamples=config["statistics"]["n_resamples"],
+        ci=config["statistics"]["ci"],
+        seed=config["statistics"]["seed"],
     shell:
         "tapebench aggregate-model-error --inputs {input:q} --n-resamples {params.n_resamples:q} --ci {params.ci:q}"
         " --seed {params.seed:q} --out {output:q} > {log:q} 2>&1"
@@ -52,23 +53,23 @@ rule train_sweep:
         verdict=ancient("results/health/{split}.verdict.json"),
     output:
         manifest="results/sweeps/{split}/{method}/{field}{value}/seed{seed}/train.json",
+    log:
+        "logs/sweep/{split}/{method}/{field}{value}/seed{seed}.train.log",
     wildcard_constraints:
         method=SWEEP["method"],
         field=SWEEP["hyperparameter"],
         value=r"\d+",
-    params:
-        slice=lambda w: dumps(sweep_train_slice(config, w.value)),
-        run_dir=lambda w: f"results/sweeps/{w.split}/{w.method}/{w.field}{w.value}/seed{w.seed}",
-        device=config["training"]["device"],
+    conda:
+        CONDA_ENV
     threads: config["training"]["threads"]
     resources:
         gpu=config["training"]["gpus"],
         mem_mb=4000,
         runtime=240,
-    log:
-        "logs/sweep/{split}/{method}/{field}{value}/seed{seed}.train.log",
-    conda:
-        CONDA_ENV
+    params:
+        slice=lambda w: dumps(sweep_train_slice(config, w.value)),
+        run_dir=lambda w: f"results/sweeps/{w.split}/{w.method}/{w.field}{w.value}/seed{w.seed}",
+        device=config["training"]["device"],
     shell:
         "set -o pipefail; tapebench train --agent {wildcards.method:q} --split {input.split:q} --seed {wildcards.seed:q}"
         " --params {params.slice:q} --device {params.device:q} --threads {threads:q}"
@@ -81,21 +82,21 @@ rule evaluate_sweep:
         manifest="results/sweeps/{split}/{method}/{field}{value}/seed{seed}/train.json",
     output:
         "results/sweeps/{split}/{method}/{field}{value}/seed{seed}/eval_H{H}.parquet",
+    log:
+        "logs/sweep/{split}/{method}/{field}{value}/seed{seed}_H{H}.log",
     wildcard_constraints:
         method=SWEEP["method"],
         field=SWEEP["hyperparameter"],
         value=r"\d+",
-    params:
-        slice=lambda w: dumps(checkpoint_eval_slice(config, w.method)),
-        run_dir=lambda w: f"results/sweeps/{w.split}/{w.method}/{w.field}{w.value}/seed{w.seed}",
+    conda:
+        CONDA_ENV
     threads: 1
     resources:
         mem_mb=2000,
         runtime=60,
-    log:
-        "logs/sweep/{split}/{method}/{field}{value}/seed{seed}_H{H}.log",
-    conda:
-        CONDA_ENV
+    params:
+        slice=lambda w: dumps(checkpoint_eval_slice(config, w.method)),
+        run_dir=lambda w: f"results/sweeps/{w.split}/{w.method}/{w.field}{w.value}/seed{w.seed}",
     shell:
         "tapebench evaluate --run {params.run_dir:q} --split {input.split:q} --H {wildcards.H:q}"
         " --params {params.slice:q} --threads {threads:q} --out {output:q} > {log:q} 2>&1"
@@ -107,22 +108,22 @@ rule model_error_sweep:
         manifest="results/sweeps/{split}/{method}/{field}{value}/seed{seed}/train.json",
     output:
         "results/sweeps/{split}/{method}/{field}{value}/seed{seed}/model_error.parquet",
+    log:
+        "logs/sweep/{split}/{method}/{field}{value}/seed{seed}.model_error.log",
     wildcard_constraints:
         method=SWEEP["method"],
         field=SWEEP["hyperparameter"],
         value=r"\d+",
-    params:
-        slice=model_error_params,
-        run_dir=lambda w: f"results/sweeps/{w.split}/{w.method}/{w.field}{w.value}/seed{w.seed}",
-        H=config["env"]["H"],
+    conda:
+        CONDA_ENV
     threads: 1
     resources:
         mem_mb=2000,
         runtime=30,
-    log:
-        "logs/sweep/{split}/{method}/{field}{value}/seed{seed}.model_error.log",
-    conda:
-        CONDA_ENV
+    params:
+        slice=model_error_params,
+        run_dir=lambda w: f"results/sweeps/{w.split}/{w.method}/{w.field}{w.value}/seed{w.seed}",
+        H=config["env"]["H"],
     shell:
         "tapebench model-error --run {params.run_dir:q} --split {input.split:q} --H {params.H:q}"
         " --params {params.slice:q} --threads {threads:q} --device cpu --out {output:q} > {log:q} 2>&1"
@@ -135,19 +136,19 @@ rule aggregate_sweep_point:
     output:
         per_seed="results/sweeps/{split}/{method}_{field}{value}.per_seed.parquet",
         errors="results/sweeps/{split}/{method}_{field}{value}.model_error.parquet",
+    log:
+        "logs/sweep/{split}/{method}_{field}{value}.aggregate.log",
     wildcard_constraints:
         method=SWEEP["method"],
         field=SWEEP["hyperparameter"],
         value=r"\d+",
+    conda:
+        CONDA_ENV
     params:
         last_k=config["evaluation"]["last_k"],
         n_resamples=config["statistics"]["n_resamples"],
         ci=config["statistics"]["ci"],
         seed=config["statistics"]["seed"],
-    log:
-        "logs/sweep/{split}/{method}_{field}{value}.aggregate.log",
-    conda:
-        CONDA_ENV
     shell:
         "(tapebench aggregate-seed --episodes {input.episodes:q} --last-k {params.last_k:q} --out {output.per_seed:q}"
         " && tapebench aggregate-model-error --inputs {input.errors:q} --n-resamples {params.n_resamples:q}"

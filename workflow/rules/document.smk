@@ -22,17 +22,21 @@ rule report_pdf:
         outputs=REPORT_TARGETS,
         latex="results/.latex_check",
     output:
-        pdf=report(layout.REPORT_PDF, category="Compiled report", caption="../report/compiled.rst",
-                   labels={"output": "results/report.pdf"}),
+        pdf=report(
+            layout.REPORT_PDF,
+            category="Compiled report",
+            caption="../report/compiled.rst",
+            labels={"output": "results/report.pdf"},
+        ),
         tex=layout.REPORT_TEX,
-    params:
-        config=dumps(config),
-        presets=dumps(PRESETS),
     log:
         "logs/report/report_pdf.log",
     localrule: True
     conda:
         CONDA_ENV
+    params:
+        config=dumps(config),
+        presets=dumps(PRESETS),
     shell:
         "tapebench report --config-json {params.config:q} --presets-json {params.presets:q} "
         "--tex {output.tex:q} --pdf {output.pdf:q} > {log:q} 2>&1 || {{ tail -n 30 {log:q} >&2; exit 1; }}"

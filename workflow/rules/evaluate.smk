@@ -8,19 +8,19 @@ rule evaluate:
         manifest="results/runs/{split}/{agent}/seed{seed}/train.json",
     output:
         "results/runs/{split}/{agent}/seed{seed}/eval_H{H}.parquet",
+    log:
+        "logs/evaluate/{split}/{agent}/seed{seed}_H{H}.log",
     wildcard_constraints:
         agent=one_of(TRAINED),
-    params:
-        slice=eval_params,
-        run_dir=lambda w: run_dir(w.split, w.agent, w.seed),
+    conda:
+        CONDA_ENV
     threads: 1
     resources:
         mem_mb=2000,
         runtime=60,
-    log:
-        "logs/evaluate/{split}/{agent}/seed{seed}_H{H}.log",
-    conda:
-        CONDA_ENV
+    params:
+        slice=eval_params,
+        run_dir=lambda w: run_dir(w.split, w.agent, w.seed),
     shell:
         "tapebench evaluate --run {params.run_dir:q} --split {input.split:q} --H {wildcards.H:q}"
         " --params {params.slice:q} --threads {threads:q} --out {output:q} > {log:q} 2>&1"
@@ -32,18 +32,18 @@ rule evaluate_method:
         health="results/splits/{split}.health.json",
     output:
         "results/runs/{split}/{agent}/seed{seed}/eval_H{H}.parquet",
+    log:
+        "logs/evaluate/{split}/{agent}/seed{seed}_H{H}.log",
     wildcard_constraints:
         agent=one_of(EVALUATED_UNTRAINED),
-    params:
-        slice=method_eval_params,
+    conda:
+        CONDA_ENV
     threads: 1
     resources:
         mem_mb=2000,
         runtime=60,
-    log:
-        "logs/evaluate/{split}/{agent}/seed{seed}_H{H}.log",
-    conda:
-        CONDA_ENV
+    params:
+        slice=method_eval_params,
     shell:
         "NUMBA_NUM_THREADS={threads:q} tapebench evaluate --method {wildcards.agent:q} --seed {wildcards.seed:q}"
         " --split {input.split:q} --H {wildcards.H:q} --params {params.slice:q} --threads {threads:q}"

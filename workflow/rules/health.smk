@@ -9,17 +9,17 @@ rule exact_split:
         split="results/splits/{split}.json",
     output:
         "results/oracle/{split}/exact_{side}_H{H}.parquet",
+    log:
+        "logs/oracle/{split}/exact_{side}_H{H}.log",
+    wildcard_constraints:
+        side="train|test",
+    conda:
+        CONDA_ENV
+    threads: 2
     params:
         L=config["env"]["L"],
         episodes=config["evaluation"]["episodes_per_rule"],
         eval_seed=config["evaluation"]["eval_seed"],
-    wildcard_constraints:
-        side="train|test",
-    threads: 2
-    log:
-        "logs/oracle/{split}/exact_{side}_H{H}.log",
-    conda:
-        CONDA_ENV
     shell:
         "NUMBA_NUM_THREADS={threads:q} tapebench exact --split {input.split:q} --side {wildcards.side:q}"
         " --episodes-per-rule {params.episodes:q} --L {params.L:q} --H {wildcards.H:q}"
@@ -36,17 +36,18 @@ rule benchmark_health:
     output:
         report="results/health/{split}.json",
         per_rule="results/health/{split}.per_rule.parquet",
+    log:
+        "logs/health/{split}.log",
+    conda:
+        CONDA_ENV
     params:
         settings=dumps(config["health"]),
         statistics=dumps(config["statistics"]),
         L=config["env"]["L"],
         H=config["env"]["H"],
-        identifiability=lambda wildcards, input: ["--identifiability", *input.identifiability]
-        if input.identifiability else [],
-    log:
-        "logs/health/{split}.log",
-    conda:
-        CONDA_ENV
+        identifiability=lambda wildcards, input: (
+            ["--identifiability", *input.identifiability] if input.identifiability else []
+        ),
     shell:
         "tapebench benchmark-health --split {input.split:q} --split-health {input.split_health:q}"
         " --reference {input.reference:q} --random {input.random:q} {params.identifiability:q}"

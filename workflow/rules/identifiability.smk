@@ -7,15 +7,15 @@ rule identifiability:
         split="results/splits/{split}.json",
     output:
         "results/identifiability/{split}.parquet",
+    log:
+        "logs/identifiability/{split}.log",
+    conda:
+        CONDA_ENV
     params:
         L=config["env"]["L"],
         H=config["env"]["H"],
         episodes=config["evaluation"]["episodes_per_rule"],
         eval_seed=config["evaluation"]["eval_seed"],
-    log:
-        "logs/identifiability/{split}.log",
-    conda:
-        CONDA_ENV
     shell:
         "tapebench identifiability --split {input.split:q} --L {params.L:q} --H {params.H:q}"
         " --episodes-per-rule {params.episodes:q} --eval-seed {params.eval_seed:q} --out {output:q} > {log:q} 2>&1"

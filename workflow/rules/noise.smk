@@ -11,20 +11,20 @@ rule evaluate_noise:
         manifest="results/runs/{split}/{agent}/seed{seed}/train.json",
     output:
         "results/noise/{split}/eps{eps}/{agent}/seed{seed}_H{H}.parquet",
+    log:
+        "logs/noise/{split}/eps{eps}/{agent}/seed{seed}_H{H}.log",
     wildcard_constraints:
         agent=one_of(NOISE_TRAINED),
         eps=r"0\.\d*[1-9]",
-    params:
-        slice=noise_eval_params,
-        run_dir=lambda w: run_dir(w.split, w.agent, w.seed),
+    conda:
+        CONDA_ENV
     threads: 1
     resources:
         mem_mb=2000,
         runtime=60,
-    log:
-        "logs/noise/{split}/eps{eps}/{agent}/seed{seed}_H{H}.log",
-    conda:
-        CONDA_ENV
+    params:
+        slice=noise_eval_params,
+        run_dir=lambda w: run_dir(w.split, w.agent, w.seed),
     shell:
         "tapebench evaluate --run {params.run_dir:q} --split {input.split:q} --H {wildcards.H:q}"
         " --params {params.slice:q} --threads {threads:q} --out {output:q} > {log:q} 2>&1"
@@ -36,19 +36,19 @@ rule evaluate_noise_method:
         health="results/splits/{split}.health.json",
     output:
         "results/noise/{split}/eps{eps}/{agent}/seed{seed}_H{H}.parquet",
+    log:
+        "logs/noise/{split}/eps{eps}/{agent}/seed{seed}_H{H}.log",
     wildcard_constraints:
         agent=one_of(NOISE_UNTRAINED),
         eps=r"0\.\d*[1-9]",
-    params:
-        slice=noise_eval_params,
+    conda:
+        CONDA_ENV
     threads: 1
     resources:
         mem_mb=2000,
         runtime=60,
-    log:
-        "logs/noise/{split}/eps{eps}/{agent}/seed{seed}_H{H}.log",
-    conda:
-        CONDA_ENV
+    params:
+        slice=noise_eval_params,
     shell:
         "NUMBA_NUM_THREADS={threads:q} tapebench evaluate --method {wildcards.agent:q} --seed {wildcards.seed:q}"
         " --split {input.split:q} --H {wildcards.H:q} --params {params.slice:q} --threads {threads:q}"
@@ -60,15 +60,15 @@ rule aggregate_seed_noise:
         noise_episode_files,
     output:
         "results/noise/{split}/eps{eps}/{agent}_H{H}.per_seed.parquet",
+    log:
+        "logs/noise/{split}/eps{eps}/{agent}_H{H}_aggregate_seed.log",
     wildcard_constraints:
         agent=one_of(NOISE["methods"]),
         eps=r"0\.\d*[1-9]",
-    params:
-        last_k=config["evaluation"]["last_k"],
-    log:
-        "logs/noise/{split}/eps{eps}/{agent}_H{H}_aggregate_seed.log",
     conda:
         CONDA_ENV
+    params:
+        last_k=config["evaluation"]["last_k"],
     shell:
         "tapebench aggregate-seed --episodes {input:q} --last-k {params.last_k:q} --out {output:q} > {log:q} 2>&1"
 
@@ -78,16 +78,16 @@ rule aggregate_noise:
         noise_per_seed_files,
     output:
         "results/noise/{split}/eps{eps}/aggregate_H{H}.parquet",
+    log:
+        "logs/noise/{split}/eps{eps}/aggregate_H{H}.log",
     wildcard_constraints:
         eps=r"0|0\.\d*[1-9]",
+    conda:
+        CONDA_ENV
     params:
         n_resamples=config["statistics"]["n_resamples"],
         ci=config["statistics"]["ci"],
         seed=config["statistics"]["seed"],
-    log:
-        "logs/noise/{split}/eps{eps}/aggregate_H{H}.log",
-    conda:
-        CONDA_ENV
     shell:
         "tapebench aggregate --per-seed {input:q} --n-resamples {params.n_resamples:q} --ci {params.ci:q}"
         " --seed {params.seed:q} --out {output:q} > {log:q} 2>&1"

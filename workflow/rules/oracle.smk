@@ -1,23 +1,24 @@
 # Calibration (docs/protocol.md#oracle): true-dynamics MPC on the agents' own evaluation episodes, exact feasibility and
 # the exact optimum where the state space can be enumerated, the by-type export, Tables 1 and 7.
 
+
 rule mpc_split:
     input:
         split="results/splits/{split}.json",
     output:
         "results/oracle/{split}/mpc_{side}_H{H}.parquet",
+    log:
+        "logs/oracle/{split}/mpc_{side}_H{H}.log",
+    wildcard_constraints:
+        side="train|test",
+    conda:
+        CONDA_ENV
+    threads: 2
     params:
         planner=planner_args,
         L=config["env"]["L"],
         episodes=config["evaluation"]["episodes_per_rule"],
         eval_seed=config["evaluation"]["eval_seed"],
-    wildcard_constraints:
-        side="train|test",
-    threads: 2
-    log:
-        "logs/oracle/{split}/mpc_{side}_H{H}.log",
-    conda:
-        CONDA_ENV
     shell:
         "NUMBA_NUM_THREADS={threads:q} tapebench mpc --split {input.split:q} --side {wildcards.side:q} --episodes-per-rule {params.episodes:q}"
         " --L {params.L:q} --H {wildcards.H:q} --eval-seed {params.eval_seed:q} {params.planner:q}"
@@ -27,11 +28,11 @@ rule mpc_split:
 rule feasibility:
     output:
         "results/oracle/feasibility_L{L}_H{H}.parquet",
-    threads: 2
     log:
         "logs/oracle/feasibility_L{L}_H{H}.log",
     conda:
         CONDA_ENV
+    threads: 2
     shell:
         "NUMBA_NUM_THREADS={threads:q} tapebench feasibility --rules 0-255 --L {wildcards.L:q} --H {wildcards.H:q} --out {output:q} > {log:q} 2>&1"
 
@@ -44,16 +45,16 @@ rule fixed_z_oracle:
         mpc="results/oracle/fixed_z_L{L}_H{H}/mpc.parquet",
         exact="results/oracle/fixed_z_L{L}_H{H}/exact.parquet",
         gap="results/oracle/fixed_z_L{L}_H{H}/gap.parquet",
+    log:
+        "logs/oracle/fixed_z_L{L}_H{H}.log",
+    conda:
+        CONDA_ENV
+    threads: 2
     params:
         rules=FIXED_Z_RULES,
         planner=planner_args,
         episodes=config["evaluation"]["episodes_per_rule"],
         eval_seed=config["evaluation"]["eval_seed"],
-    threads: 2
-    log:
-        "logs/oracle/fixed_z_L{L}_H{H}.log",
-    conda:
-        CONDA_ENV
     shell:
         "(export NUMBA_NUM_THREADS={threads:q}; tapebench mpc --rules {params.rules:q} --features {input.features:q} --episodes-per-rule {params.episodes:q}"
         " --L {wildcards.L:q} --H {wildcards.H:q} --eval-seed {params.eval_seed:q} {params.planner:q} --out {output.mpc:q}"
@@ -68,16 +69,16 @@ rule mpc_by_type:
         split="results/splits/{split}.json",
     output:
         "results/oracle/{split}/mpc_by_type_eval.json",
+    log:
+        "logs/oracle/{split}/mpc_by_type.log",
+    conda:
+        CONDA_ENV
     params:
         planner=planner_args,
         L=config["env"]["L"],
         H=config["env"]["H"],
         episodes=config["oracle"]["by_type_episodes_per_rule"],
         eval_seed=config["evaluation"]["eval_seed"],
-    log:
-        "logs/oracle/{split}/mpc_by_type.log",
-    conda:
-        CONDA_ENV
     shell:
         "tapebench export-mpc-by-type --split {input.split:q} --side test --episodes-per-rule {params.episodes:q}"
         " --L {params.L:q} --H {params.H:q} --eval-seed {params.eval_seed:q} {params.planner:q}"

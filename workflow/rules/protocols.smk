@@ -11,16 +11,16 @@ rule protocol_comparison:
         comparison=layout.PROTOCOL_COMPARISON["comparison"],
         ranks=layout.PROTOCOL_COMPARISON["ranks"],
         reversals=layout.PROTOCOL_COMPARISON["reversals"],
+    log:
+        "logs/protocols/comparison.log",
+    conda:
+        CONDA_ENV
     params:
         protocols=protocol_comparison_params,
         metric=config["studies"]["protocol_comparison"]["metric"],
         n_resamples=config["statistics"]["n_resamples"],
         ci=config["statistics"]["ci"],
         seed=config["statistics"]["seed"],
-    log:
-        "logs/protocols/comparison.log",
-    conda:
-        CONDA_ENV
     shell:
         "tapebench protocol-comparison --protocols {params.protocols:q} --metric {params.metric:q}"
         " --n-resamples {params.n_resamples:q} --ci {params.ci:q} --seed {params.seed:q} --out {output.comparison:q}"

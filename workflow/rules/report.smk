@@ -14,16 +14,23 @@ for _entry, _job in report_registry.jobs(config):
         input:
             **_job.files(_entry),
         output:
-            **{key: report(path, category=_entry.category, subcategory=_entry.title, caption="../report/output.rst",
-                           labels={"output": _entry.title, "file": path})
-               for key, path in {**_job.outputs(_entry), **_entry.extra_outputs(_job)}.items()},
-        params:
-            args=_job.args(_entry),
-            caption=report_document.caption_rst(_entry, _job, config),
+            **{
+                key: report(
+                    path,
+                    category=_entry.category,
+                    subcategory=_entry.title,
+                    caption="../report/output.rst",
+                    labels={"output": _entry.title, "file": path},
+                )
+                for key, path in {**_job.outputs(_entry), **_entry.extra_outputs(_job)}.items()
+            },
         log:
             f"logs/report/{_job.name}.log",
         conda:
             CONDA_ENV
+        params:
+            args=_job.args(_entry),
+            caption=report_document.caption_rst(_entry, _job, config),
         shell:
             "tapebench render {params.args:q} > {log:q} 2>&1"
 

@@ -5,6 +5,10 @@
 rule rule_set:
     output:
         layout.rule_set(),
+    log:
+        "logs/rules/rule_set.log",
+    conda:
+        CONDA_ENV
     params:
         k=FAMILY.k,
         r=FAMILY.r,
@@ -12,10 +16,6 @@ rule rule_set:
         bins=lambda_bins_arg(RULE_SAMPLE) if RULE_SAMPLE else "",
         subfamily=RULE_SAMPLE["subfamily"] if RULE_SAMPLE else "",
         seed=RULE_SAMPLE["seed"] if RULE_SAMPLE else 0,
-    log:
-        "logs/rules/rule_set.log",
-    conda:
-        CONDA_ENV
     shell:
         "tapebench rule-set --k {params.k:q} --r {params.r:q} --n {params.n:q} --lambda-bins {params.bins:q}"
         " --subfamily {params.subfamily:q} --seed {params.seed:q} --out {output:q} > {log:q} 2>&1"
@@ -26,16 +26,16 @@ rule rule_features:
         rule_set=rule_set_files,
     output:
         "results/rules/features.parquet",
+    log:
+        "logs/rules/features.log",
+    conda:
+        CONDA_ENV
     params:
         rule_set=rule_set_flag,
         seed=config["features"]["seed"],
         L=config["features"]["L"],
         trials=config["features"]["trials"],
         steps=config["features"]["steps"],
-    log:
-        "logs/rules/features.log",
-    conda:
-        CONDA_ENV
     shell:
         "tapebench features --seed {params.seed:q} --L {params.L:q} --trials {params.trials:q}"
         " --steps {params.steps:q} --out {output:q} {params.rule_set:q} > {log:q} 2>&1"
@@ -46,18 +46,18 @@ rule split:
         features="results/rules/features.parquet",
     output:
         "results/splits/{split}.json",
+    log:
+        "logs/splits/{split}.log",
     wildcard_constraints:
-        split=one_of(SPLIT_NAMES),      # the ladder split has its own rule (studies.smk)
+        split=one_of(SPLIT_NAMES),  # the ladder split has its own rule (studies.smk)
+    conda:
+        CONDA_ENV
     params:
         method=lambda w: config["splits"][w.split]["method"],
         test_size=lambda w: config["splits"][w.split]["test_size"],
         seed=lambda w: config["splits"][w.split]["seed"],
         unit=lambda w: config["splits"][w.split]["unit"],
         rules=lambda w: config["splits"][w.split]["rules"],
-    log:
-        "logs/splits/{split}.log",
-    conda:
-        CONDA_ENV
     shell:
         "tapebench split --features {input.features:q} --name {wildcards.split:q} --method {params.method:q}"
         " --test-size {params.test_size:q} --seed {params.seed:q} --unit {params.unit:q} --rules {params.rules:q}"

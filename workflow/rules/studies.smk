@@ -11,13 +11,13 @@ rule ladder_split:
         features="results/rules/features.parquet",
     output:
         layout.split_file(LADDER_SPLIT),
-    params:
-        name=LADDER_SPLIT,
-        args=ladder_split_args,
     log:
         f"logs/splits/{LADDER_SPLIT}.log",
     conda:
         CONDA_ENV
+    params:
+        name=LADDER_SPLIT,
+        args=ladder_split_args,
     shell:
         "tapebench ladder-split --features {input.features:q} --name {params.name:q} {params.args:q}"
         " --out {output:q} > {log:q} 2>&1"
@@ -26,23 +26,23 @@ rule ladder_split:
 rule train_fixed_z:
     output:
         manifest="results/fixed_z/L{L}_H{H}/{agent}/rule{rule}/seed{seed}/train.json",
+    log:
+        "logs/fixed_z/L{L}_H{H}/{agent}/rule{rule}/seed{seed}_train.log",
     wildcard_constraints:
         agent=one_of(FIXED_Z_METHODS),
         L=r"\d+",
         rule=r"\d+",
-    params:
-        slice=fixed_z_train_params,
-        run_dir=lambda w: layout.fixed_z_run_dir(w.L, w.H, w.agent, w.rule, w.seed),
-        device=config["training"]["device"],
+    conda:
+        CONDA_ENV
     threads: config["training"]["threads"]
     resources:
         gpu=config["training"]["gpus"],
         mem_mb=4000,
         runtime=240,
-    log:
-        "logs/fixed_z/L{L}_H{H}/{agent}/rule{rule}/seed{seed}_train.log",
-    conda:
-        CONDA_ENV
+    params:
+        slice=fixed_z_train_params,
+        run_dir=lambda w: layout.fixed_z_run_dir(w.L, w.H, w.agent, w.rule, w.seed),
+        device=config["training"]["device"],
     shell:
         "set -o pipefail; tapebench train --agent {wildcards.agent:q} --rules {wildcards.rule:q} --seed {wildcards.seed:q}"
         " --params {params.slice:q} --device {params.device:q} --threads {threads:q}"
@@ -54,21 +54,21 @@ rule evaluate_fixed_z:
         manifest="results/fixed_z/L{L}_H{H}/{agent}/rule{rule}/seed{seed}/train.json",
     output:
         "results/fixed_z/L{L}_H{H}/{agent}/rule{rule}/seed{seed}/eval.parquet",
+    log:
+        "logs/fixed_z/L{L}_H{H}/{agent}/rule{rule}/seed{seed}_evaluate.log",
     wildcard_constraints:
         agent=one_of(FIXED_Z_METHODS),
         L=r"\d+",
         rule=r"\d+",
-    params:
-        slice=fixed_z_eval_params,
-        run_dir=lambda w: layout.fixed_z_run_dir(w.L, w.H, w.agent, w.rule, w.seed),
+    conda:
+        CONDA_ENV
     threads: 1
     resources:
         mem_mb=2000,
         runtime=60,
-    log:
-        "logs/fixed_z/L{L}_H{H}/{agent}/rule{rule}/seed{seed}_evaluate.log",
-    conda:
-        CONDA_ENV
+    params:
+        slice=fixed_z_eval_params,
+        run_dir=lambda w: layout.fixed_z_run_dir(w.L, w.H, w.agent, w.rule, w.seed),
     shell:
         "tapebench evaluate --run {params.run_dir:q} --rules {wildcards.rule:q} --H {wildcards.H:q}"
         " --params {params.slice:q} --threads {threads:q} --out {output:q} > {log:q} 2>&1"
@@ -81,16 +81,16 @@ rule aggregate_fixed_z:
         per_seed="results/fixed_z/L{L}_H{H}/{agent}/rule{rule}.per_seed.parquet",
         curves="results/fixed_z/L{L}_H{H}/{agent}/rule{rule}.curves.parquet",
         per_rule="results/fixed_z/L{L}_H{H}/{agent}/rule{rule}.per_rule.parquet",
+    log:
+        "logs/fixed_z/L{L}_H{H}/{agent}/rule{rule}_aggregate.log",
     wildcard_constraints:
         agent=one_of(FIXED_Z_METHODS),
         L=r"\d+",
         rule=r"\d+",
-    params:
-        last_k=config["evaluation"]["last_k"],
-    log:
-        "logs/fixed_z/L{L}_H{H}/{agent}/rule{rule}_aggregate.log",
     conda:
         CONDA_ENV
+    params:
+        last_k=config["evaluation"]["last_k"],
     shell:
         "tapebench aggregate-seed --episodes {input:q} --last-k {params.last_k:q} --out {output.per_seed:q}"
         " --curves-out {output.curves:q} --per-rule-out {output.per_rule:q} > {log:q} 2>&1"
@@ -103,22 +103,22 @@ rule train_multi_rule:
         verdict=ancient("results/health/{split}.verdict.json"),
     output:
         manifest="results/fixed_z/L{L}_H{H}/multi_{split}/{agent}/seed{seed}/train.json",
+    log:
+        "logs/fixed_z/L{L}_H{H}/multi_{split}/{agent}/seed{seed}_train.log",
     wildcard_constraints:
         agent=one_of(MULTI_RULE_METHODS),
         L=r"\d+",
-    params:
-        slice=fixed_z_train_params,
-        run_dir=lambda w: layout.multi_rule_run_dir(w.L, w.H, w.split, w.agent, w.seed),
-        device=config["training"]["device"],
+    conda:
+        CONDA_ENV
     threads: config["training"]["threads"]
     resources:
         gpu=config["training"]["gpus"],
         mem_mb=4000,
         runtime=240,
-    log:
-        "logs/fixed_z/L{L}_H{H}/multi_{split}/{agent}/seed{seed}_train.log",
-    conda:
-        CONDA_ENV
+    params:
+        slice=fixed_z_train_params,
+        run_dir=lambda w: layout.multi_rule_run_dir(w.L, w.H, w.split, w.agent, w.seed),
+        device=config["training"]["device"],
     shell:
         "set -o pipefail; tapebench train --agent {wildcards.agent:q} --split {input.split:q} --seed {wildcards.seed:q}"
         " --params {params.slice:q} --device {params.device:q} --threads {threads:q}"
@@ -131,20 +131,20 @@ rule evaluate_multi_rule:
         manifest="results/fixed_z/L{L}_H{H}/multi_{split}/{agent}/seed{seed}/train.json",
     output:
         "results/fixed_z/L{L}_H{H}/multi_{split}/{agent}/seed{seed}/eval.parquet",
+    log:
+        "logs/fixed_z/L{L}_H{H}/multi_{split}/{agent}/seed{seed}_evaluate.log",
     wildcard_constraints:
         agent=one_of(MULTI_RULE_METHODS),
         L=r"\d+",
-    params:
-        slice=fixed_z_eval_params,
-        run_dir=lambda w: layout.multi_rule_run_dir(w.L, w.H, w.split, w.agent, w.seed),
+    conda:
+        CONDA_ENV
     threads: 1
     resources:
         mem_mb=2000,
         runtime=60,
-    log:
-        "logs/fixed_z/L{L}_H{H}/multi_{split}/{agent}/seed{seed}_evaluate.log",
-    conda:
-        CONDA_ENV
+    params:
+        slice=fixed_z_eval_params,
+        run_dir=lambda w: layout.multi_rule_run_dir(w.L, w.H, w.split, w.agent, w.seed),
     shell:
         "tapebench evaluate --run {params.run_dir:q} --split {input.split:q} --H {wildcards.H:q}"
         " --params {params.slice:q} --threads {threads:q} --out {output:q} > {log:q} 2>&1"
@@ -157,15 +157,15 @@ rule aggregate_seed_multi_rule:
         per_seed="results/fixed_z/L{L}_H{H}/multi_{split}/{agent}.per_seed.parquet",
         curves="results/fixed_z/L{L}_H{H}/multi_{split}/{agent}.curves.parquet",
         per_rule="results/fixed_z/L{L}_H{H}/multi_{split}/{agent}.per_rule.parquet",
+    log:
+        "logs/fixed_z/L{L}_H{H}/multi_{split}/{agent}_aggregate_seed.log",
     wildcard_constraints:
         agent=one_of(MULTI_RULE_METHODS),
         L=r"\d+",
-    params:
-        last_k=config["evaluation"]["last_k"],
-    log:
-        "logs/fixed_z/L{L}_H{H}/multi_{split}/{agent}_aggregate_seed.log",
     conda:
         CONDA_ENV
+    params:
+        last_k=config["evaluation"]["last_k"],
     shell:
         "tapebench aggregate-seed --episodes {input:q} --last-k {params.last_k:q} --out {output.per_seed:q}"
         " --curves-out {output.curves:q} --per-rule-out {output.per_rule:q} > {log:q} 2>&1"
@@ -177,16 +177,16 @@ rule aggregate_multi_rule:
     output:
         aggregate="results/fixed_z/L{L}_H{H}/multi_{split}/aggregate.parquet",
         tests="results/fixed_z/L{L}_H{H}/multi_{split}/tests.parquet",
+    log:
+        "logs/fixed_z/L{L}_H{H}/multi_{split}/aggregate.log",
     wildcard_constraints:
         L=r"\d+",
+    conda:
+        CONDA_ENV
     params:
         n_resamples=config["statistics"]["n_resamples"],
         ci=config["statistics"]["ci"],
         seed=config["statistics"]["seed"],
-    log:
-        "logs/fixed_z/L{L}_H{H}/multi_{split}/aggregate.log",
-    conda:
-        CONDA_ENV
     shell:
         "tapebench aggregate --per-seed {input:q} --n-resamples {params.n_resamples:q} --ci {params.ci:q}"
         " --seed {params.seed:q} --out {output.aggregate:q} --tests-out {output.tests:q} > {log:q} 2>&1"
@@ -199,18 +199,18 @@ rule oracle_multi_rule:
     output:
         mpc="results/fixed_z/L{L}_H{H}/multi_{split}/mpc_{side}.parquet",
         exact="results/fixed_z/L{L}_H{H}/multi_{split}/exact_{side}.parquet",
+    log:
+        "logs/fixed_z/L{L}_H{H}/multi_{split}/oracle_{side}.log",
     wildcard_constraints:
         side="train|test",
         L=r"\d+",
+    conda:
+        CONDA_ENV
+    threads: 2
     params:
         planner=planner_args,
         episodes=config["evaluation"]["episodes_per_rule"],
         eval_seed=config["evaluation"]["eval_seed"],
-    threads: 2
-    log:
-        "logs/fixed_z/L{L}_H{H}/multi_{split}/oracle_{side}.log",
-    conda:
-        CONDA_ENV
     shell:
         "(export NUMBA_NUM_THREADS={threads:q}; tapebench mpc --split {input.split:q} --side {wildcards.side:q}"
         " --episodes-per-rule {params.episodes:q} --L {wildcards.L:q} --H {wildcards.H:q}"

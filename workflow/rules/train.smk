@@ -10,19 +10,19 @@ rule train:
         verdict=health_verdict,
     output:
         manifest="results/runs/{split}/{agent}/seed{seed}/train.json",
-    params:
-        slice=train_params,
-        run_dir=lambda w: run_dir(w.split, w.agent, w.seed),
-        device=config["training"]["device"],
+    log:
+        "logs/train/{split}/{agent}/seed{seed}.log",
+    conda:
+        CONDA_ENV
     threads: config["training"]["threads"]
     resources:
         gpu=config["training"]["gpus"],
         mem_mb=4000,
         runtime=240,
-    log:
-        "logs/train/{split}/{agent}/seed{seed}.log",
-    conda:
-        CONDA_ENV
+    params:
+        slice=train_params,
+        run_dir=lambda w: run_dir(w.split, w.agent, w.seed),
+        device=config["training"]["device"],
     shell:
         "set -o pipefail; tapebench train --agent {wildcards.agent:q} --split {input.split:q} --seed {wildcards.seed:q}"
         " --params {params.slice:q} --device {params.device:q} --threads {threads:q}"
