@@ -7,7 +7,8 @@ import re
 from pipeline_helpers import REPO
 
 SOURCES = [*REPO.glob("src/**/*.py"), *REPO.glob("tests/*.py"), *REPO.glob("workflow/**/*.smk"),
-           *REPO.glob("workflow/**/*.yaml"), *REPO.glob("config/*.yaml"), REPO / "README.md", REPO / "Snakefile"]
+           *REPO.glob("workflow/**/*.yaml"), *REPO.glob("config/*.yaml"), *REPO.glob("config/*.md"),
+           *REPO.glob("docs/*.md"), REPO / "README.md", REPO / "Snakefile"]
 POINTER = re.compile(r"docs/protocol\.md#([\w-]+)((?:, #[\w-]+)*)")
 
 
