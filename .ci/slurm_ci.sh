@@ -67,7 +67,7 @@ t0=$SECONDS
 # pytest in the background, in its own process group (set -m): a signal to this script runs the trap at
 # once (not after pytest ends), and the trap can interrupt pytest and the snakemake runs it started.
 set -m
-TAPEBENCH_SLURM=1 "$PYTHON" -m pytest -m slurm -v -s --durations=0 -p no:cacheprovider --junitxml="$junit" \
+TAPEBENCH_SLURM=1 "$PYTHON" -m pytest -m slurm -n 0 -v -s --durations=0 -p no:cacheprovider --junitxml="$junit" \
     tests/test_slurm_cluster.py tests/test_slurm_pipeline.py "$@" &
 PYTEST_PID=$!
 set +e

@@ -1,8 +1,12 @@
 """Fixtures shared by the test modules."""
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
+from filelock import FileLock
+from pipeline_helpers import build_tiny
 
 
 @pytest.fixture(scope="module")
@@ -13,3 +17,16 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
+
+@pytest.fixture(scope="session")
+def tiny_build(tmp_path_factory):
+    """The tiny protocol's whole default DAG (tests/data/tiny.yaml), built once per test session and shared by
+    the pipeline, figure, report and study tests. Read it; copy it (`pipeline_helpers.copy_workdir`) before
+    changing anything. pytest-xdist workers share one build through a lock (and `xdist_group("tiny_build")`
+    keeps its users on one worker, so the other worker is not left waiting)."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    with FileLock(str(root / "tiny_build.lock")):
+        return build_tiny(root / "tiny_build")

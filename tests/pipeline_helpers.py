@@ -27,6 +27,29 @@ def make_workdir(path: Path) -> Path:
     return path
 
 
+def copy_workdir(source: Path, dest: Path) -> Path:
+    """A copy of a built work directory — results, logs, Snakemake's metadata, modification times kept — for a
+    test that reruns or changes things (the shared tiny build itself stays as it was built)."""
+    shutil.copytree(source, dest, symlinks=True, dirs_exist_ok=True)
+    return dest
+
+
+def build_tiny(workdir: Path) -> Path:
+    """The tiny protocol's whole default DAG in `workdir`, built once: `snakemake.out` holds Snakemake's output
+    and `snakemake.returncode` its exit status (a second call only reads them)."""
+    status = workdir / "snakemake.returncode"
+    if not status.exists():
+        if workdir.exists():
+            shutil.rmtree(workdir)
+        workdir.mkdir(parents=True)
+        make_workdir(workdir)
+        proc = snakemake(workdir)
+        (workdir / "snakemake.out").write_text(proc.stdout + proc.stderr)
+        status.write_text(str(proc.returncode))
+    assert status.read_text() == "0", (workdir / "snakemake.out").read_text()[-4000:]
+    return workdir
+
+
 def snakemake(workdir: Path, *args: str, configfiles=("tiny.yaml",)) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "snakemake", "--cores", "2", *args, "--configfile", *configfiles]
     return subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=900)

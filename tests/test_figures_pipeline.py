@@ -6,9 +6,9 @@ import re
 
 import pandas as pd
 import pytest
-from pipeline_helpers import make_workdir, snakemake
+from pipeline_helpers import copy_workdir, snakemake
 
-pytestmark = pytest.mark.slow       # a tiny-DAG pipeline build: `python3 -m pytest -m slow` (CI runs it)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("tiny_build")]      # a tiny-DAG pipeline build: `python3 -m pytest -m slow` (CI runs it)
 
 FIGURES = ("figure1_rollout", "figure4_spacetime", "figure3_per_rule", "learning_curves", "oracle_gap",
            "probability_of_improvement", "performance_profile")
@@ -17,8 +17,8 @@ METHODS = ["dqn", "ppo", "random", "mpc", "exact"]        # tests/data/tiny.yaml
 
 
 @pytest.fixture(scope="module")
-def figures_run(tmp_path_factory):
-    workdir = make_workdir(tmp_path_factory.mktemp("figures"))
+def figures_run(tiny_build, tmp_path_factory):
+    workdir = copy_workdir(tiny_build, tmp_path_factory.mktemp("figures"))
     proc = snakemake(workdir, *TARGETS)
     (workdir / "snakemake.out").write_text(proc.stdout + proc.stderr)
     assert proc.returncode == 0, proc.stderr[-4000:]

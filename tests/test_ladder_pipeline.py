@@ -7,12 +7,12 @@ import json
 import pandas as pd
 import pytest
 import yaml
-from pipeline_helpers import make_workdir, scheduled_jobs, snakemake
+from pipeline_helpers import copy_workdir, make_workdir, scheduled_jobs, snakemake
 
 from tapebench.rules.family import ELEMENTARY
 from tapebench.splits.ladder import distances_to
 
-pytestmark = pytest.mark.slow       # a tiny-DAG pipeline build: `python3 -m pytest -m slow` (CI runs it)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("tiny_build")]      # a tiny-DAG pipeline build: `python3 -m pytest -m slow` (CI runs it)
 
 FIGURE = "results/figures/ladder.png"
 
@@ -40,8 +40,8 @@ def test_ladder_runs_train_on_the_ladder_split_with_its_own_seeds(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def ladder_run(tmp_path_factory):
-    workdir = make_workdir(tmp_path_factory.mktemp("ladder"))
+def ladder_run(tiny_build, tmp_path_factory):
+    workdir = copy_workdir(tiny_build, tmp_path_factory.mktemp("ladder"))
     proc = snakemake(workdir, FIGURE)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return workdir

@@ -6,8 +6,6 @@ import ast
 import re
 from pathlib import Path
 
-
-
 SRC = Path(__file__).resolve().parents[1] / "src"
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 import yaml
-from pipeline_helpers import make_workdir, scheduled_jobs, snakemake
+from pipeline_helpers import copy_workdir, scheduled_jobs, snakemake
 
 from tapebench.utils.io import read_parquet_meta
 
-pytestmark = pytest.mark.slow       # a tiny-DAG pipeline build: `python3 -m pytest -m slow` (CI runs it)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("tiny_build")]      # a tiny-DAG pipeline build: `python3 -m pytest -m slow` (CI runs it)
 
 TARGETS = ("results/noise.tex", "results/figures/noise.png")
 METHODS = ["dqn", "random", "exact"]        # a trained method, a stochastic and a deterministic reference
@@ -24,8 +24,8 @@ def _overlay(workdir, levels):
 
 
 @pytest.fixture(scope="module")
-def noise_run(tmp_path_factory):
-    workdir = make_workdir(tmp_path_factory.mktemp("noise"))
+def noise_run(tiny_build, tmp_path_factory):
+    workdir = copy_workdir(tiny_build, tmp_path_factory.mktemp("noise"))
     proc = snakemake(workdir, *TARGETS, configfiles=_overlay(workdir, [0.0, 0.1]))
     (workdir / "snakemake.out").write_text(proc.stdout + proc.stderr)
     assert proc.returncode == 0, proc.stderr[-4000:]

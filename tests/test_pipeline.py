@@ -12,16 +12,15 @@ import sys
 import pandas as pd
 import pytest
 import yaml
-from pipeline_helpers import REPO, make_workdir, scheduled_jobs, snakemake
+from pipeline_helpers import REPO, copy_workdir, make_workdir, scheduled_jobs, snakemake
+
+pytestmark = pytest.mark.xdist_group("tiny_build")   # with the other users of the session's tiny build
 
 
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    workdir = make_workdir(tmp_path_factory.mktemp("pipeline"))
-    proc = snakemake(workdir)
-    (workdir / "snakemake.out").write_text(proc.stdout + proc.stderr)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return workdir
+def tiny_run(tiny_build, tmp_path_factory):
+    """A copy of the session's tiny build (these tests damage and rerun it)."""
+    return copy_workdir(tiny_build, tmp_path_factory.mktemp("pipeline"))
 
 
 def test_lint_is_clean():

@@ -15,12 +15,13 @@ import unicodedata
 
 import pytest
 import yaml
-from pipeline_helpers import REPO, make_workdir, scheduled_jobs, snakemake
+from pipeline_helpers import REPO, copy_workdir, make_workdir, scheduled_jobs, snakemake
 
+from tapebench import layout
 from tapebench.pipeline.config import validate_config
 from tapebench.report import document, registry
 
-pytestmark = pytest.mark.slow       # a tiny-DAG pipeline build: `python3 -m pytest -m slow` (CI runs it)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("tiny_build")]      # a tiny-DAG pipeline build: `python3 -m pytest -m slow` (CI runs it)
 
 HAS_LATEX = all(shutil.which(tool) for tool in ("latexmk", "pdftotext", "pdfinfo"))
 REQUIRE_LATEX = os.environ.get("TAPEBENCH_REQUIRE_LATEX") == "1"
@@ -39,10 +40,11 @@ def _tiny_config() -> dict:
 
 
 @pytest.fixture(scope="module")
-def tiny_reports(tmp_path_factory):
-    """The tiny pipeline's default targets, the PDF report where LaTeX is installed, then the HTML report."""
-    workdir = make_workdir(tmp_path_factory.mktemp("reports"))
-    targets = ["all", document.layout.REPORT_PDF] if HAS_LATEX or REQUIRE_LATEX else ["all"]
+def tiny_reports(tiny_build, tmp_path_factory):
+    """The tiny pipeline's default targets (a copy of the session's build), the PDF report where LaTeX is
+    installed, then the HTML report."""
+    workdir = copy_workdir(tiny_build, tmp_path_factory.mktemp("reports"))
+    targets = ["all", layout.REPORT_PDF] if HAS_LATEX or REQUIRE_LATEX else ["all"]
     proc = snakemake(workdir, *targets)
     (workdir / "snakemake.out").write_text(proc.stdout + proc.stderr)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -76,7 +78,7 @@ def test_pdf_report_holds_every_table_with_its_caption(tiny_reports):
 
 @needs_latex
 def test_pdf_report_is_up_to_date_after_the_build(tiny_reports):
-    proc = snakemake(tiny_reports, "--dry-run", "all", document.layout.REPORT_PDF)
+    proc = snakemake(tiny_reports, "--dry-run", "all", layout.REPORT_PDF)
     assert proc.returncode == 0, proc.stderr
     assert scheduled_jobs(proc.stdout) == []
 

@@ -9,10 +9,10 @@ import re
 import pandas as pd
 import pytest
 import yaml
-from pipeline_helpers import make_workdir, scheduled_jobs, snakemake
+from pipeline_helpers import copy_workdir, make_workdir, scheduled_jobs, snakemake
 from scipy import stats as sps
 
-pytestmark = pytest.mark.slow       # a tiny-DAG pipeline build: `python3 -m pytest -m slow` (CI runs it)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("tiny_build")]      # a tiny-DAG pipeline build: `python3 -m pytest -m slow` (CI runs it)
 
 TARGETS = ("results/table5.tex", "results/table6.tex", "results/table_types.tex", "results/figures/figure5.png",
            "results/protocols/comparison.tex", "results/figures/protocol_comparison.png")
@@ -71,8 +71,8 @@ def test_robustness_seeds_per_split(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def studies_run(tmp_path_factory):
-    workdir = make_workdir(tmp_path_factory.mktemp("studies"))
+def studies_run(tiny_build, tmp_path_factory):
+    workdir = copy_workdir(tiny_build, tmp_path_factory.mktemp("studies"))
     proc = snakemake(workdir, *TARGETS)
     (workdir / "snakemake.out").write_text(proc.stdout + proc.stderr)
     assert proc.returncode == 0, proc.stderr[-4000:]
