@@ -12,7 +12,8 @@ from tapebench.report.registry import FIGURE, TABLE, Job, Option, Output
 from tapebench.report.render import render_table
 from tapebench.report.style import FULL_WIDTH, SIDE_LABELS, method_style, pyplot, save_figure
 from tapebench.report.tables import display_name
-from tapebench.stats.protocol_comparison import LOWER_IS_BETTER, protocols
+from tapebench.stats.protocol_comparison import LOWER_IS_BETTER
+from tapebench.stats.protocols import protocols
 from tapebench.utils.artifacts import read_table
 
 CATEGORY = "Protocol comparison"
