@@ -123,10 +123,10 @@ def test_curve_band_is_the_percentile_bootstrap_of_the_seed_mean():
 
 
 def test_methods_without_a_curve_are_reference_levels():
-    assert figures.has_curve("dqn") and not figures.has_curve("random") and not figures.has_curve("mpc")
-    assert not figures.has_curve("planet")                   # evaluated at its last K checkpoints only
+    assert registry.has_curve("dqn") and not registry.has_curve("random") and not registry.has_curve("mpc")
+    assert not registry.has_curve("planet")                   # evaluated at its last K checkpoints only
     unknown = curves_frame({("plugin", "test", 1): [0.0], ("plugin", "test", 2): [1.0]})
-    assert figures.has_curve("plugin", unknown) and not figures.has_curve("plugin")
+    assert registry.has_curve("plugin", unknown) and not registry.has_curve("plugin")
     levels = figures.reference_levels(curves_frame({("planet", "test", 3000): [0.2, 0.4],
                                                     ("planet", "test", 4000): [0.4, 1.0]}))
     # seed 0: (0.2 + 0.4) / 2 = 0.3, seed 1: (0.4 + 1.0) / 2 = 0.7 -> 0.5

@@ -142,7 +142,7 @@ def test_the_health_table_has_one_row_per_split(inputs, tmp_path):
     report, _ = run_health(inputs, default_health(), "table")
     second = dict(report, split="other")
     (tmp_path / "other.json").write_text(json.dumps(second))
-    text = render_health([inputs / "table.json", tmp_path / "other.json"], tmp_path / "health.tex")
+    text = render_health(tmp_path / "health.tex", reports=[inputs / "table.json", tmp_path / "other.json"])
     rows = [line for line in text.splitlines() if line.startswith(r"\texttt{")]
     assert [r.split("}")[0] for r in rows] == [r"\texttt{toy", r"\texttt{other"]
     cells = [c.strip() for c in rows[0].rstrip("\\ ").split("&")]
@@ -185,7 +185,7 @@ def test_a_k_colour_split_gets_mpc_as_reference_and_identifiability_not_applicab
     assert checks["trivially_solved"]["rules"] == [clearing]             # random solves the clearing rule
     assert saturating in checks["reference_unsolved"]["rules"]           # all-2 tapes never reach the zero goal
     assert "identifiability" not in report["fatal_failures"]
-    text = render_health([out], tmp_path / "health.tex")
+    text = render_health(tmp_path / "health.tex", reports=[out])
     row = next(line for line in text.splitlines() if line.startswith(r"\texttt{k3"))
     assert [c.strip() for c in row.rstrip("\\ ").split("&")][8] == "-- n/a"
 

@@ -16,8 +16,8 @@ from tapebench import layout
 from tapebench.cli import main as cli_main
 from tapebench.pipeline.config import load_config, validate_config
 from tapebench.stats.aggregate import METRICS, PER_SEED_COLUMNS
-from tapebench.stats.protocol_comparison import (ComparedProtocol, compare_protocols, protocol_files, protocols,
-                                                 ranks_of, tau_b_rows)
+from tapebench.stats.protocol_comparison import compare_protocols, ranks_of, tau_b_rows
+from tapebench.stats.protocols import ComparedProtocol, protocol_files, protocols
 from tapebench.utils.io import write_parquet
 
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"

@@ -17,7 +17,7 @@ import yaml
 
 from tapebench.cli import main
 from tapebench.pipeline.config import merge_config, validate_config
-from tapebench.report import document, registry
+from tapebench.report import document, output, registry
 
 REPO = Path(__file__).resolve().parents[1]
 HAS_LATEX = (shutil.which("latexmk") is not None and shutil.which("pdftotext") is not None) or \
@@ -103,8 +103,8 @@ def test_text_is_latex_escaped():
 
 def _fake_entry(title, category="Figures"):
     def jobs(config):
-        return [registry.Job("fake_figure", "results/figures/fake", {"split": config["main_split"]})]
-    return registry.Output("fake_figure", registry.FIGURE, title, "x:y", (), jobs, category=category)
+        return [output.Job("fake_figure", "results/figures/fake", {"split": config["main_split"]})]
+    return output.Output("fake_figure", output.FIGURE, title, "x:y", (), jobs, category=category)
 
 
 def test_an_entry_added_to_the_registry_appears_without_edits(monkeypatch):
@@ -120,8 +120,8 @@ def test_an_entry_added_to_the_registry_appears_without_edits(monkeypatch):
 
 def test_a_path_latex_cannot_take_is_refused(monkeypatch):
     entry = _fake_entry("x")
-    monkeypatch.setitem(registry.OUTPUTS, "fake_figure", registry.Output(
-        entry.id, entry.kind, entry.title, entry.build, (), lambda c: [registry.Job("f", "results/my fig", {})]))
+    monkeypatch.setitem(registry.OUTPUTS, "fake_figure", output.Output(
+        entry.id, entry.kind, entry.title, entry.build, (), lambda c: [output.Job("f", "results/my fig", {})]))
     with pytest.raises(ValueError, match="'results/my fig.pdf' cannot be included in LaTeX"):
         document.items(_config("tests/data/tiny.yaml"))
 
@@ -213,7 +213,7 @@ def test_compiled_pdf_holds_tables_and_figures_with_captions(tmp_path, monkeypat
     document.compile_pdf(document.render_tex(config, version="test"), pdf, root=tmp_path)
     text = _pdf_text(pdf)
     for number, (entry, job) in enumerate(registry.jobs(config)):
-        if entry.kind == registry.TABLE:
+        if entry.kind == output.TABLE:
             assert f"Captionnumber{number}." in text
     assert re.search(r"Figure\d+:Errorversusdepth\.Protocol:splitmain;L=8", text), text[-2000:]
     assert not list(pdf.parent.glob(".report-*"))                  # the temporary folder is gone

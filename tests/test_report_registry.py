@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import ast
 import copy
+import inspect
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -76,12 +80,30 @@ def test_jobs_follow_the_config():
     assert "results/diagnostics/model_error.tex" in registry.targets(_config("config/quick.yaml"))
 
 
-def test_a_duplicated_id_is_refused(monkeypatch):
-    import types
-
-    extra = types.ModuleType("tapebench_fake_entries")
-    extra.ENTRIES = [registry.OUTPUTS["table3"]]
-    monkeypatch.setitem(__import__("sys").modules, "tapebench_fake_entries", extra)
-    monkeypatch.setattr(registry, "ENTRY_MODULES", ("tapebench_fake_entries",))
+def test_a_duplicated_id_is_refused():
+    entries = [*registry.OUTPUTS.values(), registry.OUTPUTS["table3"]]
     with pytest.raises(ValueError, match="registered twice: \\['table3'\\]"):
-        registry._assemble()
+        registry._assemble(entries)
+
+
+def test_listing_the_outputs_loads_no_builder():
+    """The registry names builders as strings: importing it (what `tapebench render --help` and the Snakefile
+    do) loads none of the heavy libraries the builders use."""
+    probe = "import json, sys\nimport tapebench.report.registry\nprint(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    loaded = {m.split(".")[0] for m in json.loads(out.stdout)}
+    assert not loaded & {"matplotlib", "scipy", "pandas", "torch", "numba", "pyarrow"}
+    builders = sorted({e.build.split(":")[0] for e in registry.OUTPUTS.values()})
+    assert not set(json.loads(out.stdout)) & set(builders)
+
+
+@pytest.mark.parametrize("entry", list(registry.OUTPUTS.values()), ids=list(registry.OUTPUTS))
+def test_every_builder_takes_its_options_and_out(entry):
+    builder = entry.builder()
+    assert callable(builder), entry.build
+    parameters = inspect.signature(builder).parameters
+    keyword = {name for name, p in parameters.items()
+               if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
+    assert {"out", *(o.name for o in entry.options)} <= keyword, \
+        f"{entry.build} lacks parameters {sorted({'out', *(o.name for o in entry.options)} - keyword)}"

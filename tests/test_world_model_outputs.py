@@ -74,7 +74,7 @@ def test_model_error_table_and_figure(tmp_path):
     assert set(table["agent"]) == {"ensemble_mpc", "dreamer"}
     agg_path = tmp_path / "aggregate.parquet"
     write_parquet(agg_path, _aggregate_table(["ensemble_mpc", "dreamer"]), meta={"table": "aggregate"})
-    tex = render_model_error(out, tmp_path / "me.tex", aggregate_path=agg_path, split="main", H=32, depth=4,
+    tex = render_model_error(tmp_path / "me.tex", model_error=out, aggregate=agg_path, split="main", H=32, depth=4,
                              figure=tmp_path / "fig")
     one_step_id = value(table, "ensemble_mpc", "train", 1)["mean"]
     assert f"{one_step_id:.3f}" in tex and "0.600" in tex and "0.300" in tex
@@ -82,7 +82,7 @@ def test_model_error_table_and_figure(tmp_path):
     assert f"{growth_id:.1f}$\\times$" in tex
     assert (tmp_path / "fig.pdf").stat().st_size > 1000 and (tmp_path / "fig.png").stat().st_size > 1000
     with pytest.raises(ValueError, match="beyond the measured depths"):
-        render_model_error(out, tmp_path / "x.tex", split="main", H=32, depth=9)
+        render_model_error(tmp_path / "x.tex", model_error=out, split="main", H=32, depth=9)
 
 
 def test_pooling_probes_measured_differently_is_refused(tmp_path):
@@ -97,7 +97,7 @@ def test_a_wrong_table_is_named(tmp_path):
     path = tmp_path / "agg.parquet"
     write_parquet(path, _aggregate_table(["dqn"]), meta={"table": "aggregate"})
     with pytest.raises(WrongKind, match="tapebench aggregate-model-error"):
-        render_model_error(path, tmp_path / "x.tex", split="main", H=32)
+        render_model_error(tmp_path / "x.tex", model_error=path, split="main", H=32)
 
 
 def _per_seed(path, successes: dict, H=32):
@@ -126,9 +126,9 @@ def test_sweep_summary_pairs_each_value_with_its_tables(tmp_path):
     s10 = summary[(summary["value"] == 10) & (summary["side"] == "train")].iloc[0]
     assert s10["success"] == pytest.approx(0.45) and s10["n_seeds"] == 2
     assert summary[(summary["value"] == 5) & (summary["side"] == "test")]["success"].item() == pytest.approx(0.1)
-    tex = render_sweep([5, 10], per_seed, errors, tmp_path / "sweep.tex", method="dreamer",
-                       hyperparameter="imagination_horizon", H=32, split="main", parquet=tmp_path / "s.parquet",
-                       figure=tmp_path / "sweep", n_resamples=100)
+    tex = render_sweep(tmp_path / "sweep.tex", method="dreamer", hyperparameter="imagination_horizon",
+                       values=[5, 10], per_seed=per_seed, model_error=errors, H=32, split="main",
+                       parquet=tmp_path / "s.parquet", figure=tmp_path / "sweep", n_resamples=100)
     assert "imagination horizon" in tex and "0.450" in tex
     assert (tmp_path / "sweep.png").stat().st_size > 1000
     with pytest.raises(ValueError, match="one per-seed table and one model-error table per value"):

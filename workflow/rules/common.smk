@@ -288,7 +288,7 @@ def noise_per_seed_files(wildcards):
 
 # The protocol comparison (protocols.smk, docs/protocol.md#protocol-comparison): the protocols come from the
 # config in one function; each names the per-seed files it reads
-from tapebench.stats.protocol_comparison import protocol_files, protocols as comparison_protocols
+from tapebench.stats.protocols import protocol_files, protocols as comparison_protocols
 
 PROTOCOLS = comparison_protocols(config)
 

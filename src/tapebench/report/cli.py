@@ -9,6 +9,7 @@ from pathlib import Path
 from tapebench import layout
 from tapebench.report import registry
 from tapebench.report.document import REQUIRED_PACKAGES, LatexMissing, compile_pdf, latex_command, render_tex
+from tapebench.report.output import TABLE
 from tapebench.utils.io import write_text
 
 
@@ -34,7 +35,7 @@ def register_render(sub) -> None:
                 kwargs["default"] = o.default
             p.add_argument(o.flag, dest=o.name, **kwargs)
         p.add_argument("--out", required=True,
-                       help="output .tex" if entry.kind == registry.TABLE else "output path stem: writes STEM.pdf and STEM.png")
+                       help="output .tex" if entry.kind == TABLE else "output path stem: writes STEM.pdf and STEM.png")
         p.set_defaults(func=run_render, entry=entry.id)
 
 

@@ -19,6 +19,7 @@ from pathlib import Path, PurePosixPath
 import yaml
 
 from tapebench.report import registry
+from tapebench.report.output import Job, Output
 from tapebench.report.render import environment, tex_escape
 from tapebench.utils.io import atomic_path, code_version, content_hash
 
@@ -43,7 +44,7 @@ class LatexMissing(RuntimeError):
 
 
 # --- what the document holds ---------------------------------------------------------------------------------
-def job_split(job: registry.Job, config: dict) -> str:
+def job_split(job: Job, config: dict) -> str:
     """The split a render job reports on: its `split` value, else the one configured split named by a
     path component of its output or inputs (e.g. results/identifiability/<split>.tex), else the main split."""
     if isinstance(job.values.get("split"), str):
@@ -77,7 +78,7 @@ def protocol_text(p: dict) -> str:
             f"value over the last {p['last_k']} checkpoint{'s' if p['last_k'] != 1 else ''}.")
 
 
-def caption(entry: registry.Output, job: registry.Job, config: dict) -> str:
+def caption(entry: Output, job: Job, config: dict) -> str:
     """Plain-text caption of a render job's outputs: the entry title and its protocol."""
     return f"{entry.title}. {protocol_text(protocol(config, job_split(job, config)))}"
 
@@ -85,7 +86,7 @@ def caption(entry: registry.Output, job: registry.Job, config: dict) -> str:
 _RST_SPECIALS = re.compile(r"([\\`*_|<>\[\]])")
 
 
-def caption_rst(entry: registry.Output, job: registry.Job, config: dict) -> str:
+def caption_rst(entry: Output, job: Job, config: dict) -> str:
     """The caption for Snakemake's HTML report (reStructuredText, so its markup characters escaped)."""
     return _RST_SPECIALS.sub(r"\\\1", caption(entry, job, config))
 

@@ -4,7 +4,8 @@ and a builder that draws it and writes `<stem>.pdf` and `<stem>.png`.
 * Figure 1 (`figure1`): a rollout of rule 30 at L = 8 — initial tape, post-action, post-update, post-action,
   post-update — from the fixed tape `FIGURE1_TAPE` and actions `FIGURE1_ACTIONS`; no pipeline input.
 * Figure 4 (`figure4`): space-time diagrams of rules 0, 90, 30 from one initial tape and one action sequence
-  (L = 32, H = 64), both drawn from `numpy.random.default_rng(FIGURE4_SEED)`; no pipeline input.
+  (L = 32, H = 64), both drawn from `numpy.random.default_rng(FIGURE4_SEED)`; no pipeline input. The defaults
+  (`FIGURE4_*`) are the registry entry's (report/registry.py).
 * Figure 3 (`figure3`): per-rule strict success (mean over seeds) of every method, ID and OOD rules, coloured
   by rule type; from the per-rule tables of the main split at the training horizon.
 * Learning curves (`learning_curves`): ID and OOD strict success vs environment steps, mean over seeds with a
@@ -24,6 +25,7 @@ import pandas as pd
 from tapebench import registry as methods
 from tapebench.ca import reference
 from tapebench.report import style
+from tapebench.report.registry import FIGURE4_H, FIGURE4_L, FIGURE4_RULES, FIGURE4_SEED, has_curve
 from tapebench.report.tables import FAMILY_ORDER, display_name, family
 from tapebench.stats.aggregate import group_generator
 from tapebench.stats.bootstrap import DEFAULT_CI, DEFAULT_RESAMPLES, percentile_ci
@@ -33,8 +35,6 @@ from tapebench.utils.io import read_parquet_meta
 FIGURE1_RULE = 30
 FIGURE1_TAPE = (0, 1, 1, 0, 1, 0, 0, 1)
 FIGURE1_ACTIONS = (2, 6)
-FIGURE4_RULES = (0, 90, 30)
-FIGURE4_L, FIGURE4_H, FIGURE4_SEED = 32, 64, 0
 FIGURE4_TYPES = {0: "stable", 90: "periodic", 30: "chaotic"}   # the paper's representatives (panel titles)
 
 
@@ -237,16 +237,6 @@ def render_figure3(out, *, per_rule, split=None, H=None, metric: str = "success"
 
 
 # --- Learning curves ----------------------------------------------------------------------------------------
-def has_curve(agent: str, curves: pd.DataFrame | None = None) -> bool:
-    """A method evaluated at every checkpoint; an unregistered id: one with at least two checkpoints."""
-    method = methods.registry().get(agent)
-    if method is not None:
-        return method.trains and method.every_checkpoint
-    if curves is None:
-        return False
-    return curves.loc[curves["agent"] == agent, "checkpoint"].nunique() > 1
-
-
 def curve_bands(curves: pd.DataFrame, metric: str = "success", n_resamples: int = DEFAULT_RESAMPLES,
                 ci: float = DEFAULT_CI, seed: int = 0) -> pd.DataFrame:
     """Per (agent, side, checkpoint): mean over seeds and the percentile-bootstrap interval of that mean.

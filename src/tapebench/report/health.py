@@ -31,8 +31,9 @@ def health_rows(reports: list[dict]) -> list[dict]:
     return rows
 
 
-def render_health(paths, out) -> str:
-    reports = [read_json(p, "benchmark health report") for p in paths]
+def render_health(out, *, reports) -> str:
+    """One row per health report (`results/health/<split>.json`, paths)."""
+    reports = [read_json(p, "benchmark health report") for p in reports]
     if not reports:
         raise ValueError("the benchmark health table needs at least one report")
     protocols = {(r["protocol"]["L"], r["protocol"]["H"]) for r in reports}
@@ -44,7 +45,3 @@ def render_health(paths, out) -> str:
     return render_table("health.tex.j2", out, rows=health_rows(reports), checks=CHECKS, L=L, H=H,
                         thresholds=thresholds, trivial_success=first["protocol"]["trivial_success"],
                         reference=first["protocol"]["reference"], ci=first["checks"]["headroom"]["ci"])
-
-
-def render_health_cli(out, *, reports) -> str:
-    return render_health(reports, out)

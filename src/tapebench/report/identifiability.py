@@ -12,9 +12,9 @@ from tapebench.utils.artifacts import read_table
 TYPE_LABELS = {"stable": "Stable", "periodic": "Periodic", "chaotic": "Chaotic", "": "(untyped)", "all": "All"}
 
 
-def render_identifiability(path, out) -> str:
+def render_identifiability(out, *, identifiability) -> str:
     """The per-type LaTeX table of an identifiability Parquet (template identifiability.tex.j2)."""
-    path = Path(path)
+    path = Path(identifiability)
     if not path.is_file():
         raise FileNotFoundError(f"identifiability table not found: {path} (written by `tapebench identifiability`)")
     frame, meta = read_table(path, "identifiability")
@@ -29,7 +29,3 @@ def render_identifiability(path, out) -> str:
                         L=int(frame["L"].iloc[0]), H=int(frame["H"].iloc[0]),
                         episodes_per_rule=config.get("episodes_per_rule"),
                         p_one=one_step_probability(int(frame["L"].iloc[0])))
-
-
-def render_identifiability_cli(out, *, identifiability) -> str:
-    return render_identifiability(identifiability, out)

@@ -7,8 +7,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tapebench import layout
-from tapebench.report.registry import FIGURE, Job, Option, Output, elementary_only
 from tapebench.report.render import render_table
 from tapebench.report.style import COLUMN_WIDTH, method_style, pyplot, save_figure
 from tapebench.report.tables import display_name
@@ -99,32 +97,3 @@ def render_ladder(out, *, aggregate, split_file, H, split=None, agents=None, tab
                      train=list(split.train), seeds=int(data["n_seeds"].max()),
                      ci=f"{100 * ci[0]:g}\\%" if len(ci) == 1 else "a")
     return paths
-
-
-# --- the registry entry ------------------------------------------------------------------------------------------
-def _ladder_jobs(config):
-    ladder = config["studies"]["ladder"]
-    name = ladder["name"]
-    return [Job("figure_ladder", layout.figure("ladder"), {
-        "aggregate": layout.aggregate(name), "split_file": layout.split_file(name), "split": name,
-        "H": config["env"]["H"], "agents": list(ladder["methods"]), "table": "results/ladder.tex",
-        "parquet": "results/ladder.parquet"})]
-
-
-def _value(name, help, type=str, many=False, required=True) -> Option:
-    return Option(name, help, file=False, type=type, many=many, required=required)
-
-
-ENTRIES: list[Output] = [
-    Output("figure_ladder", FIGURE, "Severity ladder: success vs rule-table distance d to the training rules",
-           "tapebench.report.ladder:render_ladder", (
-               Option("aggregate", "aggregate table of the ladder split (`tapebench aggregate`)"),
-               Option("split_file", "the ladder split JSON (`tapebench ladder-split`): levels and their sizes"),
-               _value("split", "the ladder split's name (for the report caption)", required=False),
-               _value("H", "evaluation horizon", int),
-               _value("agents", "methods and their order (default: all in the aggregate)", many=True, required=False),
-               _value("table", "also write the per-level table (LaTeX)", required=False),
-               _value("parquet", "also write the per-level Parquet", required=False)),
-           elementary_only(_ladder_jobs), category="Severity ladder",
-           extra_outputs=lambda job: {"tex": job.values["table"], "parquet": job.values["parquet"]}),
-]

@@ -79,17 +79,11 @@ def table7_context(by_type_file) -> dict:
             "candidates": planner.get("candidates")}
 
 
-def render_table1(out, mpc_files, feasibility_file=None, exact_files=()) -> str:
-    return render_table("table1.tex.j2", out, **table1_context(mpc_files, feasibility_file, exact_files))
+def render_table1(out, *, mpc, exact=None, feasibility=None) -> str:
+    """Table 1 from MPC records (`mpc`), exact-optimum records (`exact`) and a feasibility table."""
+    return render_table("table1.tex.j2", out, **table1_context(mpc, feasibility, exact or ()))
 
 
-def render_table7(out, by_type_file) -> str:
-    return render_table("table7.tex.j2", out, **table7_context(by_type_file))
-
-
-def render_table1_cli(out, *, mpc, exact=None, feasibility=None) -> str:
-    return render_table1(out, mpc, feasibility, exact or ())
-
-
-def render_table7_cli(out, *, by_type) -> str:
-    return render_table7(out, by_type)
+def render_table7(out, *, by_type) -> str:
+    """Table 7 from the by-type JSON of `tapebench export-mpc-by-type`."""
+    return render_table("table7.tex.j2", out, **table7_context(by_type))

@@ -1,21 +1,16 @@
 """Protocol comparison (docs/protocol.md#protocol-comparison): the table (each protocol against the reference:
 Kendall's tau-b with its bootstrap CI, rank reversals, best method, P(best changes)) and the figure (tau between
-every pair of protocols; each method's rank across protocols), from `tapebench protocol-comparison`'s tables.
-Registry entries at the bottom (listed in `registry.ENTRY_MODULES`)."""
+every pair of protocols; each method's rank across protocols), from `tapebench protocol-comparison`'s tables."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from tapebench import layout
-from tapebench.report.registry import FIGURE, TABLE, Job, Option, Output
 from tapebench.report.render import render_table
 from tapebench.report.style import FULL_WIDTH, SIDE_LABELS, method_style, pyplot, save_figure
 from tapebench.report.tables import display_name
-from tapebench.stats.protocol_comparison import LOWER_IS_BETTER, protocols
+from tapebench.stats.protocol_comparison import LOWER_IS_BETTER
 from tapebench.utils.artifacts import read_table
-
-CATEGORY = "Protocol comparison"
 
 
 def _read(comparison, ranks):
@@ -118,28 +113,3 @@ def render_protocol_figure(out, *, comparison, ranks) -> list[str]:
     right.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
     return save_figure(fig, out)
-
-
-# --- registry entries -----------------------------------------------------------------------------------------
-def _jobs(name: str, out: str):
-    def jobs(config):
-        if len(config["methods"]) < 2 or len(protocols(config)) < 2:
-            return []
-        return [Job(name, out, {"comparison": layout.PROTOCOL_COMPARISON["comparison"],
-                                "ranks": layout.PROTOCOL_COMPARISON["ranks"]})]
-    return jobs
-
-
-_OPTIONS = (Option("comparison", "pairwise comparison Parquet (`tapebench protocol-comparison --out`)"),
-            Option("ranks", "ranks Parquet (`tapebench protocol-comparison --ranks-out`)"))
-
-ENTRIES: list[Output] = [
-    Output("protocol_comparison", TABLE,
-           "Protocol comparison: Kendall tau vs the reference protocol, rank reversals, best-method changes",
-           "tapebench.report.protocol_comparison:render_protocol_table", _OPTIONS,
-           _jobs("protocol_comparison", "results/protocols/comparison.tex"), category=CATEGORY),
-    Output("protocol_comparison_figure", FIGURE,
-           "Protocol comparison: Kendall tau between every pair of protocols; each method's rank per protocol",
-           "tapebench.report.protocol_comparison:render_protocol_figure", _OPTIONS,
-           _jobs("protocol_comparison_figure", layout.figure("protocol_comparison")), category=CATEGORY),
-]

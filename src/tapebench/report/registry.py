@@ -1,108 +1,62 @@
-"""Every table and figure: one registry, from which the `tapebench render` CLI and the Snakemake render
-rules (workflow/rules/report.smk) are both generated.
+"""Every table and figure of the report, one entry each, in one list: the `tapebench render` CLI and the
+Snakemake render rules (workflow/rules/report.smk) are both generated from it; what an entry is (`Output`,
+`Option`, `Job`) is in report/output.py.
 
-An entry says what the output is (`kind` table or figure, a title for the HTML report), which options its
-builder takes (`Option`: files the pipeline produces are inputs of the render job, the rest are values),
-the builder (`"module:function"`, imported when it runs; called with the parsed options and `out`), and
-`jobs(config)`: the render jobs this config asks for, each with the concrete input paths and values (no
-job: the output is not built for this config, e.g. the world-model table without a world model).
+An entry names its builder as `"module:function"`: the builder module (matplotlib, pandas, scipy...) is
+imported only when that job runs, so listing the outputs (`tapebench render --help`, the Snakefile) loads
+none of them. This module therefore imports only light modules (tests/test_report_registry.py checks it);
+a constant an entry needs (e.g. Figure 4's defaults) is defined here and the builder imports it from here.
+Every builder is called as `builder(out=..., **options)`.
 
-Adding a figure is one builder function plus one entry here. A table's `out` is a .tex file; a figure's
-`out` is a path stem and the builder writes `<stem>.pdf` and `<stem>.png`.
+Adding a table or figure is one builder function plus one entry here.
 """
 from __future__ import annotations
 
-import argparse
-import importlib
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 from tapebench import layout
 from tapebench.registry import get_method
+from tapebench.registry import registry as method_registry
+from tapebench.report.output import FIGURE, TABLE, Job, Option, Output, elementary_only
 from tapebench.rules.family import config_family
+from tapebench.settings import noise_study
+from tapebench.stats.protocols import protocols
 
-TABLE, FIGURE = "table", "figure"
-
-
-@dataclass(frozen=True)
-class Option:
-    """One option of a builder: `--name` on the CLI, an input (file) or param (value) of its render job."""
-
-    name: str
-    help: str
-    file: bool = True          # a file another stage writes (a Snakemake input)
-    many: bool = False         # several values (nargs "+")
-    required: bool = True
-    type: Callable = str
-    default: Any = None
-
-    @property
-    def flag(self) -> str:
-        return "--" + self.name.replace("_", "-")
+# Figure 4 (report/figures.py): its rules, tape, horizon and seed by default
+FIGURE4_RULES = (0, 90, 30)
+FIGURE4_L, FIGURE4_H, FIGURE4_SEED = 32, 64, 0
 
 
-@dataclass(frozen=True)
-class Job:
-    """One render job of an entry for a given config."""
-
-    name: str                   # rule name suffix and log name
-    out: str                    # .tex path (table) or figure stem
-    values: dict                # option name -> path / list of paths / value
-
-    def files(self, entry: "Output") -> dict:
-        return {o.name: self.values[o.name] for o in entry.options if o.file and self.values.get(o.name) not in
-                (None, [])}
-
-    def args(self, entry: "Output") -> list[str]:
-        """`tapebench render` arguments: the entry id, every option given, --out."""
-        args = [entry.id]
-        for o in entry.options:
-            value = self.values.get(o.name)
-            if value is None or value == []:
-                continue
-            args.append(o.flag)
-            args.extend(str(v) for v in (value if isinstance(value, (list, tuple)) else [value]))
-        return [*args, "--out", self.out]
-
-    def outputs(self, entry: "Output") -> dict:
-        if entry.kind == TABLE:
-            return {"tex": self.out}
-        return {"pdf": f"{self.out}.pdf", "png": f"{self.out}.png"}
+def has_curve(agent: str, curves=None) -> bool:
+    """A method evaluated at every checkpoint; an unregistered id: one with at least two checkpoints in
+    `curves` (a curves table)."""
+    method = method_registry().get(agent)
+    if method is not None:
+        return method.trains and method.every_checkpoint
+    if curves is None:
+        return False
+    return curves.loc[curves["agent"] == agent, "checkpoint"].nunique() > 1
 
 
-@dataclass(frozen=True)
-class Output:
-    id: str
-    kind: str
-    title: str
-    build: str                              # "module:function"
-    options: tuple[Option, ...]
-    jobs: Callable[[dict], list[Job]]
-    category: str = "Tables"
-    extra_outputs: Callable[[Job], dict] = field(default=lambda job: {})   # e.g. a Parquet beside a table
-
-    def builder(self) -> Callable:
-        module, func = self.build.split(":")
-        return getattr(importlib.import_module(module), func)
-
-    def run(self, args: argparse.Namespace) -> None:
-        values = {o.name: getattr(args, o.name) for o in self.options}
-        self.builder()(out=args.out, **values)
-
-
-# --- the entries ---------------------------------------------------------------------------------------------
-def elementary_only(jobs: Callable[[dict], list[Job]]) -> Callable[[dict], list[Job]]:
-    """Jobs of an output that exists only for the elementary family (fixed rules 0, 30, 90..., 2^L tables, a
-    belief over the 256 rules): none when the config's rule family is another (docs/protocol.md#rule-sets)."""
-    def family_jobs(config):
-        return jobs(config) if config_family(config).elementary else []
-    return family_jobs
+def _value(name, help, type=str, many=False, required=True, default=None) -> Option:
+    return Option(name, help, file=False, type=type, many=many, required=required, default=default)
 
 
 def _main(config) -> str:
     return config["main_split"]
 
 
+def _statistics(config) -> dict:
+    stats = config["statistics"]
+    return {"n_resamples": stats["n_resamples"], "ci": stats["ci"], "seed": stats["seed"]}
+
+
+_STATISTICS = (_value("n_resamples", "bootstrap resamples (default 2000)", int, required=False, default=2000),
+               _value("ci", "confidence level (default 0.95)", float, required=False, default=0.95),
+               _value("seed", "bootstrap seed (default 0)", int, required=False, default=0))
+
+
+# --- the paper's result tables, the oracle tables, identifiability, world models -------------------------------
 def _result_table(table: str) -> Callable[[dict], list[Job]]:
     def jobs(config):
         split = _main(config)
@@ -163,18 +117,14 @@ def _sweep_jobs(config):
         "seed": stats["seed"], "parquet": "results/diagnostics/sweep.parquet", "figure": "results/figures/sweep"})]
 
 
-def _value(name, help, type=str, many=False, required=True, default=None) -> Option:
-    return Option(name, help, file=False, type=type, many=many, required=required, default=default)
-
-
 _AGGREGATE = Option("aggregate", "aggregate Parquet from `tapebench aggregate`")
 _SPLIT = _value("split", "split name as in the aggregate table")
 _AGENTS = _value("agents", "methods and their order (default: all, grouped by family)", many=True, required=False)
 _L = _value("L", "tape length (needed only if the table holds several)", type=int, required=False)
 
-_CORE: list[Output] = [
+_TABLES: list[Output] = [
     Output("table1", TABLE, "Table 1: planning reference (MPC, exact optimum) and feasibility",
-           "tapebench.report.oracle_tables:render_table1_cli", (
+           "tapebench.report.oracle_tables:render_table1", (
                Option("mpc", "MPC records Parquet(s), one row each", many=True),
                Option("exact", "exact-optimum records Parquet(s), one row each", many=True, required=False),
                Option("feasibility", "feasibility Parquet (tapebench feasibility)", required=False)),
@@ -198,15 +148,15 @@ _CORE: list[Output] = [
                _L, _AGENTS),
            _result_table("table4")),
     Output("table7", TABLE, "Table 7: true-dynamics MPC strict success by rule type",
-           "tapebench.report.oracle_tables:render_table7_cli", (
+           "tapebench.report.oracle_tables:render_table7", (
                Option("by_type", "by-type JSON (tapebench export-mpc-by-type)"),),
            _table7_jobs),
     Output("identifiability", TABLE, "Identifiability of the rule by operational type",
-           "tapebench.report.identifiability:render_identifiability_cli", (
+           "tapebench.report.identifiability:render_identifiability", (
                Option("identifiability", "Parquet from `tapebench identifiability`"),),
            elementary_only(_identifiability_jobs), category="Belief and identifiability"),
     Output("model_error", TABLE, "World models: success beside open-loop prediction error, ID / OOD",
-           "tapebench.report.world_model:render_model_error_cli", (
+           "tapebench.report.world_model:render_model_error", (
                Option("model_error", "aggregate from `tapebench aggregate-model-error`"),
                Option("aggregate", "aggregate Parquet from `tapebench aggregate` (the success columns)",
                       required=False),
@@ -218,7 +168,7 @@ _CORE: list[Output] = [
            _model_error_jobs, category="World models",
            extra_outputs=lambda job: {"pdf": f"{job.values['figure']}.pdf", "png": f"{job.values['figure']}.png"}),
     Output("sweep", TABLE, "Sensitivity of one method to one hyperparameter (success, one-step error)",
-           "tapebench.report.world_model:render_sweep_cli", (
+           "tapebench.report.world_model:render_sweep", (
                _value("method", "the swept method's id"), _value("hyperparameter", "the swept field of its Config"),
                _value("values", "the swept values, in order", int, many=True),
                Option("per_seed", "one per-seed table per value (same order)", many=True),
@@ -234,16 +184,324 @@ _CORE: list[Output] = [
                                       "png": f"{job.values['figure']}.png"}),
 ]
 
-# Modules that contribute entries: each defines `ENTRIES: list[Output]` (figures, studies, ...).
-ENTRY_MODULES: tuple[str, ...] = ("tapebench.report.figure_entries", "tapebench.report.study_entries",
-                                  "tapebench.report.noise_entries", "tapebench.report.ladder",
-                                  "tapebench.report.health_entries", "tapebench.report.protocol_comparison")
+
+# --- the paper's figures and the rliable-style outputs ---------------------------------------------------------
+# Every job asks only for files the pipeline writes for that config: the per-rule and curves tables of the
+# methods in config["methods"] at the training horizon of the main split, and the fixed-z oracle outputs.
+FIGURES = "Figures"
+RLIABLE = "rliable-style statistics"
 
 
-def _assemble() -> dict[str, Output]:
-    entries = list(_CORE)
-    for name in ENTRY_MODULES:
-        entries.extend(importlib.import_module(name).ENTRIES)
+def _main_runs(config) -> tuple[str, int, list[str]]:
+    """The main split, the training horizon, the configured methods."""
+    return config["main_split"], config["env"]["H"], list(config["methods"])
+
+
+def _per_rule_values(config) -> dict:
+    split, H, agents = _main_runs(config)
+    return {"per_rule": [layout.per_rule(split, a, H) for a in agents], "split": split, "H": H}
+
+
+def _figure1_jobs(config):
+    return [Job("figure1", layout.figure("figure1_rollout"), {})]
+
+
+def _figure4_jobs(config):
+    return [Job("figure4", layout.figure("figure4_spacetime"),
+                {"rules": list(FIGURE4_RULES), "L": FIGURE4_L, "H": FIGURE4_H, "seed": FIGURE4_SEED})]
+
+
+def _figure3_jobs(config):
+    return [Job("figure3", layout.figure("figure3_per_rule"), _per_rule_values(config))]
+
+
+def _curves_jobs(config):
+    split, H, agents = _main_runs(config)
+    if not any(has_curve(a) for a in agents):
+        return []
+    return [Job("learning_curves", layout.figure("learning_curves"), {
+        "curves": [layout.curves(split, a, H) for a in agents], "split": split, "H": H, **_statistics(config)})]
+
+
+def _oracle_gap_jobs(config):
+    feas = config["oracle"].get("feasibility", {"L": 16, "H": 16})
+    return [Job("oracle_gap", layout.figure("oracle_gap"), {"gap": layout.fixed_z(feas, "gap")})]
+
+
+def _rliable_jobs(config):
+    return [Job("rliable", "results/rliable.tex",
+                {**_per_rule_values(config), **_statistics(config), "parquet": "results/rliable.parquet"})]
+
+
+def _improvement_jobs(config):
+    if len(config["methods"]) < 2:
+        return []
+    return [Job("probability_of_improvement", layout.figure("probability_of_improvement"),
+                {**_per_rule_values(config), "side": "test", **_statistics(config),
+                 "parquet": "results/probability_of_improvement.parquet"})]
+
+
+def _profile_jobs(config):
+    return [Job("performance_profile", layout.figure("performance_profile"),
+                {**_per_rule_values(config), **_statistics(config)})]
+
+
+_PER_RULE = Option("per_rule", "per-rule Parquet(s) (tapebench aggregate-seed --per-rule-out)", many=True)
+_SPLIT_IF_SEVERAL = _value("split", "split name (needed only if the tables hold several)", required=False)
+_H_IF_SEVERAL = _value("H", "evaluation horizon (needed only if the tables hold several)", int, required=False)
+
+
+def _parquet(job: Job) -> dict:
+    return {"parquet": job.values["parquet"]}
+
+
+_FIGURES: list[Output] = [
+    Output("figure1", FIGURE, "Figure 1: a rollout of rule 30 at L = 8 (flip, update, flip, update)",
+           "tapebench.report.figures:render_figure1", (), elementary_only(_figure1_jobs), category=FIGURES),
+    Output("figure4", FIGURE, "Figure 4: space-time diagrams of rules 0, 90, 30 (same tape, same actions)",
+           "tapebench.report.figures:render_figure4", (
+               _value("rules", "rules, one panel each (default 0 90 30)", int, many=True, required=False,
+                      default=list(FIGURE4_RULES)),
+               _value("L", f"tape length (default {FIGURE4_L})", int, required=False, default=FIGURE4_L),
+               _value("H", f"steps (default {FIGURE4_H})", int, required=False, default=FIGURE4_H),
+               _value("seed", f"seed of the initial tape and the actions (default {FIGURE4_SEED})", int,
+                      required=False, default=FIGURE4_SEED)),
+           elementary_only(_figure4_jobs), category=FIGURES),
+    Output("figure3", FIGURE, "Figure 3: per-rule strict success by rule type, ID and OOD rules, per method",
+           "tapebench.report.figures:render_figure3", (
+               _PER_RULE, _SPLIT_IF_SEVERAL, _H_IF_SEVERAL,
+               _value("metric", "metric (default success)", required=False, default="success")),
+           _figure3_jobs, category=FIGURES),
+    Output("learning_curves", FIGURE, "Learning curves: ID and OOD strict success vs environment steps",
+           "tapebench.report.figures:render_learning_curves", (
+               Option("curves", "curves Parquet(s) (tapebench aggregate-seed --curves-out)", many=True),
+               _SPLIT_IF_SEVERAL, _H_IF_SEVERAL,
+               _value("metric", "metric (default success)", required=False, default="success"), *_STATISTICS),
+           _curves_jobs, category=FIGURES),
+    Output("oracle_gap", FIGURE, "Oracle gap: true-dynamics MPC vs the exact optimum per rule",
+           "tapebench.report.figures:render_oracle_gap", (
+               Option("gap", "oracle-gap Parquet (tapebench oracle-gap)"),),
+           elementary_only(_oracle_gap_jobs), category=FIGURES),
+    Output("rliable", TABLE, "rliable-style aggregates: mean, median, IQM, optimality gap with stratified CIs",
+           "tapebench.report.rliable_outputs:render_rliable", (
+               _PER_RULE, _SPLIT_IF_SEVERAL, _H_IF_SEVERAL, *_STATISTICS,
+               _value("parquet", "also write the summary table", required=False)),
+           _rliable_jobs, category=RLIABLE, extra_outputs=_parquet),
+    Output("probability_of_improvement", FIGURE, "Probability of improvement between methods (OOD rules)",
+           "tapebench.report.rliable_outputs:render_probability_of_improvement", (
+               _PER_RULE, _SPLIT_IF_SEVERAL, _H_IF_SEVERAL,
+               _value("side", "train (ID) or test (OOD, default)", required=False, default="test"), *_STATISTICS,
+               _value("parquet", "also write the pairwise table", required=False)),
+           _improvement_jobs, category=RLIABLE, extra_outputs=_parquet),
+    Output("performance_profile", FIGURE, "Performance profiles: fraction of (seed, rule) scores above a threshold",
+           "tapebench.report.rliable_outputs:render_performance_profile",
+           (_PER_RULE, _SPLIT_IF_SEVERAL, _H_IF_SEVERAL, *_STATISTICS),
+           _profile_jobs, category=RLIABLE),
+]
+
+
+# --- the studies (docs/protocol.md#studies): Tables 5 and 6 (fixed z), success by rule type, Figure 5 -----------
+_FIXED_Z = (Option("per_rule", "per-rule tables of the fixed-z runs (`tapebench aggregate-seed --per-rule-out`)",
+                   many=True),
+            Option("features", "rule features Parquet (the rule types)"),
+            _value("rules", "the representative rules, in table order", int, many=True),
+            _value("agents", "the fixed-z methods, in table order", many=True),
+            _value("total_steps", "training budget of the runs (for the caption)", int, required=False))
+
+
+def _table5_jobs(config):
+    fixed = config["studies"]["fixed_z"]
+    level = fixed["table5"]
+    rules, agents = list(fixed["rules"]), list(level["methods"])
+    return [Job("table5", "results/table5.tex", {
+        "per_rule": [layout.fixed_z_per_rule(level["L"], level["H"], a, z) for a in agents for z in rules],
+        "features": layout.rule_features(), "rules": rules, "agents": agents, "total_steps": fixed["total_steps"],
+        **_statistics(config)})]
+
+
+def _table6_jobs(config):
+    fixed = config["studies"]["fixed_z"]
+    level = fixed["table6"]
+    L, H, split = level["L"], level["H"], config["main_split"]
+    rules, agents, multi = list(fixed["rules"]), list(level["methods"]), list(level["multi_rule"])
+    sides = ("train", "test")
+    return [Job("table6", "results/table6.tex", {
+        "per_rule": [layout.fixed_z_per_rule(L, H, a, z) for a in agents for z in rules],
+        "features": layout.rule_features(), "rules": rules, "agents": agents, "total_steps": fixed["total_steps"],
+        "mpc": layout.fixed_z({"L": L, "H": H}, "mpc"), "exact": layout.fixed_z({"L": L, "H": H}, "exact"),
+        "multi_agents": multi, "multi_aggregate": layout.multi_rule_aggregate(L, H, split) if multi else None,
+        "multi_mpc": [layout.multi_rule_oracle(L, H, split, "mpc", s) for s in sides],
+        "multi_exact": [layout.multi_rule_oracle(L, H, split, "exact", s) for s in sides], "split": split,
+        **_statistics(config)})]
+
+
+def _types_jobs(config):
+    split, H = config["main_split"], config["env"]["H"]
+    methods = list(config["methods"])
+    return [Job("table_types", "results/table_types.tex", {
+        "per_rule": [layout.per_rule(split, m, H) for m in methods], "split": split, "H": H, "agents": methods,
+        "parquet": "results/table_types.parquet", **_statistics(config)})]
+
+
+def _figure5_jobs(config):
+    splits = list(config["studies"]["robustness"]["splits"])
+    return [Job("figure5", "results/figures/figure5", {
+        "aggregate": [layout.aggregate(s) for s in splits], "splits": splits,
+        "kinds": [config["splits"][s]["method"] for s in splits], "L": config["env"]["L"], "H": config["env"]["H"],
+        "agents": list(config["methods"]), "table": "results/robustness.tex",
+        "parquet": "results/robustness.parquet"})]
+
+
+_STUDIES: list[Output] = [
+    Output("table5", TABLE, "Table 5: fixed-z training at L = H = 32 (strict, soft@0.1, final distance)",
+           "tapebench.report.fixed_z:render_table5", (*_FIXED_Z, *_STATISTICS), elementary_only(_table5_jobs),
+           category="Fixed-z study"),
+    Output("table6", TABLE, "Table 6: L = H = 16, oracle and exact optimum vs multi-rule and fixed-z training",
+           "tapebench.report.fixed_z:render_table6", (
+               *_FIXED_Z,
+               Option("mpc", "true-dynamics MPC records on the representative rules (tapebench mpc --rules)"),
+               Option("exact", "exact-optimum records on the same episodes (tapebench exact --rules)",
+                      required=False),
+               _value("multi_agents", "methods trained on the split's training rules", many=True, required=False),
+               Option("multi_aggregate", "aggregate of the multi-rule runs", required=False),
+               Option("multi_mpc", "MPC records on the split's train and test sides, in that order", many=True,
+                      required=False),
+               Option("multi_exact", "exact-optimum records on the train and test sides, in that order", many=True,
+                      required=False),
+               _value("split", "the multi-rule runs' split (for the caption)", required=False),
+               *_STATISTICS),
+           elementary_only(_table6_jobs), category="Fixed-z study"),
+    Output("table_types", TABLE, "Strict success by rule type (stable / periodic / chaotic, micro / macro), ID / OOD",
+           "tapebench.report.per_type:render_per_type", (
+               Option("per_rule", "per-rule tables (`tapebench aggregate-seed --per-rule-out`)", many=True),
+               _value("split", "split name"), _value("H", "evaluation horizon", int),
+               _value("agents", "methods and their order (default: as in the tables)", many=True, required=False),
+               _value("parquet", "also write the summary table", required=False),
+               *_STATISTICS),
+           _types_jobs, extra_outputs=lambda job: {"parquet": job.values["parquet"]}),
+    Output("figure5", FIGURE, "Figure 5: split robustness, OOD success per method across partitions",
+           "tapebench.report.robustness:render_figure5", (
+               Option("aggregate", "one aggregate table per split (`tapebench aggregate`), same order", many=True),
+               _value("splits", "split names", many=True), _value("kinds", "diverse | random per split", many=True),
+               _value("L", "tape length", int), _value("H", "evaluation horizon", int),
+               _value("agents", "methods and their order (default: all)", many=True, required=False),
+               _value("table", "also write the summary table (LaTeX)", required=False),
+               _value("parquet", "also write the per-partition Parquet", required=False)),
+           _figure5_jobs, category="Split robustness",
+           extra_outputs=lambda job: {"tex": job.values["table"], "parquet": job.values["parquet"]}),
+]
+
+
+# --- the noise study (docs/protocol.md#noise): success vs cell-update noise epsilon ------------------------------
+_NOISE_OPTIONS = (
+    Option("aggregate", "one aggregate table per noise level (`tapebench aggregate`), same order as --levels",
+           many=True),
+    _value("levels", "the noise levels epsilon", float, many=True),
+    _value("split", "split name"), _value("H", "evaluation horizon", int),
+    _value("agents", "methods and their order (default: all, grouped by family)", many=True, required=False))
+
+
+def _noise_values(config) -> dict | None:
+    study = noise_study(config)
+    if not study["levels"]:
+        return None
+    split, H = study["split"], study["H"]
+    return {"aggregate": [layout.noise_aggregate(split, x, H) for x in study["levels"]], "levels": study["levels"],
+            "split": split, "H": H, "agents": study["methods"]}
+
+
+def _noise_table_jobs(config):
+    values = _noise_values(config)
+    return [] if values is None else [Job("noise", "results/noise.tex", {**values, "parquet": "results/noise.parquet"})]
+
+
+def _noise_figure_jobs(config):
+    values = _noise_values(config)
+    return [] if values is None else [Job("figure_noise", layout.figure("noise"), values)]
+
+
+_NOISE: list[Output] = [
+    Output("noise", TABLE, "Strict success vs cell-update noise epsilon, ID / OOD, with bootstrap CIs",
+           "tapebench.report.noise:render_noise_table",
+           (*_NOISE_OPTIONS, _value("parquet", "also write the summary table", required=False)), _noise_table_jobs,
+           category="Noise study", extra_outputs=lambda job: {"parquet": job.values["parquet"]}),
+    Output("figure_noise", FIGURE, "Strict success vs cell-update noise epsilon per method, ID and OOD panels",
+           "tapebench.report.noise:render_noise_figure", _NOISE_OPTIONS, _noise_figure_jobs, category="Noise study"),
+]
+
+
+# --- the severity ladder (docs/protocol.md#severity-ladders) ---------------------------------------------------
+def _ladder_jobs(config):
+    ladder = config["studies"]["ladder"]
+    name = ladder["name"]
+    return [Job("figure_ladder", layout.figure("ladder"), {
+        "aggregate": layout.aggregate(name), "split_file": layout.split_file(name), "split": name,
+        "H": config["env"]["H"], "agents": list(ladder["methods"]), "table": "results/ladder.tex",
+        "parquet": "results/ladder.parquet"})]
+
+
+_LADDER: list[Output] = [
+    Output("figure_ladder", FIGURE, "Severity ladder: success vs rule-table distance d to the training rules",
+           "tapebench.report.ladder:render_ladder", (
+               Option("aggregate", "aggregate table of the ladder split (`tapebench aggregate`)"),
+               Option("split_file", "the ladder split JSON (`tapebench ladder-split`): levels and their sizes"),
+               _value("split", "the ladder split's name (for the report caption)", required=False),
+               _value("H", "evaluation horizon", int),
+               _value("agents", "methods and their order (default: all in the aggregate)", many=True, required=False),
+               _value("table", "also write the per-level table (LaTeX)", required=False),
+               _value("parquet", "also write the per-level Parquet", required=False)),
+           elementary_only(_ladder_jobs), category="Severity ladder",
+           extra_outputs=lambda job: {"tex": job.values["table"], "parquet": job.values["parquet"]}),
+]
+
+
+# --- benchmark health (docs/protocol.md#benchmark-health) ------------------------------------------------------
+def _health_jobs(config):
+    return [Job("health", "results/health/health.tex",
+                {"reports": [layout.health(split)["report"] for split in config["splits"]]})]
+
+
+_HEALTH: list[Output] = [
+    Output("health", TABLE, "Benchmark health per split: leakage, reference solvability, headroom, trivially "
+                            "solved rules, identifiability",
+           "tapebench.report.health:render_health", (
+               Option("reports", "health reports (tapebench benchmark-health), one row each", many=True),),
+           _health_jobs, category="Benchmark health"),
+]
+
+
+# --- the protocol comparison (docs/protocol.md#protocol-comparison) --------------------------------------------
+PROTOCOL_COMPARISON = "Protocol comparison"
+
+
+def _protocol_comparison_jobs(name: str, out: str):
+    def jobs(config):
+        if len(config["methods"]) < 2 or len(protocols(config)) < 2:
+            return []
+        return [Job(name, out, {"comparison": layout.PROTOCOL_COMPARISON["comparison"],
+                                "ranks": layout.PROTOCOL_COMPARISON["ranks"]})]
+    return jobs
+
+
+_PROTOCOL_OPTIONS = (Option("comparison", "pairwise comparison Parquet (`tapebench protocol-comparison --out`)"),
+                     Option("ranks", "ranks Parquet (`tapebench protocol-comparison --ranks-out`)"))
+
+_PROTOCOLS: list[Output] = [
+    Output("protocol_comparison", TABLE,
+           "Protocol comparison: Kendall tau vs the reference protocol, rank reversals, best-method changes",
+           "tapebench.report.protocol_comparison:render_protocol_table", _PROTOCOL_OPTIONS,
+           _protocol_comparison_jobs("protocol_comparison", "results/protocols/comparison.tex"),
+           category=PROTOCOL_COMPARISON),
+    Output("protocol_comparison_figure", FIGURE,
+           "Protocol comparison: Kendall tau between every pair of protocols; each method's rank per protocol",
+           "tapebench.report.protocol_comparison:render_protocol_figure", _PROTOCOL_OPTIONS,
+           _protocol_comparison_jobs("protocol_comparison_figure", layout.figure("protocol_comparison")),
+           category=PROTOCOL_COMPARISON),
+]
+
+
+# --- the registry ------------------------------------------------------------------------------------------------
+def _assemble(entries: list[Output]) -> dict[str, Output]:
     ids = [e.id for e in entries]
     duplicated = sorted({i for i in ids if ids.count(i) > 1})
     if duplicated:
@@ -251,7 +509,7 @@ def _assemble() -> dict[str, Output]:
     return {e.id: e for e in entries}
 
 
-OUTPUTS: dict[str, Output] = _assemble()
+OUTPUTS: dict[str, Output] = _assemble([*_TABLES, *_FIGURES, *_STUDIES, *_NOISE, *_LADDER, *_HEALTH, *_PROTOCOLS])
 
 
 def outputs() -> list[Output]:

@@ -48,13 +48,15 @@ def model_error_context(errors: pd.DataFrame, aggregate: pd.DataFrame | None, *,
     return {"rows": rows, "split": split, "H": H, "depth": depth, "context": context}
 
 
-def render_model_error(errors_path, out, *, aggregate_path=None, split: str, H: int, depth: int = 16,
+def render_model_error(out, *, model_error, aggregate=None, split: str, H: int = 32, depth: int = 16,
                        figure=None) -> str:
-    errors, meta = read_table(errors_path, "model_error_aggregate")
-    aggregate = read_table(aggregate_path, "aggregate")[0] if aggregate_path else None
-    if aggregate is not None:
-        aggregate = aggregate[aggregate["split"] == split]
-    context = model_error_context(errors, aggregate, split=split, H=H, depth=depth,
+    """The table from a model-error aggregate (`model_error`) and, for the success columns, the aggregate
+    table; with `figure`, also the error-vs-depth figure."""
+    errors, meta = read_table(model_error, "model_error_aggregate")
+    success = read_table(aggregate, "aggregate")[0] if aggregate else None
+    if success is not None:
+        success = success[success["split"] == split]
+    context = model_error_context(errors, success, split=split, H=H, depth=depth,
                                   context=meta.get("probe", {}).get("context"))
     text = render_table("model_error.tex.j2", out, **context)
     if figure:
@@ -151,10 +153,10 @@ def sweep_figure(summary: pd.DataFrame, stem) -> list[str]:
     return save_figure(fig, stem)
 
 
-def render_sweep(values, per_seed_paths, error_paths, out, *, method: str, hyperparameter: str, H: int,
-                 split: str, parquet=None, figure=None, n_resamples: int = 2000, ci: float = 0.95,
-                 seed: int = 0) -> str:
-    summary = sweep_summary(values, per_seed_paths, error_paths, method=method, hyperparameter=hyperparameter,
+def render_sweep(out, *, method: str, hyperparameter: str, values, per_seed, model_error, split: str, H: int = 32,
+                 n_resamples: int = 2000, ci: float = 0.95, seed: int = 0, parquet=None, figure=None) -> str:
+    """The sweep table from one per-seed table and one model-error aggregate per swept value (same order)."""
+    summary = sweep_summary(values, per_seed, model_error, method=method, hyperparameter=hyperparameter,
                             H=H, n_resamples=n_resamples, ci=ci, seed=seed)
     if parquet:
         write_parquet(parquet, summary, meta={"table": "sweep", "method": method, "hyperparameter": hyperparameter,
@@ -170,13 +172,3 @@ def render_sweep(values, per_seed_paths, error_paths, out, *, method: str, hyper
     return render_table("sweep.tex.j2", out, rows=rows, method=display_name(method),
                         hyperparameter=hyperparameter.replace("_", " "), split=split, H=H,
                         ci_percent=f"{100 * ci:g}")
-
-
-def render_model_error_cli(out, *, model_error, aggregate=None, split, H=32, depth=16, figure=None) -> str:
-    return render_model_error(model_error, out, aggregate_path=aggregate, split=split, H=H, depth=depth, figure=figure)
-
-
-def render_sweep_cli(out, *, method, hyperparameter, values, per_seed, model_error, split, H=32, n_resamples=2000,
-                     ci=0.95, seed=0, parquet=None, figure=None) -> str:
-    return render_sweep(values, per_seed, model_error, out, method=method, hyperparameter=hyperparameter, H=H,
-                        split=split, parquet=parquet, figure=figure, n_resamples=n_resamples, ci=ci, seed=seed)

@@ -113,7 +113,8 @@ def _aggregate_model_error(args) -> int:
 
 def _protocol_comparison(args) -> int:
     # lazy: a command loads only the modules it runs
-    from tapebench.stats.protocol_comparison import ComparedProtocol, compare_protocol_files, protocol_files
+    from tapebench.stats.protocol_comparison import compare_protocol_files
+    from tapebench.stats.protocols import ComparedProtocol, protocol_files
 
     try:
         spec = json.loads(args.protocols)

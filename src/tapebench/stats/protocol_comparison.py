@@ -2,7 +2,8 @@
 method is better?
 
 A *protocol* is a named selection of per-seed rows (`ComparedProtocol`: split, H, side, optional extra column
-filters, and the per-seed files that hold them). `protocols(config)` is the one list the pipeline compares:
+filters, and the per-seed files that hold them). `protocols(config)` (stats/protocols.py, which imports
+neither pandas nor scipy) is the one list the pipeline compares:
 the reference first (OOD on `main_split` at the training H), then ID, OOD at each other horizon of
 `evaluation.horizons`, and OOD on each other split of `studies.robustness`. A new protocol family (severity
 ladder levels: side `d1`..`d4`; noise levels: other per-seed files, or a `match` on a noise column) is one more
@@ -40,108 +41,19 @@ Tables (`compare_protocols`):
 from __future__ import annotations
 
 import itertools
-from dataclasses import asdict, dataclass, field
 from typing import Mapping
 
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from tapebench import layout
-from tapebench.rules.family import config_family
 from tapebench.schemas import PROTOCOL_COMPARISON_COLUMNS, PROTOCOL_REVERSAL_COLUMNS
-from tapebench.settings import noise_study
 from tapebench.stats.aggregate import METRICS, group_generator, read_tables
 from tapebench.stats.bootstrap import DEFAULT_CI, DEFAULT_RESAMPLES, percentile_interval
-from tapebench.vocabulary import ID_PROTOCOL, ID_SIDE, OOD_PROTOCOL, OOD_SIDE, ladder_side
+from tapebench.stats.protocols import ComparedProtocol, protocol_files
 
 LOWER_IS_BETTER = frozenset({"final_dist", "auc_dist", "steps"})
-REFERENCE = OOD_PROTOCOL
 DECIMALS = 12
-
-
-@dataclass(frozen=True)
-class ComparedProtocol:
-    """A named selection of per-seed rows: `split`, `H`, `side` (and `match`: extra column == value filters)
-    from the files `per_seed`. Protocols with the same `runs` (default: the split) come from the same trained
-    runs and are seed-paired in the bootstrap."""
-
-    name: str
-    split: str
-    H: int
-    side: str
-    per_seed: tuple[str, ...]
-    family: str = "protocol"
-    runs: str = ""
-    match: tuple[tuple[str, object], ...] = field(default=())
-
-    def __post_init__(self):
-        object.__setattr__(self, "H", int(self.H))
-        object.__setattr__(self, "per_seed", tuple(str(p) for p in self.per_seed))
-        object.__setattr__(self, "match", tuple((str(k), v) for k, v in self.match))
-        if not self.runs:
-            object.__setattr__(self, "runs", self.split)
-        if not self.name:
-            raise ValueError("a protocol needs a name")
-        if not self.per_seed:
-            raise ValueError(f"protocol {self.name!r} names no per-seed file")
-
-    def to_dict(self) -> dict:
-        out = asdict(self)
-        out["per_seed"], out["match"] = list(self.per_seed), [list(kv) for kv in self.match]
-        return out
-
-    @classmethod
-    def from_dict(cls, d: Mapping) -> "ComparedProtocol":
-        unknown = sorted(set(d) - set(cls.__dataclass_fields__))
-        if unknown:
-            raise ValueError(f"protocol {d.get('name')!r}: unknown keys {unknown}; allowed: "
-                             f"{sorted(cls.__dataclass_fields__)}")
-        return cls(**{**d, "per_seed": tuple(d["per_seed"]), "match": tuple(tuple(kv) for kv in d.get("match", ()))})
-
-
-def protocols(config: dict) -> list[ComparedProtocol]:
-    """The protocols the pipeline compares, the reference first: ID, each other horizon, each robustness
-    partition, each severity-ladder level and each noise level > 0. One entry per protocol."""
-    main, H = config["main_split"], int(config["env"]["H"])
-    methods = list(config["methods"])
-
-    def files(split, h):
-        return tuple(layout.per_seed(split, m, h) for m in methods)
-
-    out = [ComparedProtocol(REFERENCE, main, H, OOD_SIDE, files(main, H), family="reference"),
-           ComparedProtocol(ID_PROTOCOL, main, H, ID_SIDE, files(main, H), family="side")]
-    out += [ComparedProtocol(f"{OOD_PROTOCOL} H={h}", main, h, OOD_SIDE, files(main, h), family="horizon")
-            for h in config["evaluation"]["horizons"] if int(h) != H]
-    out += [ComparedProtocol(f"{OOD_PROTOCOL} {s}", s, H, OOD_SIDE, files(s, H), family="split")
-            for s in config["studies"]["robustness"]["splits"] if s != main]
-    out += _ladder_protocols(config)
-    out += _noise_protocols(config)
-    return out
-
-
-def _ladder_protocols(config: dict) -> list[ComparedProtocol]:
-    """One protocol per severity-ladder level (side d<d> of the ladder split, its own runs and methods)."""
-    ladder = config["studies"]["ladder"]
-    if not config_family(config).elementary:
-        return []       # the ladder is an elementary-family study in the pipeline
-    H, name = int(config["env"]["H"]), ladder["name"]
-    files = tuple(layout.per_seed(name, m, H) for m in ladder["methods"])
-    return [ComparedProtocol(f"ladder d={d}", name, H, ladder_side(d), files, family="ladder") for d in sorted(ladder["levels"])]
-
-
-def _noise_protocols(config: dict) -> list[ComparedProtocol]:
-    """One protocol per noise level > 0 (OOD side of the main split's runs evaluated with cell-update noise)."""
-    study = noise_study(config)
-    split, H = study["split"], study["H"]
-    return [ComparedProtocol(f"{OOD_PROTOCOL} eps={layout.noise_label(eps)}", split, H, OOD_SIDE,
-                     tuple(layout.noise_per_seed(split, eps, m, H) for m in study["methods"]), family="noise")
-            for eps in study["levels"] if eps > 0]
-
-
-def protocol_files(protos) -> list[str]:
-    """Every per-seed file the protocols read, each once, in order."""
-    return list(dict.fromkeys(p for proto in protos for p in proto.per_seed))
 
 
 # --- selecting rows -------------------------------------------------------------------------------------------

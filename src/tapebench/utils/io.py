@@ -8,11 +8,12 @@ import os
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Iterator
 
 from tapebench import __version__
+
+if TYPE_CHECKING:       # pandas only annotates write_parquet: a module that writes text does not load it
+    import pandas as pd
 
 
 @contextlib.contextmanager
