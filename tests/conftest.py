@@ -30,3 +30,12 @@ def tiny_build(tmp_path_factory):
         root = root.parent
     with FileLock(str(root / "tiny_build.lock")):
         return build_tiny(root / "tiny_build")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """Under `--dist loadgroup` a module's tests stay on one worker (its module-scoped fixtures, e.g. a trained
+    agent or a pipeline build, are made once), unless the module names a group itself (`tiny_build`)."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
