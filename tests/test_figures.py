@@ -15,6 +15,7 @@ from tapebench.pipeline.config import validate_config
 from tapebench.report import figures, registry, rliable_outputs, style
 from tapebench.stats.aggregate import GROUP, group_generator
 from tapebench.utils.io import write_parquet
+from tapebench.vocabulary import SPLIT_SIDES
 
 REPO = Path(__file__).resolve().parents[1]
 TYPES = {0: "stable", 4: "stable", 30: "chaotic", 90: "periodic", 110: "chaotic"}
@@ -210,8 +211,8 @@ def test_figure_builders_write_pdf_and_png(tmp_path):
                             per_rule_frame({k: v for k, v in scores.items() if k[0] == a}), "per_rule")
                 for a in ("dqn", "random", "mpc")]
     curve_values = {("dqn", side, c): [min(1, c / 4000 + 0.1 * s) for s in range(3)]
-                    for side in style.SIDES for c in (1000, 2000, 3000, 4000)}
-    curve_values.update({("random", side, 0): [0.1, 0.15, 0.12] for side in style.SIDES})
+                    for side in SPLIT_SIDES for c in (1000, 2000, 3000, 4000)}
+    curve_values.update({("random", side, 0): [0.1, 0.15, 0.12] for side in SPLIT_SIDES})
     curves = [write_table(tmp_path / "curves.parquet", curves_frame(curve_values), "curves")]
     gap = tmp_path / "gap.parquet"
     write_parquet(gap, gap_frame())

@@ -31,6 +31,7 @@ from tapebench.stats.aggregate import group_generator
 from tapebench.stats.bootstrap import DEFAULT_CI, DEFAULT_RESAMPLES, percentile_ci
 from tapebench.utils.artifacts import read_table
 from tapebench.utils.io import read_parquet_meta
+from tapebench.vocabulary import SPLIT_SIDES
 
 FIGURE1_RULE = 30
 FIGURE1_TAPE = (0, 1, 1, 0, 1, 0, 0, 1)
@@ -170,14 +171,14 @@ def per_rule_points(per_rule: pd.DataFrame, metric: str = "success", split: str 
     Columns agent, side (train / test), rule, type, value, n_seeds; agents in `method_order`.
     """
     data = _select(per_rule, "per-rule table", metric=metric, split=split, H=H)
-    data = data[data["side"].isin(style.SIDES)]
+    data = data[data["side"].isin(SPLIT_SIDES)]
     if data.empty:
         raise ValueError(f"per-rule table has no ID / OOD rows for metric {metric!r}")
     points = (data.groupby(["agent", "side", "rule", "type"], sort=True)["value"]
               .agg(value="mean", n_seeds="size").reset_index())
     order = {a: i for i, a in enumerate(method_order(points["agent"]))}
     points["_order"] = points["agent"].map(order)
-    points["_side"] = points["side"].map({s: i for i, s in enumerate(style.SIDES)})
+    points["_side"] = points["side"].map({s: i for i, s in enumerate(SPLIT_SIDES)})
     return (points.sort_values(["_order", "_side", "rule"]).drop(columns=["_order", "_side"])
             .reset_index(drop=True))
 
@@ -245,7 +246,7 @@ def curve_bands(curves: pd.DataFrame, metric: str = "success", n_resamples: int 
     not change when other methods are added. Columns agent, side, checkpoint, mean, ci_low, ci_high, n_seeds.
     """
     data = _select(curves, "curves table", metric=metric)
-    data = data[data["side"].isin(style.SIDES)]
+    data = data[data["side"].isin(SPLIT_SIDES)]
     rows = []
     for (agent, side, checkpoint), grp in data.groupby(["agent", "side", "checkpoint"], sort=True):
         values = grp.sort_values("seed")["value"].to_numpy(np.float64)
@@ -259,7 +260,7 @@ def curve_bands(curves: pd.DataFrame, metric: str = "success", n_resamples: int 
 def reference_levels(curves: pd.DataFrame, metric: str = "success") -> pd.DataFrame:
     """Per (agent, side): mean over seeds of each seed's mean over its evaluated checkpoints (agent, side, value)."""
     data = _select(curves, "curves table", metric=metric)
-    data = data[data["side"].isin(style.SIDES)]
+    data = data[data["side"].isin(SPLIT_SIDES)]
     per_seed = data.groupby(["agent", "side", "seed"], sort=True)["value"].mean()
     return per_seed.groupby(["agent", "side"], sort=True).mean().rename("value").reset_index()
 
@@ -283,7 +284,7 @@ def render_learning_curves(out, *, curves, split=None, H=None, metric: str = "su
     bands = curve_bands(data[data["agent"].isin(curved)], metric, n_resamples, ci, seed)
     levels = reference_levels(data[~data["agent"].isin(curved)], metric) if len(curved) < len(agents) else None
     fig, axes = plt.subplots(1, 2, figsize=(style.FULL_WIDTH, 2.7), sharey=True)
-    for ax, side in zip(axes, style.SIDES):
+    for ax, side in zip(axes, SPLIT_SIDES):
         for i, agent in enumerate(agents):
             look = style.method_style(i)
             if agent in curved:

@@ -16,6 +16,7 @@ from tapebench.report.tables import display_name
 from tapebench.stats.aggregate import group_generator
 from tapebench.stats.bootstrap import percentile_ci
 from tapebench.utils.artifacts import read_table
+from tapebench.vocabulary import SPLIT_SIDES
 
 TABLE5_METRICS = ("success", "soft_success@0.1", "final_dist")
 
@@ -112,10 +113,10 @@ def table6_context(*, multi_oracle: dict[str, dict[str, pd.DataFrame]], multi_ag
     multi = []
     for oracle, sides in multi_oracle.items():
         cells = {side: episode_interval(sides[side], n_resamples=n_resamples, ci=ci, seed=seed,
-                                        key=("table6", oracle, side)) for side in ("train", "test")}
+                                        key=("table6", oracle, side)) for side in SPLIT_SIDES}
         multi.append({"name": ORACLE_NAMES[oracle], "unit": "episodes", **cells})
     for agent in multi_agents:
-        cells = {side: _aggregate_cell(multi_aggregate, agent, side) for side in ("train", "test")}
+        cells = {side: _aggregate_cell(multi_aggregate, agent, side) for side in SPLIT_SIDES}
         if cells["train"] is None:
             raise ValueError(f"the multi-rule aggregate has no strict success of {agent!r}")
         multi.append({"name": display_name(agent), "unit": "seeds", **cells})

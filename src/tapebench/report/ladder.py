@@ -13,9 +13,8 @@ from tapebench.report.tables import display_name
 from tapebench.splits.io import load_split
 from tapebench.utils.artifacts import read_table
 from tapebench.utils.io import write_parquet
-from tapebench.vocabulary import ladder_level
+from tapebench.vocabulary import ID_SIDE, ladder_level
 
-ID_SIDE = "train"
 LADDER_COLUMNS = ["agent", "side", "d", "n_rules", "n_seeds", "mean", "ci_low", "ci_high"]
 
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 import pandas as pd
 
 from tapebench.report.render import render_table
-from tapebench.report.style import COLUMN_WIDTH, SIDE_LABELS, SIDES, method_style, pyplot, save_figure
+from tapebench.report.style import COLUMN_WIDTH, SIDE_LABELS, method_style, pyplot, save_figure
 from tapebench.report.tables import _agents, _seeds_text, display_name, grouped
 from tapebench.utils.artifacts import read_table
 from tapebench.utils.io import provenance, write_parquet
+from tapebench.vocabulary import SPLIT_SIDES
 
 SUMMARY_COLUMNS = ["split", "agent", "L", "H", "noise", "side", "metric", "n", "mean", "ci_low", "ci_high"]
 
@@ -26,7 +27,7 @@ def noise_summary(aggregates: dict[float, pd.DataFrame], *, split: str, H: int, 
     rows, order = [], None
     for noise, agg in sorted(aggregates.items()):
         sel = agg[(agg["split"] == split) & (agg["H"] == int(H)) & (agg["metric"] == metric)
-                  & agg["side"].isin(SIDES)]
+                  & agg["side"].isin(SPLIT_SIDES)]
         if sel.empty:
             raise ValueError(f"the aggregate of noise level {noise:g} has no {metric} on split {split!r} at H = {H}")
         lengths = sorted(sel["L"].unique())
@@ -77,12 +78,12 @@ def noise_context(summary: pd.DataFrame, *, split: str, H: int) -> dict:
     order = list(dict.fromkeys(summary["agent"]))
     groups = [{"family": g["family"], "reference": g["reference"],
                "rows": [{"name": display_name(a), "n": int(summary[summary["agent"] == a]["n"].max()),
-                         "cells": [cell(a, side, x) for side in SIDES for x in levels]} for a in g["agents"]]}
+                         "cells": [cell(a, side, x) for side in SPLIT_SIDES for x in levels]} for a in g["agents"]]}
               for g in grouped(order)]
     ns = summary.groupby("agent")["n"].max().tolist()
     return {"split": split, "H": int(H), "L": int(summary["L"].iloc[0]), "levels": [f"{x:g}" for x in levels],
-            "sides": [SIDE_LABELS[s] for s in SIDES], "groups": groups, "seeds": _seeds_text(ns),
-            "n_columns": 2 + len(SIDES) * len(levels)}
+            "sides": [SIDE_LABELS[s] for s in SPLIT_SIDES], "groups": groups, "seeds": _seeds_text(ns),
+            "n_columns": 2 + len(SPLIT_SIDES) * len(levels)}
 
 
 def figure_noise(summary: pd.DataFrame, stem, *, split: str, H: int) -> list[str]:
@@ -90,7 +91,7 @@ def figure_noise(summary: pd.DataFrame, stem, *, split: str, H: int) -> list[str
     plt = pyplot()
     agents = list(dict.fromkeys(summary["agent"]))
     fig, axes = plt.subplots(1, 2, figsize=(COLUMN_WIDTH * 2, 2.4), sharey=True)
-    for ax, side in zip(axes, SIDES):
+    for ax, side in zip(axes, SPLIT_SIDES):
         for i, agent in enumerate(agents):
             data = summary[(summary["agent"] == agent) & (summary["side"] == side)].sort_values("noise")
             style = method_style(i)

@@ -18,9 +18,9 @@ from tapebench.report.tables import display_name
 from tapebench.stats.aggregate import group_generator
 from tapebench.stats.bootstrap import bootstrap_means, percentile_interval, resample_indices
 from tapebench.utils.io import write_parquet
+from tapebench.vocabulary import SPLIT_SIDES
 
 MICRO, MACRO = "micro", "macro"
-SIDES = ("train", "test")
 
 
 def per_seed_by_type(per_rule: pd.DataFrame, metric: str = "success") -> pd.DataFrame:
@@ -74,10 +74,10 @@ def per_type_context(summary: pd.DataFrame, *, split: str, H: int, agents: list[
     columns = [*types, MICRO, MACRO]
     counts = {side: {t: int(summary[(summary["side"] == side) & (summary["stratum"] == t)]["n_rules"].max())
                      if not summary[(summary["side"] == side) & (summary["stratum"] == t)].empty else 0
-                     for t in types} for side in SIDES}
+                     for t in types} for side in SPLIT_SIDES}
     rows = []
     for agent in agents:
-        for side in SIDES:
+        for side in SPLIT_SIDES:
             sel = summary[(summary["agent"] == agent) & (summary["side"] == side)]
             if sel.empty:
                 continue
@@ -94,7 +94,7 @@ def per_type_context(summary: pd.DataFrame, *, split: str, H: int, agents: list[
 
 def render_per_type(out, *, per_rule, split, H, agents=None, n_resamples=2000, ci=0.95, seed=0, parquet=None) -> str:
     frame = read_per_rule(per_rule)
-    frame = frame[(frame["split"] == split) & (frame["H"] == int(H)) & frame["side"].isin(SIDES)]
+    frame = frame[(frame["split"] == split) & (frame["H"] == int(H)) & frame["side"].isin(SPLIT_SIDES)]
     if frame.empty:
         raise ValueError(f"the per-rule tables have no ID / OOD values on split {split!r} at H = {H}")
     summary = type_summary(frame, n_resamples=n_resamples, ci=ci, seed=seed)

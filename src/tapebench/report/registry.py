@@ -21,6 +21,7 @@ from tapebench.report.output import FIGURE, TABLE, Job, Option, Output, elementa
 from tapebench.rules.family import config_family
 from tapebench.settings import noise_study
 from tapebench.stats.protocols import protocols
+from tapebench.vocabulary import SPLIT_SIDES
 
 # Figure 4 (report/figures.py): its rules, tape, horizon and seed by default
 FIGURE4_RULES = (0, 90, 30)
@@ -78,9 +79,9 @@ def _table1_jobs(config):
     split, H = _main(config), config["env"]["H"]
     if not config_family(config).elementary:   # exact feasibility and the fixed-z oracle rows are elementary
         return [Job("table1", "results/table1.tex", {
-            "mpc": [layout.mpc_records(split, side, H) for side in ("train", "test")]})]
+            "mpc": [layout.mpc_records(split, side, H) for side in SPLIT_SIDES]})]
     return [Job("table1", "results/table1.tex", {
-        "mpc": [layout.mpc_records(split, side, H) for side in ("train", "test")] + [layout.fixed_z(feas, "mpc")],
+        "mpc": [layout.mpc_records(split, side, H) for side in SPLIT_SIDES] + [layout.fixed_z(feas, "mpc")],
         "exact": [layout.fixed_z(feas, "exact")], "feasibility": layout.feasibility(feas)})]
 
 
@@ -324,7 +325,7 @@ def _table6_jobs(config):
     level = fixed["table6"]
     L, H, split = level["L"], level["H"], config["main_split"]
     rules, agents, multi = list(fixed["rules"]), list(level["methods"]), list(level["multi_rule"])
-    sides = ("train", "test")
+    sides = SPLIT_SIDES
     return [Job("table6", "results/table6.tex", {
         "per_rule": [layout.fixed_z_per_rule(L, H, a, z) for a in agents for z in rules],
         "features": layout.rule_features(), "rules": rules, "agents": agents, "total_steps": fixed["total_steps"],

@@ -23,6 +23,7 @@ from tapebench.report.tables import display_name, grouped
 from tapebench.stats import rliable
 from tapebench.stats.bootstrap import DEFAULT_CI, DEFAULT_RESAMPLES
 from tapebench.utils.io import provenance, write_parquet
+from tapebench.vocabulary import SPLIT_SIDES
 
 STATISTICS = ("mean", "median", "iqm", "optimality_gap")
 STATISTIC_LABELS = {"mean": r"Mean $\uparrow$", "median": r"Median $\uparrow$", "iqm": r"IQM $\uparrow$",
@@ -44,7 +45,7 @@ def rliable_summary(per_rule: pd.DataFrame, split=None, H=None, n_resamples: int
     """One row per (agent, side, statistic): the statistic of the (seeds x rules) matrix with its
     stratified-bootstrap percentile CI (columns SUMMARY_COLUMNS)."""
     rows = []
-    for side in style.SIDES:
+    for side in SPLIT_SIDES:
         if side not in set(per_rule["side"]):
             continue
         scores = side_matrices(per_rule, side, split, H)
@@ -67,7 +68,7 @@ def rliable_context(summary: pd.DataFrame) -> dict:
     tasks = summary.groupby("side")["n_tasks"].max().to_dict()
     order = method_order(summary["agent"].unique())
     groups = [{**g, "rows": [{"name": display_name(a), "n": int(runs[a]),
-                              "cells": [cells.get((a, side, s)) for side in style.SIDES for s in STATISTICS]}
+                              "cells": [cells.get((a, side, s)) for side in SPLIT_SIDES for s in STATISTICS]}
                              for a in g["agents"]]} for g in grouped(order)]
     first = summary.iloc[0]
     return {"groups": groups, "split": first["split"], "H": int(first["H"]), "statistics":
@@ -96,8 +97,8 @@ def improvement_matrix(per_rule: pd.DataFrame, side: str = "test", split=None, H
 def render_probability_of_improvement(out, *, per_rule, split=None, H=None, side: str = "test",
                                       n_resamples: int = DEFAULT_RESAMPLES, ci: float = DEFAULT_CI, seed: int = 0,
                                       parquet=None) -> list[str]:
-    if side not in style.SIDES:
-        raise ValueError(f"side must be one of {list(style.SIDES)} (train = ID, test = OOD), got {side!r}")
+    if side not in SPLIT_SIDES:
+        raise ValueError(f"side must be one of {list(SPLIT_SIDES)} (train = ID, test = OOD), got {side!r}")
     matrix = improvement_matrix(_read_many(per_rule, "per_rule"), side, split, H, n_resamples, ci, seed)
     if parquet:
         frame = matrix.frame()
@@ -143,7 +144,7 @@ def render_performance_profile(out, *, per_rule, split=None, H=None, n_resamples
     frame = _read_many(per_rule, "per_rule")
     fig, axes = plt.subplots(1, 2, figsize=(style.FULL_WIDTH, 2.7), sharey=True)
     agents = method_order(frame["agent"].unique())
-    for ax, side in zip(axes, style.SIDES):
+    for ax, side in zip(axes, SPLIT_SIDES):
         for agent, profile in profiles(frame, side, split, H, PROFILE_TAUS, n_resamples, ci, seed).items():
             look = style.method_style(agents.index(agent))
             ax.step(profile.taus, profile.point, where="post", color=look["color"], linestyle=look["linestyle"],

@@ -7,6 +7,7 @@ rules) are told apart by marker fill (ID filled, OOD hollow) or line style (ID s
 from __future__ import annotations
 
 from tapebench.utils.io import atomic_path
+from tapebench.vocabulary import ID_PROTOCOL, ID_SIDE, OOD_PROTOCOL, OOD_SIDE
 
 TYPE_ORDER = ("stable", "periodic", "chaotic")
 TYPE_COLOURS = {"stable": "#0072B2", "periodic": "#E69F00", "chaotic": "#009E73"}
@@ -20,8 +21,7 @@ METHOD_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E
 METHOD_LINESTYLES = ("-", "--", ":", "-.")
 METHOD_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
-SIDES = ("train", "test")
-SIDE_LABELS = {"train": "ID", "test": "OOD"}
+SIDE_LABELS = {ID_SIDE: ID_PROTOCOL, OOD_SIDE: OOD_PROTOCOL}
 SIDE_LONG_LABELS = {"train": "ID (training rules)", "test": "OOD (held-out rules)"}
 SIDE_LINESTYLES = {"train": "-", "test": "--"}
 

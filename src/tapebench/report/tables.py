@@ -19,6 +19,7 @@ from tapebench.rules.features import solved_by_any_action
 from tapebench.splits.io import load_split
 from tapebench.stats.aggregate import DEFAULT_REFERENCE, ON_METRIC
 from tapebench.utils.artifacts import read_table
+from tapebench.vocabulary import SPLIT_SIDES
 
 REFERENCE_FAMILY = "reference"
 
@@ -199,7 +200,7 @@ def table2_context(agg: pd.DataFrame, split: str, horizons: list[int] | None = N
     data = _select(agg, split, list(horizons), L)
     cells = _cells(data)
     order = _agents(data, agents)
-    columns = [(side, H, metric) for side in ("train", "test") for H in horizons
+    columns = [(side, H, metric) for side in SPLIT_SIDES for H in horizons
                for metric in ("success", "final_dist")]
     grid = {agent: [_cell(cells, agent, H, side, metric) for side, H, metric in columns] for agent in order}
     learned = [a for a in order if family(a) != REFERENCE_FAMILY]
@@ -230,7 +231,7 @@ def table4_context(agg: pd.DataFrame, split: str, H: int, L: int | None = None, 
     metrics = ("final_dist", "auc_dist", "soft_success@0.1")
     groups = _groups_of_rows(_agents(data, agents), lambda a: {
         "agent": a, "name": display_name(a),
-        "cells": [_cell(cells, a, H, side, m) for m in metrics for side in ("train", "test")]})
+        "cells": [_cell(cells, a, H, side, m) for m in metrics for side in SPLIT_SIDES]})
     ns = [c["n"] for g in groups for r in g["rows"] for c in r["cells"]]
     return {"split": split, "L": int(data["L"].iloc[0]), "H": H, "groups": groups,
             "seeds": _seeds_text(ns), **_statistics(data, meta or {})}

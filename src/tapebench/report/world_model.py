@@ -17,6 +17,7 @@ from tapebench.stats.aggregate import aggregate_seeds, read_tables
 from tapebench.stats.model_error import ALL_TYPES, growth, value
 from tapebench.utils.artifacts import read_table
 from tapebench.utils.io import write_parquet
+from tapebench.vocabulary import SPLIT_SIDES
 
 
 def _success(aggregate: pd.DataFrame, agent: str, H: int, side: str) -> dict | None:
@@ -37,7 +38,7 @@ def model_error_context(errors: pd.DataFrame, aggregate: pd.DataFrame | None, *,
     rows = []
     for agent in agents:
         row = {"name": display_name(agent)}
-        for side in ("train", "test"):
+        for side in SPLIT_SIDES:
             row[f"success_{side}"] = _success(aggregate, agent, H, side) if aggregate is not None else None
             row[f"one_{side}"] = value(errors, agent, side, 1)
             row[f"deep_{side}"] = value(errors, agent, side, depth)
@@ -77,7 +78,7 @@ def depth_figure(errors: pd.DataFrame, stem, title: str = "") -> list[str]:
     fig, ax = plt.subplots(figsize=(5.0, 3.4))
     for i, agent in enumerate(dict.fromkeys(data["agent"])):
         colour = METHOD_COLOURS[i % len(METHOD_COLOURS)]
-        for side in ("train", "test"):
+        for side in SPLIT_SIDES:
             d = data[(data["agent"] == agent) & (data["side"] == side)].sort_values("depth")
             if d.empty:
                 continue
@@ -114,7 +115,7 @@ def sweep_summary(values: list, per_seed_paths: list, error_paths: list, *, meth
             raise ValueError(f"{per_seed_path} has no values of method {method!r} at H = {H}")
         success = aggregate_seeds(per_seed, n_resamples=n_resamples, ci=ci, seed=seed)
         errors = read_table(error_path, "model_error_aggregate")[0]
-        for side in ("train", "test"):
+        for side in SPLIT_SIDES:
             s = success[(success["side"] == side) & (success["metric"] == "success")].iloc[0]
             e = value(errors, method, side, 1)
             rows.append({"method": method, "hyperparameter": hyperparameter, "value": v, "side": side,
@@ -167,8 +168,8 @@ def render_sweep(out, *, method: str, hyperparameter: str, values, per_seed, mod
     for v in values:
         d = {r.side: r for r in summary[summary["value"] == v].itertuples()}
         rows.append({"value": v, "n": d["train"].n_seeds, "cells": [
-            {"mean": d[s].success, "low": d[s].success_low, "high": d[s].success_high} for s in ("train", "test")
-        ] + [{"mean": d[s].one_step_error, "low": d[s].error_low, "high": d[s].error_high} for s in ("train", "test")]})
+            {"mean": d[s].success, "low": d[s].success_low, "high": d[s].success_high} for s in SPLIT_SIDES
+        ] + [{"mean": d[s].one_step_error, "low": d[s].error_low, "high": d[s].error_high} for s in SPLIT_SIDES]})
     return render_table("sweep.tex.j2", out, rows=rows, method=display_name(method),
                         hyperparameter=hyperparameter.replace("_", " "), split=split, H=H,
                         ci_percent=f"{100 * ci:g}")
