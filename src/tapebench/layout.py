@@ -22,13 +22,16 @@ def _is_wildcard(value) -> bool:
     return isinstance(value, str) and re.fullmatch(r"\{\w+\}", value) is not None
 
 
+SPLITS_DIR = "results/splits"  # where split names are looked up
+
+
 def split_file(split: str) -> str:
-    return f"results/splits/{split}.json"
+    return f"{SPLITS_DIR}/{split}.json"
 
 
 def split_health(split: str) -> str:
     """The split gate's report (distances, mirror safety) beside the split file."""
-    return f"results/splits/{split}.health.json"
+    return f"{SPLITS_DIR}/{split}.health.json"
 
 
 def run_dir(split: str, agent: str, seed) -> str:
