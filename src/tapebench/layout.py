@@ -1,5 +1,7 @@
-"""Where the pipeline writes its artifacts: the paths that more than one stage (or the report registry)
-needs to name. The Snakemake rules write to these patterns (docs/protocol.md#outputs)."""
+"""Where the pipeline writes its artifacts under `results/`: every path pattern is written here once. The
+Snakemake rules name their inputs and outputs by calling these functions with wildcard placeholders
+(`layout.evaluation(layout.run_dir("{split}", "{agent}", "{seed}"), "{H}")`), the report registry and the
+statistics with values (docs/protocol.md#outputs)."""
 from __future__ import annotations
 
 import re
@@ -12,18 +14,53 @@ LOG_FILE = "train.log"
 
 REPORT_TEX = "results/report.tex"
 REPORT_PDF = "results/report.pdf"
+LATEX_CHECK = "results/.latex_check"  # the marker of the LaTeX check before the compiled report
+
+
+def _is_wildcard(value) -> bool:
+    """A Snakemake wildcard placeholder such as "{eps}", passed where a value goes to name a pattern."""
+    return isinstance(value, str) and re.fullmatch(r"\{\w+\}", value) is not None
+
+
+SPLITS_DIR = "results/splits"  # where split names are looked up
 
 
 def split_file(split: str) -> str:
-    return f"results/splits/{split}.json"
+    return f"{SPLITS_DIR}/{split}.json"
+
+
+def split_health(split: str) -> str:
+    """The split gate's report (distances, mirror safety) beside the split file."""
+    return f"{SPLITS_DIR}/{split}.health.json"
 
 
 def run_dir(split: str, agent: str, seed) -> str:
     return f"results/runs/{split}/{agent}/seed{seed}"
 
 
+# --- the files in a run folder: `run_dir`, `sweep_run_dir`, `fixed_z_run_dir`, `multi_rule_run_dir` ----------
+def manifest(run: str) -> str:
+    """A finished training run's manifest."""
+    return f"{run}/{MANIFEST_FILE}"
+
+
+def evaluation(run: str, H=None) -> str:
+    """Per-episode evaluation records of a run at horizon H; the fixed-z runs (one horizon) have no H in the name."""
+    return f"{run}/eval.parquet" if H is None else f"{run}/eval_H{H}.parquet"
+
+
+def model_error(run: str) -> str:
+    """The open-loop prediction error of a run with a world model (docs/protocol.md#model-error)."""
+    return f"{run}/model_error.parquet"
+
+
 def aggregate(split: str) -> str:
     return f"results/aggregate/{split}/aggregate.parquet"
+
+
+def aggregate_tests(split: str) -> str:
+    """The pairwise tests between the methods of a split, written beside its aggregate."""
+    return f"results/aggregate/{split}/tests.parquet"
 
 
 def per_seed(split: str, agent: str, H) -> str:
@@ -48,6 +85,7 @@ def mpc_records(split: str, side: str, H) -> str:
 
 
 def fixed_z(feasibility: dict, oracle: str) -> str:
+    """MPC (`mpc`), the exact optimum (`exact`) or their gap (`gap`) on the representative rules at L, H."""
     return f"results/oracle/fixed_z_L{feasibility['L']}_H{feasibility['H']}/{oracle}.parquet"
 
 
@@ -78,6 +116,11 @@ def model_error_aggregate(split: str) -> str:
     return f"results/aggregate/{split}/model_error.parquet"
 
 
+def sweep_run_dir(split: str, method: str, field: str, value, seed) -> str:
+    """A run of the sensitivity sweep with hyperparameter `field` = `value`."""
+    return f"results/sweeps/{split}/{method}/{field}{value}/seed{seed}"
+
+
 def sweep_point(split: str, method: str, field: str, value) -> dict:
     stem = f"results/sweeps/{split}/{method}_{field}{value}"
     return {"per_seed": f"{stem}.per_seed.parquet", "model_error": f"{stem}.model_error.parquet"}
@@ -93,22 +136,50 @@ def fixed_z_run_dir(L, H, agent: str, rule, seed) -> str:
     return f"{fixed_z_dir(L, H)}/{agent}/rule{rule}/seed{seed}"
 
 
+def fixed_z_per_seed(L, H, agent: str, rule) -> str:
+    return f"{fixed_z_dir(L, H)}/{agent}/rule{rule}.per_seed.parquet"
+
+
+def fixed_z_curves(L, H, agent: str, rule) -> str:
+    return f"{fixed_z_dir(L, H)}/{agent}/rule{rule}.curves.parquet"
+
+
 def fixed_z_per_rule(L, H, agent: str, rule) -> str:
     return f"{fixed_z_dir(L, H)}/{agent}/rule{rule}.per_rule.parquet"
 
 
+def multi_rule_dir(L, H, split: str) -> str:
+    return f"{fixed_z_dir(L, H)}/multi_{split}"
+
+
 def multi_rule_run_dir(L, H, split: str, agent: str, seed) -> str:
     """A run trained with z ~ Unif(training rules of `split`) at the study's L, H."""
-    return f"{fixed_z_dir(L, H)}/multi_{split}/{agent}/seed{seed}"
+    return f"{multi_rule_dir(L, H, split)}/{agent}/seed{seed}"
+
+
+def multi_rule_per_seed(L, H, split: str, agent: str) -> str:
+    return f"{multi_rule_dir(L, H, split)}/{agent}.per_seed.parquet"
+
+
+def multi_rule_curves(L, H, split: str, agent: str) -> str:
+    return f"{multi_rule_dir(L, H, split)}/{agent}.curves.parquet"
+
+
+def multi_rule_per_rule(L, H, split: str, agent: str) -> str:
+    return f"{multi_rule_dir(L, H, split)}/{agent}.per_rule.parquet"
 
 
 def multi_rule_aggregate(L, H, split: str) -> str:
-    return f"{fixed_z_dir(L, H)}/multi_{split}/aggregate.parquet"
+    return f"{multi_rule_dir(L, H, split)}/aggregate.parquet"
+
+
+def multi_rule_tests(L, H, split: str) -> str:
+    return f"{multi_rule_dir(L, H, split)}/tests.parquet"
 
 
 def multi_rule_oracle(L, H, split: str, oracle: str, side: str) -> str:
     """MPC (`mpc`) or exact-optimum (`exact`) records on one side of `split` at the study's L, H."""
-    return f"{fixed_z_dir(L, H)}/multi_{split}/{oracle}_{side}.parquet"
+    return f"{multi_rule_dir(L, H, split)}/{oracle}_{side}.parquet"
 
 
 def rule_set() -> str:
@@ -126,7 +197,8 @@ def noise_label(noise) -> str:
 
 
 def noise_dir(split: str, noise) -> str:
-    return f"results/noise/{split}/eps{noise_label(noise)}"
+    """A noise level's folder; a wildcard placeholder ("{eps}") stands for the level's label."""
+    return f"results/noise/{split}/eps{noise if _is_wildcard(noise) else noise_label(noise)}"
 
 
 def noise_eval(split: str, noise, agent: str, seed, H) -> str:
@@ -134,11 +206,16 @@ def noise_eval(split: str, noise, agent: str, seed, H) -> str:
     return f"{noise_dir(split, noise)}/{agent}/seed{seed}_H{H}.parquet"
 
 
+def noise_level_per_seed(split: str, noise, agent: str, H) -> str:
+    """Per-seed values at a noise level > 0, in the level's folder."""
+    return f"{noise_dir(split, noise)}/{agent}_H{H}.per_seed.parquet"
+
+
 def noise_per_seed(split: str, noise, agent: str, H) -> str:
     """Per-seed values at a noise level; at 0 the noise-free evaluation's own per-seed table."""
     if float(noise) == 0.0:
         return per_seed(split, agent, H)
-    return f"{noise_dir(split, noise)}/{agent}_H{H}.per_seed.parquet"
+    return noise_level_per_seed(split, noise, agent, H)
 
 
 def noise_aggregate(split: str, noise, H) -> str:

@@ -5,9 +5,9 @@ rule aggregate_seed:
     input:
         episode_files,
     output:
-        per_seed="results/aggregate/{split}/{agent}_H{H}.per_seed.parquet",
-        curves="results/aggregate/{split}/{agent}_H{H}.curves.parquet",
-        per_rule="results/aggregate/{split}/{agent}_H{H}.per_rule.parquet",
+        per_seed=layout.per_seed("{split}", "{agent}", "{H}"),
+        curves=layout.curves("{split}", "{agent}", "{H}"),
+        per_rule=layout.per_rule("{split}", "{agent}", "{H}"),
     log:
         "logs/aggregate/{split}/{agent}_H{H}.log",
     conda:
@@ -23,8 +23,8 @@ rule aggregate:
     input:
         per_seed_files,
     output:
-        aggregate="results/aggregate/{split}/aggregate.parquet",
-        tests="results/aggregate/{split}/tests.parquet",
+        aggregate=layout.aggregate("{split}"),
+        tests=layout.aggregate_tests("{split}"),
     log:
         "logs/aggregate/{split}/aggregate.log",
     conda:

@@ -119,7 +119,7 @@ def method_eval_params(wildcards):
 
 def episode_files(wildcards):
     return [
-        f"{run_dir(wildcards.split, wildcards.agent, s)}/eval_H{wildcards.H}.parquet"
+        layout.evaluation(run_dir(wildcards.split, wildcards.agent, s), wildcards.H)
         for s in seeds_of(wildcards.agent, wildcards.split)
     ]
 
@@ -128,7 +128,7 @@ def random_per_rule_files(wildcards):
     """The random policy's per-rule values at the training horizon, if it runs (Table 3's floor)."""
     if "random" not in METHODS:
         return []
-    return [f"results/aggregate/{MAIN_SPLIT}/random_H{config['env']['H']}.per_rule.parquet"]
+    return [layout.per_rule(MAIN_SPLIT, "random", config["env"]["H"])]
 
 
 def random_per_rule_flag(wildcards, input):
@@ -138,7 +138,7 @@ def random_per_rule_flag(wildcards, input):
 
 def per_seed_files(wildcards):
     return [
-        f"results/aggregate/{wildcards.split}/{a}_H{h}.per_seed.parquet"
+        layout.per_seed(wildcards.split, a, h)
         for a in split_methods(wildcards.split)
         for h in split_horizons(wildcards.split)
     ]
@@ -157,7 +157,7 @@ def health_reference(wildcards):
 
 def health_identifiability(wildcards):
     """The identifiability records of an elementary split; none for another rule family (the check is n/a)."""
-    return [f"results/identifiability/{wildcards.split}.parquet"] if config_family(config).elementary else []
+    return [layout.identifiability(wildcards.split)] if config_family(config).elementary else []
 
 
 def health_verdict(wildcards):
@@ -165,13 +165,13 @@ def health_verdict(wildcards):
     design (a deliberately small training set) and has its own split gate (distances, mirror safety) only."""
     if wildcards.split == LADDER_SPLIT:
         return []
-    return ancient(f"results/health/{wildcards.split}.verdict.json")
+    return ancient(layout.health(wildcards.split)["verdict"])
 
 
 def health_random(wildcards):
     """The random policy's evaluation records on the split at the training horizon, every seed it runs."""
     return [
-        f"{run_dir(wildcards.split, 'random', s)}/eval_H{config['env']['H']}.parquet"
+        layout.evaluation(run_dir(wildcards.split, "random", s), config["env"]["H"])
         for s in seeds_of("random", wildcards.split)
     ]
 
@@ -179,6 +179,7 @@ def health_random(wildcards):
 FIXED_Z = config["studies"]["fixed_z"]
 FIXED_Z_RULES = ",".join(str(z) for z in FIXED_Z["rules"])  # the representative rules (paper App. B)
 FEAS = config["oracle"].get("feasibility", {"L": 16, "H": 16})
+LH = {"L": "{L}", "H": "{H}"}  # the wildcards of the oracle's L, H patterns (layout.feasibility, layout.fixed_z)
 
 
 def ladder_split_args(wildcards=None):
@@ -223,11 +224,12 @@ def sweep_run_dir(split, value, seed):
     configured = getattr(build_config(method, config["agents"].get(method, {})), field)
     if method in METHODS and int(value) == int(configured) and int(seed) < config["seeds"]:
         return run_dir(split, method, seed)
-    return f"results/sweeps/{split}/{method}/{field}{value}/seed{seed}"
+    return layout.sweep_run_dir(split, method, field, value, seed)
 
 
-def sweep_files(wildcards, name):
-    return [f"{sweep_run_dir(wildcards.split, wildcards.value, s)}/{name}" for s in SWEEP_SEEDS]
+def sweep_files(wildcards, file_of):
+    """`file_of(run folder)` of every seed of a sweep point (layout.evaluation, layout.model_error)."""
+    return [file_of(sweep_run_dir(wildcards.split, wildcards.value, s)) for s in SWEEP_SEEDS]
 
 
 # The fixed-z study (studies.smk, docs/protocol.md#fixed-z): runs at the study's own L, H
@@ -246,23 +248,20 @@ def fixed_z_eval_params(wildcards):
 
 def fixed_z_episode_files(wildcards):
     return [
-        f"{layout.fixed_z_run_dir(wildcards.L, wildcards.H, wildcards.agent, wildcards.rule, s)}/eval.parquet"
+        layout.evaluation(layout.fixed_z_run_dir(wildcards.L, wildcards.H, wildcards.agent, wildcards.rule, s))
         for s in FIXED_Z_SEEDS
     ]
 
 
 def multi_rule_episode_files(wildcards):
     return [
-        f"{layout.multi_rule_run_dir(wildcards.L, wildcards.H, wildcards.split, wildcards.agent, s)}/eval.parquet"
+        layout.evaluation(layout.multi_rule_run_dir(wildcards.L, wildcards.H, wildcards.split, wildcards.agent, s))
         for s in FIXED_Z_SEEDS
     ]
 
 
 def multi_rule_per_seed_files(wildcards):
-    return [
-        f"{layout.fixed_z_dir(wildcards.L, wildcards.H)}/multi_{wildcards.split}/{a}.per_seed.parquet"
-        for a in MULTI_RULE_METHODS
-    ]
+    return [layout.multi_rule_per_seed(wildcards.L, wildcards.H, wildcards.split, a) for a in MULTI_RULE_METHODS]
 
 
 # The noise study (noise.smk, docs/protocol.md#noise): the main split's runs at each noise level

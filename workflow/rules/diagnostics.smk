@@ -5,10 +5,10 @@
 
 rule model_error:
     input:
-        split="results/splits/{split}.json",
-        manifest="results/runs/{split}/{agent}/seed{seed}/train.json",
+        split=layout.split_file("{split}"),
+        manifest=layout.manifest(layout.run_dir("{split}", "{agent}", "{seed}")),
     output:
-        "results/runs/{split}/{agent}/seed{seed}/model_error.parquet",
+        layout.model_error(layout.run_dir("{split}", "{agent}", "{seed}")),
     log:
         "logs/model_error/{split}/{agent}/seed{seed}.log",
     wildcard_constraints:
@@ -30,9 +30,9 @@ rule model_error:
 
 rule aggregate_model_error:
     input:
-        lambda w: [f"results/runs/{w.split}/{a}/seed{s}/model_error.parquet" for a in WORLD_MODELS for s in SEEDS],
+        lambda w: [layout.model_error(run_dir(w.split, a, s)) for a in WORLD_MODELS for s in SEEDS],
     output:
-        "results/aggregate/{split}/model_error.parquet",
+        layout.model_error_aggregate("{split}"),
     log:
         "logs/aggregate/{split}/model_error.log",
     conda:
@@ -48,11 +48,11 @@ rule aggregate_model_error:
 
 rule train_sweep:
     input:
-        split="results/splits/{split}.json",
-        health="results/splits/{split}.health.json",
-        verdict=ancient("results/health/{split}.verdict.json"),
+        split=layout.split_file("{split}"),
+        health=layout.split_health("{split}"),
+        verdict=ancient(layout.health("{split}")["verdict"]),
     output:
-        manifest="results/sweeps/{split}/{method}/{field}{value}/seed{seed}/train.json",
+        manifest=layout.manifest(layout.sweep_run_dir("{split}", "{method}", "{field}", "{value}", "{seed}")),
     log:
         "logs/sweep/{split}/{method}/{field}{value}/seed{seed}.train.log",
     wildcard_constraints:
@@ -68,7 +68,7 @@ rule train_sweep:
         runtime=240,
     params:
         slice=lambda w: dumps(sweep_train_slice(config, w.value)),
-        run_dir=lambda w: f"results/sweeps/{w.split}/{w.method}/{w.field}{w.value}/seed{w.seed}",
+        run_dir=lambda w: layout.sweep_run_dir(w.split, w.method, w.field, w.value, w.seed),
         device=config["training"]["device"],
     shell:
         "set -o pipefail; tapebench train --agent {wildcards.method:q} --split {input.split:q} --seed {wildcards.seed:q}"
@@ -78,10 +78,10 @@ rule train_sweep:
 
 rule evaluate_sweep:
     input:
-        split="results/splits/{split}.json",
-        manifest="results/sweeps/{split}/{method}/{field}{value}/seed{seed}/train.json",
+        split=layout.split_file("{split}"),
+        manifest=layout.manifest(layout.sweep_run_dir("{split}", "{method}", "{field}", "{value}", "{seed}")),
     output:
-        "results/sweeps/{split}/{method}/{field}{value}/seed{seed}/eval_H{H}.parquet",
+        layout.evaluation(layout.sweep_run_dir("{split}", "{method}", "{field}", "{value}", "{seed}"), "{H}"),
     log:
         "logs/sweep/{split}/{method}/{field}{value}/seed{seed}_H{H}.log",
     wildcard_constraints:
@@ -96,7 +96,7 @@ rule evaluate_sweep:
         runtime=60,
     params:
         slice=lambda w: dumps(checkpoint_eval_slice(config, w.method)),
-        run_dir=lambda w: f"results/sweeps/{w.split}/{w.method}/{w.field}{w.value}/seed{w.seed}",
+        run_dir=lambda w: layout.sweep_run_dir(w.split, w.method, w.field, w.value, w.seed),
     shell:
         "tapebench evaluate --run {params.run_dir:q} --split {input.split:q} --H {wildcards.H:q}"
         " --params {params.slice:q} --threads {threads:q} --out {output:q} > {log:q} 2>&1"
@@ -104,10 +104,10 @@ rule evaluate_sweep:
 
 rule model_error_sweep:
     input:
-        split="results/splits/{split}.json",
-        manifest="results/sweeps/{split}/{method}/{field}{value}/seed{seed}/train.json",
+        split=layout.split_file("{split}"),
+        manifest=layout.manifest(layout.sweep_run_dir("{split}", "{method}", "{field}", "{value}", "{seed}")),
     output:
-        "results/sweeps/{split}/{method}/{field}{value}/seed{seed}/model_error.parquet",
+        layout.model_error(layout.sweep_run_dir("{split}", "{method}", "{field}", "{value}", "{seed}")),
     log:
         "logs/sweep/{split}/{method}/{field}{value}/seed{seed}.model_error.log",
     wildcard_constraints:
@@ -122,7 +122,7 @@ rule model_error_sweep:
         runtime=30,
     params:
         slice=model_error_params,
-        run_dir=lambda w: f"results/sweeps/{w.split}/{w.method}/{w.field}{w.value}/seed{w.seed}",
+        run_dir=lambda w: layout.sweep_run_dir(w.split, w.method, w.field, w.value, w.seed),
         H=config["env"]["H"],
     shell:
         "tapebench model-error --run {params.run_dir:q} --split {input.split:q} --H {params.H:q}"
@@ -131,11 +131,11 @@ rule model_error_sweep:
 
 rule aggregate_sweep_point:
     input:
-        episodes=lambda w: sweep_files(w, f"eval_H{config['env']['H']}.parquet"),
-        errors=lambda w: sweep_files(w, "model_error.parquet"),
+        episodes=lambda w: sweep_files(w, lambda run: layout.evaluation(run, config["env"]["H"])),
+        errors=lambda w: sweep_files(w, layout.model_error),
     output:
-        per_seed="results/sweeps/{split}/{method}_{field}{value}.per_seed.parquet",
-        errors="results/sweeps/{split}/{method}_{field}{value}.model_error.parquet",
+        per_seed=layout.sweep_point("{split}", "{method}", "{field}", "{value}")["per_seed"],
+        errors=layout.sweep_point("{split}", "{method}", "{field}", "{value}")["model_error"],
     log:
         "logs/sweep/{split}/{method}_{field}{value}.aggregate.log",
     wildcard_constraints:

@@ -6,7 +6,7 @@
 
 rule latex_check:
     output:
-        temp("results/.latex_check"),
+        temp(layout.LATEX_CHECK),
     log:
         "logs/report/latex_check.log",
     priority: 100
@@ -20,13 +20,13 @@ rule latex_check:
 rule report_pdf:
     input:
         outputs=REPORT_TARGETS,
-        latex="results/.latex_check",
+        latex=layout.LATEX_CHECK,
     output:
         pdf=report(
             layout.REPORT_PDF,
             category="Compiled report",
             caption="../report/compiled.rst",
-            labels={"output": "results/report.pdf"},
+            labels={"output": layout.REPORT_PDF},
         ),
         tex=layout.REPORT_TEX,
     log:

@@ -4,10 +4,10 @@
 
 rule evaluate:
     input:
-        split="results/splits/{split}.json",
-        manifest="results/runs/{split}/{agent}/seed{seed}/train.json",
+        split=layout.split_file("{split}"),
+        manifest=layout.manifest(layout.run_dir("{split}", "{agent}", "{seed}")),
     output:
-        "results/runs/{split}/{agent}/seed{seed}/eval_H{H}.parquet",
+        layout.evaluation(layout.run_dir("{split}", "{agent}", "{seed}"), "{H}"),
     log:
         "logs/evaluate/{split}/{agent}/seed{seed}_H{H}.log",
     wildcard_constraints:
@@ -28,10 +28,10 @@ rule evaluate:
 
 rule evaluate_method:
     input:
-        split="results/splits/{split}.json",
-        health="results/splits/{split}.health.json",
+        split=layout.split_file("{split}"),
+        health=layout.split_health("{split}"),
     output:
-        "results/runs/{split}/{agent}/seed{seed}/eval_H{H}.parquet",
+        layout.evaluation(layout.run_dir("{split}", "{agent}", "{seed}"), "{H}"),
     log:
         "logs/evaluate/{split}/{agent}/seed{seed}_H{H}.log",
     wildcard_constraints:

@@ -6,9 +6,9 @@
 
 rule exact_split:
     input:
-        split="results/splits/{split}.json",
+        split=layout.split_file("{split}"),
     output:
-        "results/oracle/{split}/exact_{side}_H{H}.parquet",
+        layout.exact_records("{split}", "{side}", "{H}"),
     log:
         "logs/oracle/{split}/exact_{side}_H{H}.log",
     wildcard_constraints:
@@ -28,14 +28,14 @@ rule exact_split:
 
 rule benchmark_health:
     input:
-        split="results/splits/{split}.json",
-        split_health="results/splits/{split}.health.json",
+        split=layout.split_file("{split}"),
+        split_health=layout.split_health("{split}"),
         reference=health_reference,
         random=health_random,
         identifiability=health_identifiability,
     output:
-        report="results/health/{split}.json",
-        per_rule="results/health/{split}.per_rule.parquet",
+        report=layout.health("{split}")["report"],
+        per_rule=layout.health("{split}")["per_rule"],
     log:
         "logs/health/{split}.log",
     conda:
@@ -57,9 +57,9 @@ rule benchmark_health:
 
 rule health_gate:
     input:
-        "results/health/{split}.json",
+        layout.health("{split}")["report"],
     output:
-        "results/health/{split}.verdict.json",
+        layout.health("{split}")["verdict"],
     log:
         "logs/health/{split}.verdict.log",
     conda:

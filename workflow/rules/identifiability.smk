@@ -4,9 +4,9 @@
 
 rule identifiability:
     input:
-        split="results/splits/{split}.json",
+        split=layout.split_file("{split}"),
     output:
-        "results/identifiability/{split}.parquet",
+        layout.identifiability("{split}"),
     log:
         "logs/identifiability/{split}.log",
     conda:

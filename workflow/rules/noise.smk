@@ -7,10 +7,10 @@
 
 rule evaluate_noise:
     input:
-        split="results/splits/{split}.json",
-        manifest="results/runs/{split}/{agent}/seed{seed}/train.json",
+        split=layout.split_file("{split}"),
+        manifest=layout.manifest(layout.run_dir("{split}", "{agent}", "{seed}")),
     output:
-        "results/noise/{split}/eps{eps}/{agent}/seed{seed}_H{H}.parquet",
+        layout.noise_eval("{split}", "{eps}", "{agent}", "{seed}", "{H}"),
     log:
         "logs/noise/{split}/eps{eps}/{agent}/seed{seed}_H{H}.log",
     wildcard_constraints:
@@ -32,10 +32,10 @@ rule evaluate_noise:
 
 rule evaluate_noise_method:
     input:
-        split="results/splits/{split}.json",
-        health="results/splits/{split}.health.json",
+        split=layout.split_file("{split}"),
+        health=layout.split_health("{split}"),
     output:
-        "results/noise/{split}/eps{eps}/{agent}/seed{seed}_H{H}.parquet",
+        layout.noise_eval("{split}", "{eps}", "{agent}", "{seed}", "{H}"),
     log:
         "logs/noise/{split}/eps{eps}/{agent}/seed{seed}_H{H}.log",
     wildcard_constraints:
@@ -59,7 +59,7 @@ rule aggregate_seed_noise:
     input:
         noise_episode_files,
     output:
-        "results/noise/{split}/eps{eps}/{agent}_H{H}.per_seed.parquet",
+        layout.noise_level_per_seed("{split}", "{eps}", "{agent}", "{H}"),
     log:
         "logs/noise/{split}/eps{eps}/{agent}_H{H}_aggregate_seed.log",
     wildcard_constraints:
@@ -77,7 +77,7 @@ rule aggregate_noise:
     input:
         noise_per_seed_files,
     output:
-        "results/noise/{split}/eps{eps}/aggregate_H{H}.parquet",
+        layout.noise_aggregate("{split}", "{eps}", "{H}"),
     log:
         "logs/noise/{split}/eps{eps}/aggregate_H{H}.log",
     wildcard_constraints:

@@ -4,9 +4,9 @@
 
 rule mpc_split:
     input:
-        split="results/splits/{split}.json",
+        split=layout.split_file("{split}"),
     output:
-        "results/oracle/{split}/mpc_{side}_H{H}.parquet",
+        layout.mpc_records("{split}", "{side}", "{H}"),
     log:
         "logs/oracle/{split}/mpc_{side}_H{H}.log",
     wildcard_constraints:
@@ -27,7 +27,7 @@ rule mpc_split:
 
 rule feasibility:
     output:
-        "results/oracle/feasibility_L{L}_H{H}.parquet",
+        layout.feasibility(LH),
     log:
         "logs/oracle/feasibility_L{L}_H{H}.log",
     conda:
@@ -40,11 +40,11 @@ rule feasibility:
 rule fixed_z_oracle:
     """MPC and the exact optimum on the same episodes of the representative rules (paper Table 6)."""
     input:
-        features="results/rules/features.parquet",
+        features=layout.rule_features(),
     output:
-        mpc="results/oracle/fixed_z_L{L}_H{H}/mpc.parquet",
-        exact="results/oracle/fixed_z_L{L}_H{H}/exact.parquet",
-        gap="results/oracle/fixed_z_L{L}_H{H}/gap.parquet",
+        mpc=layout.fixed_z(LH, "mpc"),
+        exact=layout.fixed_z(LH, "exact"),
+        gap=layout.fixed_z(LH, "gap"),
     log:
         "logs/oracle/fixed_z_L{L}_H{H}.log",
     conda:
@@ -66,9 +66,9 @@ rule fixed_z_oracle:
 
 rule mpc_by_type:
     input:
-        split="results/splits/{split}.json",
+        split=layout.split_file("{split}"),
     output:
-        "results/oracle/{split}/mpc_by_type_eval.json",
+        layout.mpc_by_type("{split}"),
     log:
         "logs/oracle/{split}/mpc_by_type.log",
     conda:

@@ -25,7 +25,7 @@ rule rule_features:
     input:
         rule_set=rule_set_files,
     output:
-        "results/rules/features.parquet",
+        layout.rule_features(),
     log:
         "logs/rules/features.log",
     conda:
@@ -43,9 +43,9 @@ rule rule_features:
 
 rule split:
     input:
-        features="results/rules/features.parquet",
+        features=layout.rule_features(),
     output:
-        "results/splits/{split}.json",
+        layout.split_file("{split}"),
     log:
         "logs/splits/{split}.log",
     wildcard_constraints:
@@ -66,9 +66,9 @@ rule split:
 
 rule split_health:
     input:
-        "results/splits/{split}.json",
+        layout.split_file("{split}"),
     output:
-        "results/splits/{split}.health.json",
+        layout.split_health("{split}"),
     log:
         "logs/splits/{split}.health.log",
     conda:

@@ -8,7 +8,7 @@
 
 rule ladder_split:
     input:
-        features="results/rules/features.parquet",
+        features=layout.rule_features(),
     output:
         layout.split_file(LADDER_SPLIT),
     log:
@@ -25,7 +25,7 @@ rule ladder_split:
 
 rule train_fixed_z:
     output:
-        manifest="results/fixed_z/L{L}_H{H}/{agent}/rule{rule}/seed{seed}/train.json",
+        manifest=layout.manifest(layout.fixed_z_run_dir("{L}", "{H}", "{agent}", "{rule}", "{seed}")),
     log:
         "logs/fixed_z/L{L}_H{H}/{agent}/rule{rule}/seed{seed}_train.log",
     wildcard_constraints:
@@ -51,9 +51,9 @@ rule train_fixed_z:
 
 rule evaluate_fixed_z:
     input:
-        manifest="results/fixed_z/L{L}_H{H}/{agent}/rule{rule}/seed{seed}/train.json",
+        manifest=layout.manifest(layout.fixed_z_run_dir("{L}", "{H}", "{agent}", "{rule}", "{seed}")),
     output:
-        "results/fixed_z/L{L}_H{H}/{agent}/rule{rule}/seed{seed}/eval.parquet",
+        layout.evaluation(layout.fixed_z_run_dir("{L}", "{H}", "{agent}", "{rule}", "{seed}")),
     log:
         "logs/fixed_z/L{L}_H{H}/{agent}/rule{rule}/seed{seed}_evaluate.log",
     wildcard_constraints:
@@ -78,9 +78,9 @@ rule aggregate_fixed_z:
     input:
         fixed_z_episode_files,
     output:
-        per_seed="results/fixed_z/L{L}_H{H}/{agent}/rule{rule}.per_seed.parquet",
-        curves="results/fixed_z/L{L}_H{H}/{agent}/rule{rule}.curves.parquet",
-        per_rule="results/fixed_z/L{L}_H{H}/{agent}/rule{rule}.per_rule.parquet",
+        per_seed=layout.fixed_z_per_seed("{L}", "{H}", "{agent}", "{rule}"),
+        curves=layout.fixed_z_curves("{L}", "{H}", "{agent}", "{rule}"),
+        per_rule=layout.fixed_z_per_rule("{L}", "{H}", "{agent}", "{rule}"),
     log:
         "logs/fixed_z/L{L}_H{H}/{agent}/rule{rule}_aggregate.log",
     wildcard_constraints:
@@ -98,11 +98,11 @@ rule aggregate_fixed_z:
 
 rule train_multi_rule:
     input:
-        split="results/splits/{split}.json",
-        health="results/splits/{split}.health.json",
-        verdict=ancient("results/health/{split}.verdict.json"),
+        split=layout.split_file("{split}"),
+        health=layout.split_health("{split}"),
+        verdict=ancient(layout.health("{split}")["verdict"]),
     output:
-        manifest="results/fixed_z/L{L}_H{H}/multi_{split}/{agent}/seed{seed}/train.json",
+        manifest=layout.manifest(layout.multi_rule_run_dir("{L}", "{H}", "{split}", "{agent}", "{seed}")),
     log:
         "logs/fixed_z/L{L}_H{H}/multi_{split}/{agent}/seed{seed}_train.log",
     wildcard_constraints:
@@ -127,10 +127,10 @@ rule train_multi_rule:
 
 rule evaluate_multi_rule:
     input:
-        split="results/splits/{split}.json",
-        manifest="results/fixed_z/L{L}_H{H}/multi_{split}/{agent}/seed{seed}/train.json",
+        split=layout.split_file("{split}"),
+        manifest=layout.manifest(layout.multi_rule_run_dir("{L}", "{H}", "{split}", "{agent}", "{seed}")),
     output:
-        "results/fixed_z/L{L}_H{H}/multi_{split}/{agent}/seed{seed}/eval.parquet",
+        layout.evaluation(layout.multi_rule_run_dir("{L}", "{H}", "{split}", "{agent}", "{seed}")),
     log:
         "logs/fixed_z/L{L}_H{H}/multi_{split}/{agent}/seed{seed}_evaluate.log",
     wildcard_constraints:
@@ -154,9 +154,9 @@ rule aggregate_seed_multi_rule:
     input:
         multi_rule_episode_files,
     output:
-        per_seed="results/fixed_z/L{L}_H{H}/multi_{split}/{agent}.per_seed.parquet",
-        curves="results/fixed_z/L{L}_H{H}/multi_{split}/{agent}.curves.parquet",
-        per_rule="results/fixed_z/L{L}_H{H}/multi_{split}/{agent}.per_rule.parquet",
+        per_seed=layout.multi_rule_per_seed("{L}", "{H}", "{split}", "{agent}"),
+        curves=layout.multi_rule_curves("{L}", "{H}", "{split}", "{agent}"),
+        per_rule=layout.multi_rule_per_rule("{L}", "{H}", "{split}", "{agent}"),
     log:
         "logs/fixed_z/L{L}_H{H}/multi_{split}/{agent}_aggregate_seed.log",
     wildcard_constraints:
@@ -175,8 +175,8 @@ rule aggregate_multi_rule:
     input:
         multi_rule_per_seed_files,
     output:
-        aggregate="results/fixed_z/L{L}_H{H}/multi_{split}/aggregate.parquet",
-        tests="results/fixed_z/L{L}_H{H}/multi_{split}/tests.parquet",
+        aggregate=layout.multi_rule_aggregate("{L}", "{H}", "{split}"),
+        tests=layout.multi_rule_tests("{L}", "{H}", "{split}"),
     log:
         "logs/fixed_z/L{L}_H{H}/multi_{split}/aggregate.log",
     wildcard_constraints:
@@ -195,10 +195,10 @@ rule aggregate_multi_rule:
 rule oracle_multi_rule:
     """True-dynamics MPC and the exact optimum on the multi-rule runs' own episodes (both sides of the split)."""
     input:
-        split="results/splits/{split}.json",
+        split=layout.split_file("{split}"),
     output:
-        mpc="results/fixed_z/L{L}_H{H}/multi_{split}/mpc_{side}.parquet",
-        exact="results/fixed_z/L{L}_H{H}/multi_{split}/exact_{side}.parquet",
+        mpc=layout.multi_rule_oracle("{L}", "{H}", "{split}", "mpc", "{side}"),
+        exact=layout.multi_rule_oracle("{L}", "{H}", "{split}", "exact", "{side}"),
     log:
         "logs/fixed_z/L{L}_H{H}/multi_{split}/oracle_{side}.log",
     wildcard_constraints:

@@ -5,11 +5,11 @@
 
 rule train:
     input:
-        split="results/splits/{split}.json",
-        health="results/splits/{split}.health.json",
+        split=layout.split_file("{split}"),
+        health=layout.split_health("{split}"),
         verdict=health_verdict,
     output:
-        manifest="results/runs/{split}/{agent}/seed{seed}/train.json",
+        manifest=layout.manifest(layout.run_dir("{split}", "{agent}", "{seed}")),
     log:
         "logs/train/{split}/{agent}/seed{seed}.log",
     conda:

@@ -20,13 +20,14 @@ import numpy as np
 
 from tapebench.episodes.sets import episode_set
 from tapebench.episodes.streams import GAMMA, episode_keys, split_key
+from tapebench.layout import split_file
 from tapebench.methods.exact import _hypercube_min, feasibility_arrays, transition_table, value_tables
 from tapebench.methods.mpc import MPCConfig, run_mpc
 from tapebench.validation import check_horizon, check_length
 
 MPC_GOAL_S = 5.0
 DP_GOAL_S = 5.0
-MAIN_SPLIT = Path("results/splits/main.json")
+MAIN_SPLIT = Path(split_file("main"))
 EPISODES_PER_RULE = 20
 DP_L = DP_H = 16
 DP_BASELINE_RULES = (0, 30, 90, 110, 150, 204)

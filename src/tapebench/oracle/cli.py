@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 
 from tapebench.evaluation.protocol import DEFAULT_EVAL_SEED
+from tapebench.layout import SPLITS_DIR
 
 
 def _episode_args(p, *, L: int, H: int, episodes_per_rule: int) -> None:
@@ -12,7 +13,7 @@ def _episode_args(p, *, L: int, H: int, episodes_per_rule: int) -> None:
     where.add_argument("--split", help="split name (in --splits-dir) or path to a split JSON")
     p.add_argument("--side", help="side of the split: train (ID) or test (OOD); required with --split")
     p.add_argument("--features", help="features Parquet giving rule types for --rules (else types are empty)")
-    p.add_argument("--splits-dir", default="results/splits", help="where split names are looked up")
+    p.add_argument("--splits-dir", default=SPLITS_DIR, help="where split names are looked up")
     p.add_argument("--episodes-per-rule", type=int, default=episodes_per_rule,
                    help=f"evaluation episodes per rule (default {episodes_per_rule})")
     p.add_argument("--L", type=int, default=L, help=f"tape length (default {L})")
@@ -72,7 +73,7 @@ def register(sub) -> None:
     p = sub.add_parser("export-mpc-by-type", description="Run MPC on one side of a split and write mpc_by_type_eval.json (Table 7).")
     p.add_argument("--split", required=True, help="split name (in --splits-dir) or path to a split JSON")
     p.add_argument("--side", default="test", help="train or test (default test)")
-    p.add_argument("--splits-dir", default="results/splits", help="where split names are looked up")
+    p.add_argument("--splits-dir", default=SPLITS_DIR, help="where split names are looked up")
     p.add_argument("--episodes-per-rule", type=int, default=1, help="episodes per rule (default 1)")
     p.add_argument("--L", type=int, default=32, help="tape length (default 32)")
     p.add_argument("--H", type=int, default=32, help="horizon (default 32)")

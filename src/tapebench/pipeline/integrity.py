@@ -6,6 +6,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from tapebench.layout import MANIFEST_FILE
 from tapebench.splits.io import load_split
 from tapebench.utils.artifacts import CorruptArtifact, check_checkpoint_archive, check_parquet, read_json, run_dir_of
 
@@ -48,7 +49,7 @@ def scan_results(results) -> list[Problem]:
         try:
             if path.suffix == ".parquet":
                 check_parquet(path)
-            elif path.name == "train.json":
+            elif path.name == MANIFEST_FILE:
                 problems += _manifest_problems(path)
             elif path.suffix == ".json" and path.parent.name == "splits" and not path.name.endswith(".health.json"):
                 load_split(path)

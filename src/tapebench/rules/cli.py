@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from tapebench.layout import SPLITS_DIR
 from tapebench.rules.features import RULE_TYPES, FeatureProtocol, write_features
 from tapebench.validation import parse_rule_list
 
@@ -46,7 +47,7 @@ def register(sub) -> None:
                                    "the rule tables consistent with them are a single rule (H + 1 = not identified "
                                    "within the episode). Writes one row per episode to a Parquet file.")
     p.add_argument("--split", required=True, help="split name (in --splits-dir) or path to a split JSON")
-    p.add_argument("--splits-dir", default="results/splits", help="where split names are looked up")
+    p.add_argument("--splits-dir", default=SPLITS_DIR, help="where split names are looked up")
     p.add_argument("--L", type=int, default=32, help="tape length (default 32)")
     p.add_argument("--H", type=int, default=32, help="episode horizon (default 32)")
     p.add_argument("--episodes-per-rule", type=int, default=DEFAULT_EPISODES_PER_RULE,

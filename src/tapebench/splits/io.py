@@ -15,12 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tapebench.layout import SPLITS_DIR
 from tapebench.rules.family import family_from_config
 from tapebench.utils.artifacts import CorruptArtifact, read_json
 from tapebench.utils.io import content_hash, write_json
 from tapebench.vocabulary import ID_SIDE, SPLIT_SIDES, ladder_level, ladder_side
 
-DEFAULT_SPLITS_DIR = Path("results/splits")
+DEFAULT_SPLITS_DIR = Path(SPLITS_DIR)
 UNHASHED_FIELDS = ("content_hash", "provenance")
 
 def split_content_hash(payload: dict) -> str:
