@@ -38,6 +38,17 @@ PROTOCOL_RANK_COLUMNS = ["protocol", "agent", "mean", "rank", "rank_ci_low", "ra
 PROTOCOL_REVERSAL_COLUMNS = ["protocol_a", "protocol_b", "reference", "agent_hi", "agent_lo", "tied_a", "mean_a_hi",
                              "mean_a_lo", "mean_b_hi", "mean_b_lo", "reversed", "p_reversed"]
 
+# the world test (`tapebench worldtest`, `tapebench aggregate-worldtest`; docs/protocol.md#world-test): one row per
+# problem; success and final_dist only for planning, delay (report step - earliest detectable step) only for a
+# detection that reported, NaN elsewhere
+WORLDTEST_COLUMNS = {
+    "agent": "string", "seed": "int64", "budget": "int64", "split": "string", "side": "string", "rule": "int64",
+    "problem": "int64", "task": "string", "length": "int64", "score": "float64", "success": "float64",
+    "final_dist": "float64", "delay": "float64",
+}
+WORLDTEST_AGGREGATE_COLUMNS = ["agent", "task", "side", "budget", "n_seeds", "problems", "mean", "ci_low", "ci_high",
+                               "ci", "n_resamples", "chance"]
+
 # oracle and rule-space tables
 FEASIBILITY_COLUMNS = ["rule", "L", "H", "solvable_fraction", "any_solvable"]
 IDENTIFIABILITY_COLUMNS = ("split", "side", "rule", "type", "episode", "L", "H", "steps", "identified", "episode_steps")
@@ -77,5 +88,9 @@ TABLE_KINDS = (
               tuple(PROTOCOL_RANK_COLUMNS)),
     TableKind("protocol_reversals", "a protocol-reversals table", "tapebench protocol-comparison --reversals-out",
               tuple(PROTOCOL_REVERSAL_COLUMNS)),
+    TableKind("worldtest", "a world-test table of one method, seed and budget", "tapebench worldtest",
+              tuple(WORLDTEST_COLUMNS)),
+    TableKind("worldtest_aggregate", "a world-test aggregate", "tapebench aggregate-worldtest",
+              tuple(WORLDTEST_AGGREGATE_COLUMNS)),
     TableKind("features", "a rule-features table", "tapebench features", tuple(FEATURE_KEY_COLUMNS)),
 )

@@ -18,6 +18,13 @@ OOD_PROTOCOL = "OOD"         # the reference protocol: OOD on the main split at 
 
 MAX_EXACT_L = 20             # the exact optimum enumerates all 2^L tapes: L <= 20
 
+# the world test (docs/protocol.md#world-test): its tasks, in the order tables list them
+PREDICTION_TASK = "prediction"   # masked-tape prediction: choose the masked cells among candidates
+PLANNING_TASK = "planning"       # reach a derived goal tape
+DETECTION_TASK = "detection"     # report the first step whose tape the hidden rule does not produce
+WORLDTEST_TASKS = (PREDICTION_TASK, PLANNING_TASK, DETECTION_TASK)
+PREDICTION_CANDIDATES = 6        # answers offered per prediction problem, exactly one right: chance 1/6
+
 
 def ladder_side(d: int) -> str:
     """The evaluation side of ladder level d: 'd1', 'd2', ..."""
