@@ -30,6 +30,7 @@ COMMANDS = {
     "train": ("tapebench.training.cli", "train one agent for one seed (resumable checkpoints)"),
     "evaluate": ("tapebench.training.cli", "evaluate a trained run or a method that does not train"),
     "model-error": ("tapebench.training.cli", "a world model's open-loop prediction error on ID and OOD rules"),
+    "worldtest": ("tapebench.evaluation.cli", "world test: reward-free interaction with a hidden rule, then derived tasks"),
     "methods": ("tapebench.methods.cli", "list the registered methods (agents, planners, reference rows)"),
     "bench": ("tapebench.bench", "measure throughput (CA kernel, environment, MPC, DP, training)"),
     "features": ("tapebench.rules.cli", "per-rule features and operational types (stable / periodic / chaotic)"),

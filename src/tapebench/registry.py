@@ -70,6 +70,10 @@ class Method:
                      only the last K (planners whose evaluation costs far more than training)
     any_rule_family  works on tapes of any rule family (k colours, radius r; docs/protocol.md#rule-sets);
                      False: elementary rules only (bit augmentations, a belief over the 256 rules, 2^L tables)
+    world_test       takes part in the world test (docs/protocol.md#world-test): `world_test(config, context:
+                     methods.world_test.WorldTestContext) -> WorldTester` (interface in `methods.world_test`);
+                     methods that train get their final checkpoint's agent in `context.agent`. A method with
+                     only `world_test` (no make_agent, no make_policy) exists for the world test alone
     summary          one line for `tapebench methods`
     """
 
@@ -86,6 +90,7 @@ class Method:
     world_model: bool = False
     every_checkpoint: bool = True
     any_rule_family: bool = False
+    world_test: Callable | None = None
     summary: str = ""
 
     def __post_init__(self):
@@ -94,9 +99,12 @@ class Method:
                              f"wildcard), got {self.id!r}")
         if self.family not in FAMILIES:
             raise ValueError(f"method {self.id!r}: family must be one of {list(FAMILIES)}, got {self.family!r}")
-        if (self.make_agent is None) == (self.make_policy is None):
-            raise ValueError(f"method {self.id!r} needs exactly one of make_agent (it trains) or make_policy "
-                             f"(it does not)")
+        if self.make_agent is not None and self.make_policy is not None:
+            raise ValueError(f"method {self.id!r} needs one of make_agent (it trains) or make_policy "
+                             f"(it does not), not both")
+        if self.make_agent is None and self.make_policy is None and self.world_test is None:
+            raise ValueError(f"method {self.id!r} needs make_agent (it trains), make_policy (it does not) or "
+                             f"world_test (it takes part in the world test only)")
         if not dataclasses.is_dataclass(self.Config):
             raise ValueError(f"method {self.id!r}: Config must be a dataclass, got {self.Config!r}")
         if self.trains and "num_envs" not in {f.name for f in dataclasses.fields(self.Config)}:
@@ -109,6 +117,11 @@ class Method:
     @property
     def trains(self) -> bool:
         return self.make_agent is not None
+
+    @property
+    def plays_episodes(self) -> bool:
+        """It has TAPE episodes to evaluate (trains, or has an evaluation policy); False: world test only."""
+        return self.make_agent is not None or self.make_policy is not None
 
     @property
     def family_name(self) -> str:
@@ -128,9 +141,14 @@ class Method:
 def _builtin() -> list[Method]:
     # lazy: a command loads only the modules it runs
     from tapebench.methods import (bayes_filter, curl_dqn, dqn, dreamer, ensemble_mpc, exact, identify_then_plan, mpc,
-                                   pearl_dqn, planet, ppo, ppo_dr, rad_dqn, rainbow, random_policy, rl2_a2c)
+                                   pearl_dqn, planet, ppo, ppo_dr, rad_dqn, rainbow, random_policy, rl2_a2c,
+                                   world_test)
 
-    agent = Method.from_agent_module
+    def agent(*args, **kwargs):
+        if kwargs.get("world_model"):   # a learned world model answers the world test through its rollouts
+            kwargs.setdefault("world_test", world_test.learned_model_tester)
+        return Method.from_agent_module(*args, **kwargs)
+
     return [
         agent("dqn", "DQN", "value_based", dqn, any_rule_family=True),
         agent("ppo", "PPO", "actor_critic", ppo, any_rule_family=True),
@@ -145,6 +163,7 @@ def _builtin() -> list[Method]:
         agent("ensemble_mpc", "Ensemble MPC", "world_model", ensemble_mpc, world_model=True, every_checkpoint=False),
         Method("ensemble_mpc_ig", "Ensemble MPC + IG", "world_model", ensemble_mpc.IGConfig,
                make_agent=ensemble_mpc.make, world_model=True, every_checkpoint=False,
+               world_test=world_test.learned_model_tester,
                summary="ensemble MPC with beta x ensemble disagreement (nats) added to each planned step"),
         Method("bayes_filter", "Bayes filter (train)", "belief", bayes_filter.Config,
                make_policy=bayes_filter.make_policy,
@@ -153,12 +172,15 @@ def _builtin() -> list[Method]:
                make_policy=bayes_filter.make_policy_full,
                summary="posterior over all 256 rules, one-step greedy on expected distance + 0.25 x IG"),
         Method("identify_then_plan", "Identify-then-plan", "belief", identify_then_plan.Config,
-               make_policy=identify_then_plan.make_policy,
+               make_policy=identify_then_plan.make_policy, world_test=world_test.random_exploration_tester,
                summary="rule tables consistent with the transitions seen, MPC (8 x 512) averaged over them"),
+        Method("active_identify", "Active exploration + exact", "belief", world_test.ActiveConfig,
+               world_test=world_test.active_exploration_tester,
+               summary="world test only: flips that pin the most unknown rule-table bits, then exact reasoning"),
         Method("random", "Random policy", "reference", random_policy.Config, make_policy=random_policy.make_policy,
-               any_rule_family=True, summary="a uniformly random cell each step: the floor"),
+               any_rule_family=True, world_test=world_test.chance_tester, summary="a uniformly random cell each step: the floor"),
         Method("mpc", "True-dynamics MPC", "reference", mpc.MPCMethodConfig, make_policy=mpc.make_policy,
-               sees_true_rule=True, any_rule_family=True,
+               sees_true_rule=True, any_rule_family=True, world_test=world_test.true_rule_tester,
                summary="random-shooting MPC with the episode's true rule (8 x 512)"),
         Method("exact", "Exact optimum", "reference", exact.ExactConfig, make_policy=exact.make_policy,
                sees_true_rule=True, deterministic=True, by_rule=True,

@@ -18,7 +18,7 @@ BASELINE = "random"
 
 
 def untrained_methods() -> list[str]:
-    return sorted(m for m, method in registry().items() if not method.trains and not method.sees_true_rule)
+    return sorted(m for m, method in registry().items() if method.make_policy is not None and not method.sees_true_rule)
 
 
 def _time(method_id: str, sides, train_rules, seed: int) -> tuple[float, float]:

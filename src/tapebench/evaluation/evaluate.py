@@ -60,6 +60,9 @@ def evaluate_untrained(method_id: str, hyperparameters: dict | None, seed: int, 
     method = get_method(method_id)
     if method.trains:
         raise ValueError(f"method {method_id!r} trains: evaluate its run directory (tapebench evaluate --run)")
+    if method.make_policy is None:
+        raise ValueError(f"method {method_id!r} takes part in the world test only (`tapebench worldtest`); it has "
+                         f"no evaluation policy for TAPE episodes")
     config = build_config(method_id, hyperparameters)
     frames, start = [], time.perf_counter()
     device = torch.device(device)

@@ -362,6 +362,9 @@ def validate_config(config: dict, schema_path) -> dict:
         if method not in methods:
             raise ConfigError(f"config key 'methods[{i}]': unknown method {method!r}; registered methods: "
                               f"{sorted(methods)} (`tapebench methods` lists them)")
+        if not methods[method].plays_episodes:
+            raise ConfigError(f"config key 'methods[{i}]': {method!r} takes part in the world test only; list it in "
+                              f"studies.worldtest.methods, not in methods")
         if not config_family(config).elementary and not methods[method].any_rule_family:
             supported = sorted(m for m, entry in methods.items() if entry.any_rule_family)
             raise ConfigError(f"config key 'methods[{i}]': {method!r} supports only the elementary family, not "

@@ -229,7 +229,7 @@ def register(sub) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run", help="run folder written by `tapebench train`")
     p.add_argument("--method", help="instead of --run, a method that does not train: "
-                                    f"{', '.join(sorted(m for m, x in registry().items() if not x.trains))}")
+                                    f"{', '.join(sorted(m for m, x in registry().items() if x.make_policy))}")
     p.add_argument("--seed", type=int, default=0, help="with --method: the method's seed (default 0)")
     p.add_argument("--H", type=int, required=True, help="evaluation horizon (steps per episode)")
     p.add_argument("--out", required=True, help="Parquet file of per-episode records to write")

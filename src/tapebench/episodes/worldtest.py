@@ -1,0 +1,298 @@
+"""The world test's problems (docs/protocol.md#world-test): drawn once per (seed, side, rule, problem, task) from
+common random numbers, so every method answers the same problems, whatever its interaction budget.
+
+A *row* is one hidden rule z (from one side of a split) and one problem index j. The row's identity
+(problem seed, world-test seed, split key, side, rule, j) fixes
+
+* its key (`WorldTestRows.keys`): the methods' per-row randomness and the interaction phase's fresh tapes
+  (`fresh_tapes`), the same for every task;
+* one problem of each task, each from its own SeedSequence stream:
+
+  - **prediction** (length T): a random tape s0 and T random actions; the tapes s0..s_{T-1} are shown, the
+    masked cells of s_T are to be chosen among `PREDICTION_CANDIDATES` candidates. The right one is s_T's
+    masked cells; the distractors are the masked cells other rules z' would produce from the last shown step
+    (s_{T-1}, a_T), in a random order of the 255 other rules, keeping those distinct from the right answer and
+    from each other; if fewer than five such exist, random patterns distinct from all fill up. The six are
+    shuffled. So exactly one candidate is right by construction.
+  - **planning**: a random start s0 and a goal g reached from s0 by the hidden rule under `goal_steps` or fewer
+    random actions (k uniform in 1..goal_steps), redrawn while g is s0 or the all-zero tape. Every goal is
+    reachable within k <= horizon steps by construction (its witness actions are kept). A rule that reaches no
+    such tape in `GOAL_DRAWS` draws (rule 0 maps every tape to 0...0) has no planning problem: the row is
+    left out of planning (`PlanningKey.valid`).
+  - **detection** (length T): a random start, T random actions, a hidden switch step k in 1..T and another
+    rule z' != z: step t uses z before k and z' from k on. The earliest detectable step is the first t >= k
+    whose tape differs from F_z(s_{t-1} XOR e_{a_t}); problems with none within T are redrawn.
+
+Tapes are uint8 (N, L) arrays of 0/1 cells; actions are int64 cell indices (elementary rules, L <= 64).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba as nb
+import numpy as np
+
+from tapebench.ca.packed import length_mask, pack, step_word, step_word_rule, unpack
+from tapebench.episodes.streams import check_side, mix64_array, side_code, step_keys
+from tapebench.validation import check_integer, check_length
+from tapebench.vocabulary import DETECTION_TASK, PLANNING_TASK, PREDICTION_CANDIDATES, PREDICTION_TASK
+
+TASK_CODES = {PREDICTION_TASK: 0, PLANNING_TASK: 1, DETECTION_TASK: 2}
+FRESH_TAPE_SALT = 0x5245534554   # the interaction phase's fresh tapes (a stream of the row key)
+MAX_REDRAWS = 10_000             # draws of a detection problem before giving up (never reached)
+GOAL_DRAWS = 256                 # draws of a planning goal before the row has none (rules reaching only 0...0)
+DETECTION_DECAY = 0.5            # detection score per step of delay after the earliest detectable step
+
+
+@dataclass(frozen=True)
+class WorldTestRows:
+    """The rows of one world-test job side: hidden rule and problem index, rule-major."""
+
+    L: int
+    side: str
+    rules: np.ndarray      # (N,) int64 hidden rules
+    problems: np.ndarray   # (N,) int64 problem index j within the rule
+    keys: np.ndarray       # (N,) uint64 row identities (methods' per-row randomness, fresh tapes)
+    entropy: tuple         # (problem seed, world-test seed, split key): the rest of every row's identity
+
+    def __len__(self) -> int:
+        return len(self.rules)
+
+    def subset(self, rows) -> "WorldTestRows":
+        return WorldTestRows(self.L, self.side, self.rules[rows], self.problems[rows], self.keys[rows], self.entropy)
+
+    def identity(self, row: int, task: str, length: int) -> list[int]:
+        return [*self.entropy, side_code(self.side), int(self.rules[row]), int(self.problems[row]),
+                TASK_CODES[task], int(length)]
+
+
+def world_test_rows(rules, problems_per_rule: int, L: int, *, side: str, seed: int, problem_seed: int = 0,
+                    split_key: int = 0) -> WorldTestRows:
+    """The rows of `rules` x `problems_per_rule` problems on one side, for world-test seed `seed`."""
+    L = check_length(L)
+    if L > 64:
+        raise ValueError(f"the world test uses packed elementary tapes and needs L <= 64, got L={L}")
+    check_integer(problems_per_rule, "world test problems_per_rule", minimum=1)
+    check_integer(seed, "world test seed", minimum=0)
+    check_integer(problem_seed, "world test problem_seed", minimum=0)
+    rules = np.asarray(rules, dtype=np.int64)
+    if rules.ndim != 1 or np.any((rules < 0) | (rules > 255)):
+        raise ValueError(f"world-test rules must be elementary rules 0..255, got {rules.tolist()}")
+    side = check_side(side)
+    rule_col = np.repeat(rules, problems_per_rule)
+    problem_col = np.tile(np.arange(problems_per_rule, dtype=np.int64), len(rules))
+    entropy = (int(problem_seed), int(seed), int(split_key))
+    keys = np.array([np.random.SeedSequence([*entropy, side_code(side), int(z), int(j)], spawn_key=(7,))
+                     .generate_state(1, np.uint64)[0] for z, j in zip(rule_col, problem_col)], dtype=np.uint64)
+    return WorldTestRows(L, side, rule_col, problem_col, keys, entropy)
+
+
+def fresh_tapes(keys: np.ndarray, n, L: int) -> np.ndarray:
+    """(N, L) uint8: the n-th fresh random tape of each row (n = 0: the interaction phase's first tape; the
+    k-th reset gives tape k). `n` is a scalar or an (N,) array. A pure function of (row key, n)."""
+    counters = np.broadcast_to(np.asarray(n, dtype=np.uint64), np.shape(keys))
+    with np.errstate(over="ignore"):
+        words = mix64_array(np.asarray(keys, dtype=np.uint64) ^ mix64_array(counters + np.uint64(FRESH_TAPE_SALT)))
+    return unpack(words, L)
+
+
+def random_actions(keys: np.ndarray, t: int, salt: int, L: int) -> np.ndarray:
+    """(N,) int64 uniform cells of step t under a method's salt (its seed): counter-based, per row."""
+    words = step_keys(np.asarray(keys, dtype=np.uint64), t, salt)
+    return ((words >> np.uint64(32)) * np.uint64(L) >> np.uint64(32)).astype(np.int64)
+
+
+def transition(tapes: np.ndarray, actions: np.ndarray, rules: np.ndarray) -> np.ndarray:
+    """(N, L) uint8: F_z(s XOR e_a) per row (the environment's step, elementary rules)."""
+    L = tapes.shape[1]
+    words = pack(tapes) ^ (np.uint64(1) << np.asarray(actions, dtype=np.uint64))
+    return unpack(_step_rows(words, np.asarray(rules, dtype=np.int64), L), L)
+
+
+@nb.njit(cache=True)
+def _step_rows(words, rules, L):
+    mask = length_mask(L)
+    out = np.empty_like(words)
+    for i in range(words.shape[0]):
+        out[i] = step_word_rule(words[i], rules[i], L, mask)
+    return out
+
+
+@nb.njit(cache=True)
+def _all_rule_steps(word, L):
+    out = np.empty(256, dtype=np.uint64)
+    for z in range(256):
+        out[z] = step_word(word, z, L)
+    return out
+
+
+# --- prediction ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PredictionProblems:
+    """What a method sees of N prediction problems of length T (all rows the same T)."""
+
+    T: int
+    tapes: np.ndarray        # (N, T, L) uint8: s_0 .. s_{T-1}, the shown tapes
+    actions: np.ndarray      # (N, T) int64: a_1 .. a_T (s_t = F_z(s_{t-1} XOR e_{a_t}))
+    mask: np.ndarray         # (N, L) bool: the masked cells of s_T
+    candidates: np.ndarray   # (N, PREDICTION_CANDIDATES, M) uint8: candidate values of the masked cells, in cell order
+
+    def __len__(self) -> int:
+        return len(self.actions)
+
+
+@dataclass(frozen=True)
+class PredictionKey:
+    """The hidden part: the right candidate and the true final tape."""
+
+    answers: np.ndarray      # (N,) int64
+    final: np.ndarray        # (N, L) uint8: s_T
+
+
+def prediction_problems(rows: WorldTestRows, T: int, masked_cells: int) -> tuple[PredictionProblems, PredictionKey]:
+    T = check_integer(T, "prediction length", minimum=1)
+    L = rows.L
+    M = check_integer(masked_cells, "masked_cells", minimum=1, maximum=L)
+    n = len(rows)
+    tapes = np.zeros((n, T + 1, L), dtype=np.uint8)
+    actions = np.zeros((n, T), dtype=np.int64)
+    masks = np.zeros((n, L), dtype=bool)
+    candidates = np.zeros((n, PREDICTION_CANDIDATES, M), dtype=np.uint8)
+    answers = np.zeros(n, dtype=np.int64)
+    for i in range(n):
+        rng = np.random.default_rng(np.random.SeedSequence(rows.identity(i, PREDICTION_TASK, T)))
+        z = int(rows.rules[i])
+        tapes[i, 0] = rng.integers(0, 2, L, dtype=np.uint8)
+        actions[i] = rng.integers(0, L, T)
+        for t in range(T):
+            tapes[i, t + 1] = transition(tapes[i, t][None], actions[i, t:t + 1], np.array([z]))[0]
+        cells = np.sort(rng.choice(L, M, replace=False))
+        masks[i, cells] = True
+        right = tapes[i, T, cells]
+        last = pack(tapes[i, T - 1])[0] ^ (np.uint64(1) << np.uint64(actions[i, T - 1]))
+        others = unpack(_all_rule_steps(last, L), L)[:, cells]
+        chosen = [right]
+        seen = {right.tobytes()}
+        for z_other in rng.permutation(256):
+            if len(chosen) == PREDICTION_CANDIDATES:
+                break
+            if z_other != z and others[z_other].tobytes() not in seen:
+                chosen.append(others[z_other])
+                seen.add(others[z_other].tobytes())
+        while len(chosen) < PREDICTION_CANDIDATES:   # too few distinct alternatives: random patterns fill up
+            pattern = rng.integers(0, 2, M, dtype=np.uint8)
+            if pattern.tobytes() not in seen:
+                chosen.append(pattern)
+                seen.add(pattern.tobytes())
+        order = rng.permutation(PREDICTION_CANDIDATES)
+        candidates[i] = np.stack(chosen)[order]
+        answers[i] = int(np.flatnonzero(order == 0)[0])
+    problems = PredictionProblems(T, tapes[:, :T].copy(), actions, masks, candidates)
+    return problems, PredictionKey(answers, tapes[:, T].copy())
+
+
+# --- planning -----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PlanningProblems:
+    """What a method sees of N planning problems: start tapes and goals; it has `horizon` steps."""
+
+    horizon: int
+    starts: np.ndarray       # (N, L) uint8
+    goals: np.ndarray        # (N, L) uint8
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+
+@dataclass(frozen=True)
+class PlanningKey:
+    witnesses: list          # per row: the action sequence (length 1..goal_steps) that reaches the goal
+    valid: np.ndarray        # (N,) bool: the row has a goal (its rule reaches a tape other than 0...0)
+
+
+def planning_problems(rows: WorldTestRows, horizon: int, goal_steps: int) -> tuple[PlanningProblems, PlanningKey]:
+    horizon = check_integer(horizon, "planning horizon", minimum=1)
+    goal_steps = check_integer(goal_steps, "planning goal_steps", minimum=1, maximum=horizon)
+    L, n = rows.L, len(rows)
+    starts = np.zeros((n, L), dtype=np.uint8)
+    goals = np.zeros((n, L), dtype=np.uint8)
+    witnesses = []
+    valid = np.zeros(n, dtype=bool)
+    for i in range(n):
+        rng = np.random.default_rng(np.random.SeedSequence(rows.identity(i, PLANNING_TASK, horizon)))
+        z = np.array([rows.rules[i]])
+        for _ in range(GOAL_DRAWS):
+            start = rng.integers(0, 2, L, dtype=np.uint8)
+            k = int(rng.integers(1, goal_steps + 1))
+            acts = rng.integers(0, L, k)
+            tape = start
+            for a in acts:
+                tape = transition(tape[None], np.array([a]), z)[0]
+            if tape.any() and not np.array_equal(tape, start):
+                valid[i] = True
+                break
+        starts[i], goals[i] = start, tape
+        witnesses.append(acts.astype(np.int64))
+    return PlanningProblems(horizon, starts, goals), PlanningKey(witnesses, valid)
+
+
+# --- detection ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DetectionProblems:
+    """What a method is told before watching N trajectories of T steps: the start tapes and the actions."""
+
+    T: int
+    starts: np.ndarray       # (N, L) uint8: s_0
+    actions: np.ndarray      # (N, T) int64: a_1 .. a_T
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+
+@dataclass(frozen=True)
+class DetectionKey:
+    tapes: np.ndarray        # (N, T + 1, L) uint8: the trajectory s_0 .. s_T, shown one step at a time
+    switch: np.ndarray       # (N,) int64: the first step played with the other rule
+    other: np.ndarray        # (N,) int64: the rule played from the switch on
+    earliest: np.ndarray     # (N,) int64: the earliest detectable step (>= switch)
+
+
+def earliest_detectable(tapes: np.ndarray, actions: np.ndarray, rule: int) -> int:
+    """The first step t (1-based) whose tape differs from F_rule(s_{t-1} XOR e_{a_t}); 0 if none."""
+    T = len(actions)
+    predicted = transition(tapes[:T], actions, np.full(T, rule))
+    differs = np.any(predicted != tapes[1:T + 1], axis=1)
+    return int(np.argmax(differs)) + 1 if differs.any() else 0
+
+
+def detection_problems(rows: WorldTestRows, T: int) -> tuple[DetectionProblems, DetectionKey]:
+    T = check_integer(T, "detection length", minimum=1)
+    L, n = rows.L, len(rows)
+    tapes = np.zeros((n, T + 1, L), dtype=np.uint8)
+    actions = np.zeros((n, T), dtype=np.int64)
+    switch, other, earliest = (np.zeros(n, dtype=np.int64) for _ in range(3))
+    for i in range(n):
+        rng = np.random.default_rng(np.random.SeedSequence(rows.identity(i, DETECTION_TASK, T)))
+        z = int(rows.rules[i])
+        for _ in range(MAX_REDRAWS):
+            tapes[i, 0] = rng.integers(0, 2, L, dtype=np.uint8)
+            actions[i] = rng.integers(0, L, T)
+            switch[i] = int(rng.integers(1, T + 1))
+            other[i] = int((z + rng.integers(1, 256)) % 256)
+            for t in range(1, T + 1):
+                rule = z if t < switch[i] else other[i]
+                tapes[i, t] = transition(tapes[i, t - 1][None], actions[i, t - 1:t], np.array([rule]))[0]
+            earliest[i] = earliest_detectable(tapes[i], actions[i], z)
+            if earliest[i] > 0:
+                break
+        else:
+            raise RuntimeError(f"no detectable switch for rule {z} after {MAX_REDRAWS} draws")
+    return DetectionProblems(T, tapes[:, 0].copy(), actions), DetectionKey(tapes, switch, other, earliest)
+
+
+def detection_score(report: np.ndarray, earliest: np.ndarray) -> np.ndarray:
+    """1 at the earliest detectable step, DETECTION_DECAY ** delay after it, 0 before it or without a report
+    (report 0)."""
+    report, earliest = np.asarray(report, dtype=np.int64), np.asarray(earliest, dtype=np.int64)
+    delay = (report - earliest).astype(np.float64)
+    return np.where((report > 0) & (delay >= 0), DETECTION_DECAY ** np.maximum(delay, 0.0), 0.0)

@@ -1,0 +1,133 @@
+"""`tapebench worldtest`: one method, seed and interaction budget of the world test (docs/protocol.md#world-test).
+
+  tapebench worldtest --method identify_then_plan --seed 0 --budget 8 --split results/splits/main.json \\
+      --params '<JSON>' --out results/worldtest/main/identify_then_plan/seed0_B8.parquet
+  tapebench worldtest --method dreamer --run results/runs/main/dreamer/seed0 --seed 0 --budget 8 ...
+
+--params is the job's config slice (JSON object):
+  {"env": {"L": 32, "H": 32, "success_bonus": 1.0},
+   "worldtest": {"tasks", "problems_per_rule", "prediction": {"lengths", "masked_cells"},
+                 "planning": {"horizon", "goal_steps"}, "detection": {"length"},
+                 "planner": {"horizon", "candidates"}, "problem_seed"},
+   "agent": {<overrides of the method's Config>}}
+Missing keys take the defaults of docs/protocol.md#world-test; unknown keys are an error.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from tapebench.episodes.streams import split_key
+from tapebench.evaluation.worldtest import WorldTestSettings, run_world_test
+from tapebench.registry import build_config, get_method, registry
+from tapebench.splits.io import load_split
+from tapebench.training import checkpoint as ckpt
+from tapebench.training.loop import read_manifest, resolve_device, torch_settings
+from tapebench.utils.io import provenance, write_parquet
+from tapebench.vocabulary import ID_SIDE, OOD_SIDE
+
+PARAM_SECTIONS = {
+    "env": ("L", "H", "success_bonus"),
+    "worldtest": ("tasks", "problems_per_rule", "prediction", "planning", "detection", "planner", "problem_seed",
+                  "methods", "seeds", "budgets"),
+    "agent": None,
+}
+DEFAULT_ENV = {"L": 32, "H": 32, "success_bonus": 1.0}
+
+
+def parse_params(text: str) -> dict:
+    try:
+        params = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--params is not valid JSON ({exc}): {text!r}") from None
+    if not isinstance(params, dict) or set(params) - set(PARAM_SECTIONS):
+        raise ValueError(f"--params must be a JSON object with sections among {sorted(PARAM_SECTIONS)}, got {text!r}")
+    for section, allowed in PARAM_SECTIONS.items():
+        value = params.get(section, {})
+        if not isinstance(value, dict):
+            raise ValueError(f"--params section {section!r} must be a JSON object, got {value!r}")
+        if allowed is not None and set(value) - set(allowed):
+            raise ValueError(f"unknown key(s) {sorted(set(value) - set(allowed))} in --params section {section!r}; "
+                             f"allowed: {list(allowed)}")
+    return params
+
+
+def _trained_agent(run_dir: Path, method_id: str, seed: int, split, device):
+    manifest = read_manifest(run_dir)
+    if manifest is None:
+        raise FileNotFoundError(f"no finished training run in {run_dir}: {ckpt.MANIFEST_FILE} is missing "
+                                f"(run `tapebench train` first)")
+    if manifest["agent"] != method_id or int(manifest["seed"]) != seed:
+        raise ValueError(f"run {run_dir} is {manifest['agent']!r} seed {manifest['seed']}, not {method_id!r} seed "
+                         f"{seed}")
+    if manifest.get("split") and manifest["split"].get("content_hash") != split.content_hash:
+        raise ValueError(f"run {run_dir} was trained on split {manifest['split'].get('name')!r}, not on "
+                         f"{split.name!r}")
+    entry = manifest["checkpoints"][-1]
+    payload = ckpt.load(run_dir / entry["file"], sha256=entry.get("sha256"))
+    agent = ckpt.build_policy_agent(payload, device)
+    agent.load_policy_state_dict(payload["policy"])
+    return agent, {"checkpoint": int(payload["env_steps"]), "fingerprint": manifest.get("fingerprint"),
+                   "code_version": manifest.get("provenance", {}).get("code_version")}
+
+
+def run_worldtest(args) -> int:
+    params = parse_params(args.params)
+    env = {**DEFAULT_ENV, **params.get("env", {})}
+    settings = WorldTestSettings.from_config(params.get("worldtest", {}))
+    method = get_method(args.method)
+    if method.world_test is None:
+        able = sorted(m for m, x in registry().items() if x.world_test is not None)
+        raise ValueError(f"method {args.method!r} does not take part in the world test; methods that do: {able}")
+    split = load_split(args.split)
+    if not split.family.elementary:
+        raise ValueError(f"the world test is defined for elementary rules; split {split.name!r} is of "
+                         f"{split.family.describe()}")
+    config = build_config(args.method, params.get("agent", {}))
+    device = resolve_device(args.device)
+    start = time.perf_counter()
+    with torch_settings(device, args.threads):
+        agent, run = None, None
+        if method.trains:
+            if args.run is None:
+                raise ValueError(f"method {args.method!r} trains: give its run folder with --run")
+            agent, run = _trained_agent(Path(args.run), args.method, args.seed, split, device)
+        elif args.run is not None:
+            raise ValueError(f"method {args.method!r} does not train; --run is only for methods that train")
+
+        def log(message: str) -> None:
+            if not args.quiet:
+                print(f"{time.strftime('%H:%M:%S')} [worldtest {args.method} seed {args.seed} B={args.budget}] "
+                      f"{message}", file=sys.stderr, flush=True)
+
+        table = run_world_test(method, config, settings, sides={ID_SIDE: split.train, OOD_SIDE: split.test},
+                               L=int(env["L"]), H=int(env["H"]), seed=args.seed, budget=args.budget,
+                               split_name=split.name, split_key=split_key(split.content_hash), agent=agent,
+                               success_bonus=float(env["success_bonus"]), device=device, log=log)
+    config_slice = {"env": env, "worldtest": settings.as_dict(), "agent": params.get("agent", {}),
+                    "budget": int(args.budget)}
+    write_parquet(args.out, table, meta={**provenance(config_slice, int(args.seed),
+                                                      split={"name": split.name, "content_hash": split.content_hash},
+                                                      run=run, seconds=round(time.perf_counter() - start, 3)),
+                                         "table": "worldtest"})
+    log(f"wrote {len(table)} problems to {args.out} ({time.perf_counter() - start:.1f} s)")
+    return 0
+
+
+def register(sub) -> None:
+    able = sorted(m for m, x in registry().items() if x.world_test is not None)
+    p = sub.add_parser("worldtest", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--method", required=True, help=f"a method that takes part: {', '.join(able)}")
+    p.add_argument("--seed", type=int, required=True, help="the world-test seed (problems and the method's streams)")
+    p.add_argument("--budget", type=int, required=True, help="interaction-phase steps (a reset costs one)")
+    p.add_argument("--split", required=True, help="split JSON: ID = its training rules, OOD = its test rules")
+    p.add_argument("--run", help="for a method that trains: its run folder (the final checkpoint answers)")
+    p.add_argument("--params", default="{}", help="the job's config slice as JSON (see above)")
+    p.add_argument("--device", default="cpu", help="auto | cpu | cuda (default cpu)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    p.add_argument("--out", required=True, help="Parquet file of per-problem records to write")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=run_worldtest)
