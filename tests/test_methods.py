@@ -34,7 +34,8 @@ def test_registry_holds_the_builtin_methods_with_families():
 @pytest.mark.parametrize("kwargs,needle", [
     (dict(id="Bad-Id"), "method id must match"),
     (dict(family="magic"), "family must be one of"),
-    (dict(make_policy=None), "exactly one of make_agent"),
+    (dict(make_policy=None), "needs make_agent .it trains., make_policy .it does not. or world_test"),
+    (dict(make_agent=lambda *a: None), "not both"),
 ])
 def test_method_entries_are_validated(kwargs, needle):
     base = dict(id="ok", display_name="OK", family="reference", Config=MPCConfig, make_policy=lambda c, x: None)

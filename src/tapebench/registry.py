@@ -141,8 +141,7 @@ class Method:
 def _builtin() -> list[Method]:
     # lazy: a command loads only the modules it runs
     from tapebench.methods import (bayes_filter, curl_dqn, dqn, dreamer, ensemble_mpc, exact, identify_then_plan, mpc,
-                                   pearl_dqn, planet, ppo, ppo_dr, rad_dqn, rainbow, random_policy, rl2_a2c,
-                                   world_test)
+                                   pearl_dqn, planet, ppo, ppo_dr, rad_dqn, rainbow, random_policy, rl2_a2c, world_test)
 
     def agent(*args, **kwargs):
         if kwargs.get("world_model"):   # a learned world model answers the world test through its rollouts

@@ -25,8 +25,7 @@ from tapebench.episodes.worldtest import (WorldTestRows, detection_problems, det
 from tapebench.methods.world_test import WorldTestBatch, WorldTestContext, reset_action
 from tapebench.schemas import WORLDTEST_COLUMNS
 from tapebench.validation import check_integer
-from tapebench.vocabulary import (DETECTION_TASK, PLANNING_TASK, PREDICTION_CANDIDATES, PREDICTION_TASK,
-                                  WORLDTEST_TASKS)
+from tapebench.vocabulary import DETECTION_TASK, PLANNING_TASK, PREDICTION_CANDIDATES, PREDICTION_TASK, WORLDTEST_TASKS
 
 MAX_BUDGET = 4096
 

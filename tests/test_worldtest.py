@@ -1,0 +1,229 @@
+"""The world test (docs/protocol.md#world-test): problems, the tester interface, the built-in testers, the command."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from agent_contract import toy_split
+
+from tapebench.cli import main
+from tapebench.episodes.worldtest import (detection_problems, detection_score, earliest_detectable, planning_problems,
+                                          prediction_problems, transition, world_test_rows)
+from tapebench.evaluation.worldtest import WorldTestSettings, interact, run_world_test
+from tapebench.methods import world_test
+from tapebench.methods.exact import value_tables
+from tapebench.registry import Method, build_config, get_method, register, unregister
+from tapebench.schemas import WORLDTEST_COLUMNS
+from tapebench.vocabulary import PREDICTION_CANDIDATES
+
+SIDES = {"train": [4, 30, 110, 204, 90, 0], "test": [54, 60, 150, 18, 232]}
+SMALL = WorldTestSettings(problems_per_rule=3, planner_candidates=64, prediction_lengths=(1, 4))
+
+
+def run(method_id: str, budget: int, settings=SMALL, seed: int = 0, sides=SIDES, L: int = 32):
+    return run_world_test(get_method(method_id), build_config(method_id, {}), settings, sides=sides, L=L, H=32,
+                          seed=seed, budget=budget)
+
+
+@pytest.mark.parametrize("T", [1, 4, 8])
+def test_every_prediction_problem_has_exactly_one_right_candidate(T):
+    rows = world_test_rows(range(256), 2, 32, side="train", seed=3)
+    problems, key = prediction_problems(rows, T, masked_cells=8)
+    assert problems.candidates.shape == (512, PREDICTION_CANDIDATES, 8)
+    for i in range(len(rows)):
+        right = key.final[i, problems.mask[i]]
+        matches = [j for j in range(PREDICTION_CANDIDATES) if np.array_equal(problems.candidates[i, j], right)]
+        assert matches == [key.answers[i]]
+        assert len({c.tobytes() for c in problems.candidates[i]}) == PREDICTION_CANDIDATES
+        # the shown tapes follow the hidden rule
+        shown = np.concatenate([problems.tapes[i], key.final[i][None]])
+        assert np.array_equal(transition(shown[:-1], problems.actions[i], np.full(T, rows.rules[i])), shown[1:])
+    # the right answer is not always in the same place
+    assert len(set(key.answers.tolist())) == PREDICTION_CANDIDATES
+
+
+def test_earliest_detectable_step_by_hand():
+    # L = 4, rule 204 (identity) for step 1, rule 0 (all cells 0) from step 2 on.
+    tapes = np.array([[0, 0, 0, 0], [1, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]], dtype=np.uint8)
+    actions = np.array([0, 0, 1])
+    # step 2 flips cell 0 back: rule 204 would give 0000 as well, so the switch is invisible there;
+    # step 3 flips cell 1: rule 204 gives 0100, the tape shows 0000
+    assert earliest_detectable(tapes, actions, 204) == 3
+    assert earliest_detectable(tapes, actions, 0) == 1          # rule 0 cannot produce 1000 at step 1
+    same = np.array([[0, 0, 0, 0], [1, 0, 0, 0], [1, 1, 0, 0]], dtype=np.uint8)
+    assert earliest_detectable(same, np.array([0, 1]), 204) == 0   # nothing to detect
+
+
+def test_detection_score_and_problems():
+    assert detection_score([0, 2, 3, 4, 6], [3, 3, 3, 3, 3]).tolist() == [0.0, 0.0, 1.0, 0.5, 0.125]
+    rows = world_test_rows(range(0, 256, 5), 2, 16, side="test", seed=1)
+    problems, key = detection_problems(rows, 12)
+    assert np.all(key.switch >= 1) and np.all(key.earliest >= key.switch) and np.all(key.earliest <= 12)
+    assert np.all(key.other != rows.rules)
+    for i in range(len(rows)):
+        assert earliest_detectable(key.tapes[i], problems.actions[i], int(rows.rules[i])) == key.earliest[i]
+        before = slice(0, key.switch[i] - 1)   # steps 1..switch-1 follow the hidden rule
+        expected = transition(key.tapes[i, :-1][before], problems.actions[i][before],
+                              np.full(key.switch[i] - 1, rows.rules[i]))
+        assert np.array_equal(expected, key.tapes[i, 1:key.switch[i]])
+
+
+def test_planning_goals_are_reachable_by_exact_search():
+    L, horizon = 10, 6
+    rows = world_test_rows([4, 30, 90, 110, 150, 0], 3, L, side="train", seed=2)
+    problems, key = planning_problems(rows, horizon, goal_steps=4)
+    assert not key.valid[rows.rules == 0].any()       # rule 0 reaches only 0...0: no derived goal
+    for i in np.flatnonzero(key.valid):
+        goal = problems.goals[i]
+        assert goal.any() and not np.array_equal(goal, problems.starts[i])
+        _, d, _ = value_tables(int(rows.rules[i]), L, horizon, goal=goal, keep_layers=False)
+        start = int(np.dot(problems.starts[i].astype(np.int64), 1 << np.arange(L)))
+        assert d[start] <= len(key.witnesses[i]) <= 4
+
+
+def test_true_rule_reference_scores_one_on_prediction_and_detection():
+    for budget in (0, 8):
+        table = run("mpc", budget)
+        assert list(table.columns) == list(WORLDTEST_COLUMNS)
+        scores = table.groupby("task")["score"].mean()
+        assert scores["prediction"] == 1.0 and scores["detection"] == 1.0
+        assert 0.0 < scores["planning"] <= 1.0
+
+
+def test_chance_row_matches_one_sixth():
+    settings = WorldTestSettings(tasks=("prediction",), problems_per_rule=4, prediction_lengths=(1, 4, 8))
+    scores = np.concatenate([run("random", 0, settings, seed=s, sides={"train": range(256)})["score"].to_numpy()
+                             for s in range(2)])
+    half_width = 2.58 * scores.std(ddof=1) / np.sqrt(len(scores))   # 99% normal interval of a mean of ~6000 0/1
+    assert abs(scores.mean() - 1 / PREDICTION_CANDIDATES) < half_width
+
+
+def test_exact_reasoning_identifies_and_active_exploration_pins_faster():
+    rules = list(range(0, 256, 3))
+    rows = world_test_rows(rules, 2, 32, side="train", seed=0)
+    context = world_test.WorldTestContext(L=32, H=32, seed=0)
+    unknown = {}
+    for active in (False, True):
+        tester = world_test.ExactReasoningTester(context, active=active)
+        interact(tester, rows, 3, reveal_rules=False)
+        unknown[active] = np.array([8 - bin(m).count("1") for m in tester.known_mask])
+        for i in range(len(rows)):            # the true rule is always among the consistent ones
+            assert rows.rules[i] in tester.consistent(i)
+    assert unknown[True].sum() < unknown[False].sum()
+    assert np.all(unknown[True] <= 8)
+    table = run("identify_then_plan", 32)
+    assert table.loc[table.task == "prediction", "score"].mean() == 1.0
+
+
+def test_every_method_gets_the_same_problems():
+    """Common random numbers: a spy tester sees identical problems for every budget and method seed stream."""
+    seen = []
+
+    class Spy(world_test.ChanceTester):
+        def predict(self, problems):
+            seen.append(("prediction", problems.tapes.copy(), problems.candidates.copy()))
+            return super().predict(problems)
+
+        def plan_begin(self, problems):
+            seen.append(("planning", problems.starts.copy(), problems.goals.copy()))
+            super().plan_begin(problems)
+
+        def detect_begin(self, problems):
+            seen.append(("detection", problems.starts.copy(), problems.actions.copy()))
+            super().detect_begin(problems)
+
+    spy = Method("wt_spy", "Spy", "reference", world_test.ActiveConfig,
+                 world_test=lambda config, context: Spy(context))
+    register(spy)
+    try:
+        def problems_of(budget, seed):
+            seen.clear()
+            run_world_test(spy, world_test.ActiveConfig(), SMALL, sides=SIDES, L=32, H=32, seed=seed, budget=budget)
+            return list(seen)
+
+        first, other_budget = problems_of(0, 0), problems_of(8, 0)
+        assert len(first) == 2 * 4     # two sides x (two prediction lengths, planning, detection)
+        for (task_a, *arrays_a), (task_b, *arrays_b) in zip(first, other_budget):
+            assert task_a == task_b and all(np.array_equal(a, b) for a, b in zip(arrays_a, arrays_b))
+        other_seed = problems_of(0, 1)
+        assert not np.array_equal(first[0][1], other_seed[0][1])
+    finally:
+        unregister("wt_spy")
+    # and two different methods are scored on the same rows
+    keys = ["side", "rule", "problem", "task", "length"]
+    assert run("random", 8)[keys].equals(run("active_identify", 8)[keys])
+
+
+class AlwaysFirst(world_test.ChanceTester):
+    """A plug-in's tester: candidate 0, cell 0, a report at the last step."""
+
+    def predict(self, problems):
+        return np.zeros(len(problems), dtype=np.int64)
+
+    def plan_act(self, tapes, t):
+        return np.zeros(len(tapes), dtype=np.int64)
+
+    def detect_step(self, t, before, actions, after):
+        return np.full(len(after), t == self.T)
+
+    def detect_begin(self, problems):
+        self.T = problems.T
+
+
+def test_a_plug_in_answers_through_the_interface(tmp_path):
+    plugin = Method("wt_plugin", "Plug-in", "reference", world_test.ActiveConfig,
+                    world_test=lambda config, context: AlwaysFirst(context))
+    register(plugin)
+    try:
+        split = toy_split(tmp_path / "toy.json")
+        out = tmp_path / "plugin.parquet"
+        params = {"env": {"L": 16, "H": 16}, "worldtest": {"problems_per_rule": 2, "prediction": {"lengths": [2]},
+                                                           "planner": {"candidates": 16}}}
+        assert main(["worldtest", "--method", "wt_plugin", "--seed", "0", "--budget", "4", "--split", str(split),
+                     "--params", json.dumps(params), "--out", str(out), "--quiet"]) == 0
+        table = pd.read_parquet(out)
+        assert set(table["task"]) == {"prediction", "planning", "detection"}
+        assert set(table["side"]) == {"train", "test"}
+        assert (table["agent"] == "wt_plugin").all() and (table["budget"] == 4).all()
+        predictions = table[table.task == "prediction"]
+        assert 0.0 < predictions["score"].mean() < 1.0      # candidate 0 is right only where the shuffle put it
+    finally:
+        unregister("wt_plugin")
+
+
+def test_bad_answers_and_methods_fail_clearly(tmp_path):
+    class Bad(world_test.ChanceTester):
+        def predict(self, problems):
+            return np.full(len(problems), 7)
+
+    bad = Method("wt_bad", "Bad", "reference", world_test.ActiveConfig, world_test=lambda c, x: Bad(x))
+    with pytest.raises(ValueError, match=r"prediction answers must be in 0\.\.5"):
+        run_world_test(bad, world_test.ActiveConfig(), SMALL, sides=SIDES, L=32, H=32, seed=0, budget=0)
+    with pytest.raises(ValueError, match="does not take part in the world test"):
+        run("dqn", 0)
+    with pytest.raises(ValueError, match="tasks must be distinct names"):
+        WorldTestSettings(tasks=("prediction", "guessing"))
+    split = toy_split(tmp_path / "toy.json")
+    assert main(["worldtest", "--method", "dreamer", "--seed", "0", "--budget", "0", "--split", str(split),
+                 "--out", str(tmp_path / "x.parquet")]) == 2      # trains: needs --run
+
+
+def test_learned_world_model_tester_runs_deterministically():
+    # torch is heavy: loaded only by this test
+    import torch
+
+    from tapebench.methods.contract import EnvSpec
+    from tapebench.registry import make_agent
+
+    torch.manual_seed(0)
+    config = build_config("ensemble_mpc", {})
+    agent = make_agent("ensemble_mpc", config, EnvSpec.for_tape(16, 16), 1000)
+    settings = WorldTestSettings(problems_per_rule=2, planner_candidates=16, prediction_lengths=(2,),
+                                 planning_horizon=4, goal_steps=2, detection_length=4)
+    sides = {"train": [4, 30], "test": [90]}
+    tables = [run_world_test(get_method("ensemble_mpc"), config, settings, sides=sides, L=16, H=16, seed=0,
+                             budget=6, agent=agent) for _ in range(2)]
+    assert tables[0].equals(tables[1])
+    assert tables[0]["score"].between(0, 1).all()
