@@ -31,6 +31,7 @@ include: "workflow/rules/document.smk"
 include: "workflow/rules/studies.smk"
 include: "workflow/rules/noise.smk"
 include: "workflow/rules/protocols.smk"
+include: "workflow/rules/worldtest.smk"
 
 
 rule all:

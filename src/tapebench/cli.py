@@ -42,6 +42,7 @@ COMMANDS = {
     "aggregate-seed": ("tapebench.stats.cli", "per-episode records -> per-seed values (mean of the last K checkpoints)"),
     "aggregate": ("tapebench.stats.cli", "per-seed values -> bootstrap means and CIs over seeds, paired drop"),
     "aggregate-model-error": ("tapebench.stats.cli", "world-model prediction errors -> means and CIs over seeds"),
+    "aggregate-worldtest": ("tapebench.stats.cli", "world-test scores -> means and CIs over seeds per method, task, side, budget"),
     "protocol-comparison": ("tapebench.stats.cli", "Kendall tau between method rankings across protocols"),
     "mpc": ("tapebench.oracle.cli", "true-dynamics random-shooting MPC on evaluation episodes -> records"),
     "exact": ("tapebench.oracle.cli", "exact optimal controller (DP over all 2^L tapes, L <= 20) -> records"),

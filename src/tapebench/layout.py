@@ -236,3 +236,12 @@ def rule_features() -> str:
 def rule_safe(name: str) -> str:
     """A name usable inside a Snakemake rule name."""
     return re.sub(r"[^A-Za-z0-9_]", "_", name)
+
+
+# --- the world test (docs/protocol.md#world-test): results/worldtest/<split>/ ----------------------------------------
+WORLDTEST_AGGREGATE = "results/worldtest.parquet"
+
+
+def worldtest_records(split: str, agent: str, seed, budget) -> str:
+    """Per-problem records of one method, seed and interaction budget (`tapebench worldtest`)."""
+    return f"results/worldtest/{split}/{agent}/seed{seed}_B{budget}.parquet"

@@ -173,7 +173,7 @@ def _builtin() -> list[Method]:
         Method("identify_then_plan", "Identify-then-plan", "belief", identify_then_plan.Config,
                make_policy=identify_then_plan.make_policy, world_test=world_test.random_exploration_tester,
                summary="rule tables consistent with the transitions seen, MPC (8 x 512) averaged over them"),
-        Method("active_identify", "Active exploration + exact", "belief", world_test.ActiveConfig,
+        Method("active_identify", "Active identification", "belief", world_test.ActiveConfig,
                world_test=world_test.active_exploration_tester,
                summary="world test only: flips that pin the most unknown rule-table bits, then exact reasoning"),
         Method("random", "Random policy", "reference", random_policy.Config, make_policy=random_policy.make_policy,

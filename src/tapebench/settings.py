@@ -19,3 +19,12 @@ def noise_study(config: dict) -> dict:
     return {"levels": sorted(float(x) for x in study["levels"]),
             "methods": list(study["methods"]) or list(config["methods"]),
             "H": int(study["horizon"] or config["env"]["H"]), "split": config["main_split"]}
+
+
+def worldtest_study(config: dict) -> dict:
+    """The world test's resolved settings: methods ([] = off), seeds, budgets (sorted), split (the main split) and
+    the task section every job gets (`worldtest`: everything but methods, seeds and budgets)."""
+    study = config["studies"]["worldtest"]
+    tasks = {k: v for k, v in study.items() if k not in ("methods", "seeds", "budgets")}
+    return {"methods": list(study["methods"]), "seeds": int(study["seeds"]),
+            "budgets": sorted(int(b) for b in study["budgets"]), "split": config["main_split"], "worldtest": tasks}

@@ -24,7 +24,7 @@ from tapebench.registry import check_hyperparameters, get_method, registry
 from tapebench.rules.family import ELEMENTARY, config_family
 from tapebench.rules.mirror import mirror_classes
 from tapebench.rules.sampling import sample_rule_set, spec_from_config
-from tapebench.settings import MAX_CHECKPOINTS_PER_RUN, checkpoints_per_run
+from tapebench.settings import MAX_CHECKPOINTS_PER_RUN, checkpoints_per_run, worldtest_study
 from tapebench.splits.ladder import LadderError, draw_training_set, ladder_levels
 from tapebench.validation import parse_rule_list
 from tapebench.vocabulary import MAX_EXACT_L
@@ -298,6 +298,45 @@ def _check_noise_study(config: dict) -> None:
                               f"those methods (and reuses their noise-free evaluations at epsilon = 0)")
 
 
+def _check_worldtest(config: dict) -> None:
+    """The world test (docs/protocol.md#world-test): methods that take part, runs that exist, consistent tasks."""
+    study = config["studies"]["worldtest"]
+    where = "config key 'studies.worldtest"
+    methods = registry()
+    for i, method in enumerate(study["methods"]):
+        if method not in methods:
+            raise ConfigError(f"{where}.methods[{i}]': unknown method {method!r}; registered methods: {sorted(methods)}")
+        if methods[method].world_test is None:
+            able = sorted(m for m, entry in methods.items() if entry.world_test is not None)
+            raise ConfigError(f"{where}.methods[{i}]': {method!r} does not take part in the world test (its registry "
+                              f"entry has no world_test); methods that do: {able}")
+        if methods[method].trains and method not in config["methods"]:
+            raise ConfigError(f"{where}.methods[{i}]': {method!r} trains, and the world test reuses its main-split "
+                              f"runs; add it to `methods` {list(config['methods'])} or remove it here")
+    if not study["methods"]:
+        return
+    if not config_family(config).elementary:
+        raise ConfigError(f"{where}.methods': the world test is defined for elementary rules (exact reasoning "
+                          f"enumerates the 256 tables), not {config_family(config).describe()}; set "
+                          f"studies.worldtest.methods: []")
+    if any(methods[m].trains for m in study["methods"]) and study["seeds"] > config["seeds"]:
+        raise ConfigError(f"{where}.seeds': {study['seeds']} seeds, but methods that train have runs of seeds "
+                          f"0..{config['seeds'] - 1} only (`seeds` = {config['seeds']})")
+    if study["planning"]["goal_steps"] > study["planning"]["horizon"]:
+        raise ConfigError(f"{where}.planning.goal_steps': {study['planning']['goal_steps']} is more than the "
+                          f"planning horizon {study['planning']['horizon']}; every goal must be reachable within it")
+    if study["prediction"]["masked_cells"] > config["env"]["L"]:
+        raise ConfigError(f"{where}.prediction.masked_cells': {study['prediction']['masked_cells']} is more than "
+                          f"env.L = {config['env']['L']}")
+
+
+def worldtest_slice(config: dict, method: str) -> dict:
+    """A world-test job's params (`tapebench worldtest --params`): the env, the task settings, the method's
+    hyperparameters. Methods, seeds and budgets are wildcards or the DAG's, not params."""
+    return {"env": {k: config["env"][k] for k in ("L", "H", "success_bonus")},
+            "worldtest": worldtest_study(config)["worldtest"], "agent": dict(config["agents"].get(method, {}) or {})}
+
+
 def _check_ladder(config: dict) -> None:
     """The severity ladder (docs/protocol.md#severity-ladders): its name, methods and, when the training set does not
     depend on the rule features, that every level can be filled."""
@@ -376,6 +415,7 @@ def validate_config(config: dict, schema_path) -> dict:
     _check_sweep(config)
     _check_studies(config)
     _check_noise_study(config)
+    _check_worldtest(config)
     _check_ladder(config)
     _check_health(config)
     for agent, overrides in config["agents"].items():

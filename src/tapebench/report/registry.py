@@ -19,7 +19,7 @@ from tapebench.registry import get_method
 from tapebench.registry import registry as method_registry
 from tapebench.report.output import FIGURE, TABLE, Job, Option, Output, elementary_only
 from tapebench.rules.family import config_family
-from tapebench.settings import noise_study
+from tapebench.settings import noise_study, worldtest_study
 from tapebench.stats.protocols import protocols
 from tapebench.vocabulary import SPLIT_SIDES
 
@@ -510,7 +510,41 @@ def _assemble(entries: list[Output]) -> dict[str, Output]:
     return {e.id: e for e in entries}
 
 
-OUTPUTS: dict[str, Output] = _assemble([*_TABLES, *_FIGURES, *_STUDIES, *_NOISE, *_LADDER, *_HEALTH, *_PROTOCOLS])
+# --- the world test (docs/protocol.md#world-test): score vs reward-free interaction budget -------------------------
+_WORLDTEST_OPTIONS = (
+    Option("aggregate", "the world-test aggregate (`tapebench aggregate-worldtest`)"),
+    _value("split", "split name"),
+    _value("agents", "methods and their order (default: the aggregate's)", many=True, required=False))
+
+
+def _worldtest_values(config) -> dict | None:
+    study = worldtest_study(config)
+    if not study["methods"]:
+        return None
+    return {"aggregate": layout.WORLDTEST_AGGREGATE, "split": study["split"], "agents": study["methods"]}
+
+
+def _worldtest_table_jobs(config):
+    values = _worldtest_values(config)
+    return [] if values is None else [Job("worldtest", "results/worldtest.tex", {**values, "L": config["env"]["L"]})]
+
+
+def _worldtest_figure_jobs(config):
+    values = _worldtest_values(config)
+    return [] if values is None else [Job("figure_worldtest", layout.figure("worldtest"), values)]
+
+
+_WORLDTEST: list[Output] = [
+    Output("worldtest", TABLE, "World test: prediction, planning and change detection after reward-free interaction",
+           "tapebench.report.worldtest:render_worldtest_table",
+           (*_WORLDTEST_OPTIONS, _value("L", "tape length", int)), _worldtest_table_jobs, category="World test"),
+    Output("figure_worldtest", FIGURE, "World test: score vs interaction budget per task, ID and OOD",
+           "tapebench.report.worldtest:render_worldtest_figure", _WORLDTEST_OPTIONS, _worldtest_figure_jobs,
+           category="World test"),
+]
+
+OUTPUTS: dict[str, Output] = _assemble([*_TABLES, *_FIGURES, *_STUDIES, *_NOISE, *_LADDER, *_HEALTH, *_PROTOCOLS,
+                                        *_WORLDTEST])
 
 
 def outputs() -> list[Output]:

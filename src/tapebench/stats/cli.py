@@ -1,5 +1,5 @@
-"""`tapebench aggregate-seed`, `tapebench aggregate`, `tapebench aggregate-model-error` and
-`tapebench protocol-comparison`."""
+"""`tapebench aggregate-seed`, `tapebench aggregate`, `tapebench aggregate-model-error`,
+`tapebench aggregate-worldtest` and `tapebench protocol-comparison`."""
 from __future__ import annotations
 
 import json
@@ -45,6 +45,16 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap generators (default 0)")
     p.add_argument("--out", required=True, help="aggregate Parquet")
     p.set_defaults(func=_aggregate_model_error)
+
+    p = sub.add_parser("aggregate-worldtest", description="Pool the tables of `tapebench worldtest` (one per method, "
+                                   "seed and budget): per method, task, side and budget, the mean score over seeds "
+                                   "with a percentile bootstrap CI (docs/protocol.md#world-test).")
+    p.add_argument("--inputs", nargs="+", required=True, metavar="PARQUET", help="tables of `tapebench worldtest`")
+    p.add_argument("--n-resamples", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    p.add_argument("--ci", type=float, default=0.95, help="confidence level (default 0.95)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap generators (default 0)")
+    p.add_argument("--out", required=True, help="aggregate Parquet")
+    p.set_defaults(func=_aggregate_worldtest)
 
     p = sub.add_parser("protocol-comparison", description="Rank the methods under each protocol (a selection of per-seed rows: split, H, "
                                    "side), then compare every pair of protocols: Kendall's tau-b, rank reversals, "
@@ -108,6 +118,23 @@ def _aggregate_model_error(args) -> int:
     table = aggregate_model_error_files(args.inputs, args.out, n_resamples=args.n_resamples, ci=args.ci,
                                         seed=args.seed)
     print(f"aggregate-model-error: {table['agent'].nunique()} methods, {len(table)} rows -> {args.out}")
+    return 0
+
+
+def _aggregate_worldtest(args) -> int:
+    # lazy: a command loads only the modules it runs
+    import pandas as pd
+
+    from tapebench.stats.worldtest import aggregate_worldtest
+    from tapebench.utils.artifacts import read_table
+
+    frames = [read_table(path, "worldtest")[0] for path in args.inputs]
+    table = aggregate_worldtest(pd.concat(frames, ignore_index=True), n_resamples=args.n_resamples, ci=args.ci,
+                                seed=args.seed)
+    config = {"n_resamples": args.n_resamples, "ci": args.ci, "seed": args.seed}
+    write_parquet(args.out, table, meta={**provenance(config, args.seed, inputs=[str(p) for p in args.inputs]),
+                                         "table": "worldtest_aggregate"})
+    print(f"aggregate-worldtest: {table['agent'].nunique()} methods, {len(table)} rows -> {args.out}")
     return 0
 
 

@@ -1,0 +1,92 @@
+# The world test (docs/protocol.md#world-test): every method of `studies.worldtest.methods`, one job per seed and
+# interaction budget on the main split (its ID and OOD rules); a method that trains answers with its main-split
+# run of that seed (no new training). Adding a budget runs only that budget's jobs, the aggregate, table and figure.
+
+from tapebench.pipeline.config import worldtest_slice
+from tapebench.settings import worldtest_study
+
+WORLDTEST = worldtest_study(config)
+WORLDTEST_TRAINED = [m for m in WORLDTEST["methods"] if get_method(m).trains]
+WORLDTEST_UNTRAINED = [m for m in WORLDTEST["methods"] if not get_method(m).trains]
+
+
+def worldtest_params(wildcards):
+    return dumps(worldtest_slice(config, wildcards.agent))
+
+
+def worldtest_files(wildcards):
+    return [
+        layout.worldtest_records(WORLDTEST["split"], a, s, b)
+        for a in WORLDTEST["methods"]
+        for s in range(WORLDTEST["seeds"])
+        for b in WORLDTEST["budgets"]
+    ]
+
+
+rule worldtest_trained:
+    input:
+        split=layout.split_file("{split}"),
+        manifest=layout.manifest(layout.run_dir("{split}", "{agent}", "{seed}")),
+    output:
+        layout.worldtest_records("{split}", "{agent}", "{seed}", "{budget}"),
+    log:
+        "logs/worldtest/{split}/{agent}/seed{seed}_B{budget}.log",
+    wildcard_constraints:
+        agent=one_of(WORLDTEST_TRAINED),
+        budget=r"\d+",
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=3000,
+        runtime=60,
+    params:
+        slice=worldtest_params,
+        run_dir=lambda w: run_dir(w.split, w.agent, w.seed),
+    shell:
+        "tapebench worldtest --method {wildcards.agent:q} --run {params.run_dir:q} --seed {wildcards.seed:q}"
+        " --budget {wildcards.budget:q} --split {input.split:q} --params {params.slice:q} --threads {threads:q}"
+        " --out {output:q} > {log:q} 2>&1"
+
+
+rule worldtest_method:
+    input:
+        split=layout.split_file("{split}"),
+        health=layout.split_health("{split}"),
+    output:
+        layout.worldtest_records("{split}", "{agent}", "{seed}", "{budget}"),
+    log:
+        "logs/worldtest/{split}/{agent}/seed{seed}_B{budget}.log",
+    wildcard_constraints:
+        agent=one_of(WORLDTEST_UNTRAINED),
+        budget=r"\d+",
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=60,
+    params:
+        slice=worldtest_params,
+    shell:
+        "NUMBA_NUM_THREADS={threads:q} tapebench worldtest --method {wildcards.agent:q} --seed {wildcards.seed:q}"
+        " --budget {wildcards.budget:q} --split {input.split:q} --params {params.slice:q} --threads {threads:q}"
+        " --out {output:q} > {log:q} 2>&1"
+
+
+rule aggregate_worldtest:
+    input:
+        worldtest_files,
+    output:
+        layout.WORLDTEST_AGGREGATE,
+    log:
+        "logs/worldtest/aggregate.log",
+    conda:
+        CONDA_ENV
+    params:
+        n_resamples=config["statistics"]["n_resamples"],
+        ci=config["statistics"]["ci"],
+        seed=config["statistics"]["seed"],
+    shell:
+        "tapebench aggregate-worldtest --inputs {input:q} --n-resamples {params.n_resamples:q} --ci {params.ci:q}"
+        " --seed {params.seed:q} --out {output:q} > {log:q} 2>&1"
