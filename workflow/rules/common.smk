@@ -15,10 +15,11 @@ from tapebench.pipeline.config import (
     sweep_train_slice,
     train_slice,
     validate_config,
+    worldtest_slice,
 )
 from tapebench.registry import build_config, get_method
 from tapebench.rules.family import config_family
-from tapebench.settings import noise_study
+from tapebench.settings import noise_study, worldtest_study
 
 validate_config(config, workflow.source_path("../schemas/config.schema.yaml"))
 
@@ -298,3 +299,22 @@ def protocol_comparison_params(wildcards=None):
 
 def protocol_comparison_inputs(wildcards=None):
     return protocol_files(PROTOCOLS)
+
+
+# --- the world test (docs/protocol.md#world-test) ---
+WORLDTEST = worldtest_study(config)
+WORLDTEST_TRAINED = [m for m in WORLDTEST["methods"] if get_method(m).trains]
+WORLDTEST_UNTRAINED = [m for m in WORLDTEST["methods"] if not get_method(m).trains]
+
+
+def worldtest_params(wildcards):
+    return dumps(worldtest_slice(config, wildcards.agent))
+
+
+def worldtest_files(wildcards):
+    return [
+        layout.worldtest_records(WORLDTEST["split"], a, s, b)
+        for a in WORLDTEST["methods"]
+        for s in range(WORLDTEST["seeds"])
+        for b in WORLDTEST["budgets"]
+    ]
