@@ -245,3 +245,7 @@ WORLDTEST_AGGREGATE = "results/worldtest.parquet"
 def worldtest_records(split: str, agent: str, seed, budget) -> str:
     """Per-problem records of one method, seed and interaction budget (`tapebench worldtest`)."""
     return f"results/worldtest/{split}/{agent}/seed{seed}_B{budget}.parquet"
+
+
+# --- what the runs cost (docs/protocol.md#compute) -------------------------------------------------------------------
+COMPUTE_TABLE = "results/compute.parquet"

@@ -49,6 +49,10 @@ WORLDTEST_COLUMNS = {
 WORLDTEST_AGGREGATE_COLUMNS = ["agent", "task", "side", "budget", "n_seeds", "problems", "mean", "ci_low", "ci_high",
                                "ci", "n_resamples", "chance"]
 
+# what the runs cost (`tapebench render compute`; docs/protocol.md#compute): one row per method
+COMPUTE_COLUMNS = ["agent", "runs", "env_steps_per_s", "wall_per_run_s", "train_cpu_hours", "eval_jobs",
+                   "eval_cpu_hours", "cpu_hours", "device"]
+
 # oracle and rule-space tables
 FEASIBILITY_COLUMNS = ["rule", "L", "H", "solvable_fraction", "any_solvable"]
 IDENTIFIABILITY_COLUMNS = ("split", "side", "rule", "type", "episode", "L", "H", "steps", "identified", "episode_steps")
@@ -92,5 +96,6 @@ TABLE_KINDS = (
               tuple(WORLDTEST_COLUMNS)),
     TableKind("worldtest_aggregate", "a world-test aggregate", "tapebench aggregate-worldtest",
               tuple(WORLDTEST_AGGREGATE_COLUMNS)),
+    TableKind("compute", "a compute table", "tapebench render compute", tuple(COMPUTE_COLUMNS)),
     TableKind("features", "a rule-features table", "tapebench features", tuple(FEATURE_KEY_COLUMNS)),
 )

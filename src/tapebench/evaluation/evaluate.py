@@ -64,7 +64,7 @@ def evaluate_untrained(method_id: str, hyperparameters: dict | None, seed: int, 
         raise ValueError(f"method {method_id!r} takes part in the world test only (`tapebench worldtest`); it has "
                          f"no evaluation policy for TAPE episodes")
     config = build_config(method_id, hyperparameters)
-    frames, start = [], time.perf_counter()
+    frames, start, cpu_start = [], time.perf_counter(), time.process_time()
     device = torch.device(device)
     for episodes, protocol, types in sides:
         check_rule_family(method_id, episodes.family)
@@ -79,6 +79,7 @@ def evaluate_untrained(method_id: str, hyperparameters: dict | None, seed: int, 
     records = coerce_episode_frame(pd.concat(frames, ignore_index=True), with_agent=True)
     summary = {"checkpoints": [0], "H": int(sides[0][1].H), "episodes_per_rule": int(sides[0][1].episodes_per_rule),
                "eval_seed": int(sides[0][1].eval_seed), "seconds": round(time.perf_counter() - start, 3),
+               "cpu_seconds": round(time.process_time() - cpu_start, 3),
                "method": {"id": method_id, "seed": int(seed), "hyperparameters": dataclasses.asdict(config)},
                "protocols": [p.as_dict() for _, p, _ in sides]}
     return records, summary

@@ -543,8 +543,35 @@ _WORLDTEST: list[Output] = [
            category="World test"),
 ]
 
+# --- compute (docs/protocol.md#compute): what the main split's runs and evaluations cost -------------------------
+def _compute_jobs(config):
+    split = _main(config)
+    manifests, evaluations = [], []
+    for method in config["methods"]:
+        seeds = [0] if get_method(method).deterministic else range(config["seeds"])
+        for seed in seeds:
+            run = layout.run_dir(split, method, seed)
+            if get_method(method).trains:
+                manifests.append(layout.manifest(run))
+            evaluations += [layout.evaluation(run, H) for H in config["evaluation"]["horizons"]]
+    values = {"split": split, "manifests": manifests, "evaluations": evaluations, "agents": list(config["methods"]),
+              "parquet": layout.COMPUTE_TABLE}
+    return [Job("compute", "results/compute.tex", values)]
+
+
+_COMPUTE: list[Output] = [
+    Output("compute", TABLE, "Compute: steps/s, wall time per run and CPU-hours of training and evaluation per method",
+           "tapebench.report.compute:render_compute_table", (
+               _value("split", "split name"),
+               Option("manifests", "train.json of every training run", many=True, required=False),
+               Option("evaluations", "evaluation records (`tapebench evaluate`) of every run and method", many=True),
+               _value("agents", "methods and their order (default: as found)", many=True, required=False),
+               _value("parquet", "also write the table as Parquet", required=False)),
+           _compute_jobs, category="Compute", extra_outputs=lambda job: {"parquet": job.values["parquet"]}),
+]
+
 OUTPUTS: dict[str, Output] = _assemble([*_TABLES, *_FIGURES, *_STUDIES, *_NOISE, *_LADDER, *_HEALTH, *_PROTOCOLS,
-                                        *_WORLDTEST])
+                                        *_WORLDTEST, *_COMPUTE])
 
 
 def outputs() -> list[Output]:

@@ -55,7 +55,7 @@ def evaluate_run(run_dir, H: int, *, split=None, rules=None, episodes_per_rule: 
     device = resolve_device(device)
     sides = side_protocols(L=run_L, H=H, episodes_per_rule=episodes_per_rule, eval_seed=eval_seed,
                            success_bonus=success_bonus, noise=noise, split=split, rules=rules)
-    frames, agent, timings = [], None, []
+    frames, agent, timings, cpu_start = [], None, [], time.process_time()
     with torch_settings(device, threads):
         for entry in selected:
             start = time.perf_counter()
@@ -74,7 +74,8 @@ def evaluate_run(run_dir, H: int, *, split=None, rules=None, episodes_per_rule: 
     records = coerce_episode_frame(pd.concat(frames, ignore_index=True), with_agent=True)
     summary = {"checkpoints": [int(c["env_steps"]) for c in selected], "H": int(H),
                "episodes_per_rule": int(episodes_per_rule), "eval_seed": int(eval_seed),
-               "seconds": round(sum(timings), 3), "protocols": [p.as_dict() for _, p, _ in sides],
+               "seconds": round(sum(timings), 3), "cpu_seconds": round(time.process_time() - cpu_start, 3),
+               "protocols": [p.as_dict() for _, p, _ in sides],
                "run": {"agent": manifest["agent"], "seed": manifest["seed"],
                        "fingerprint": manifest["fingerprint"],
                        "code_version": manifest["provenance"]["code_version"]}}

@@ -44,7 +44,7 @@ from tapebench.rules.family import RuleFamily, family_from_config
 from tapebench.settings import MAX_CHECKPOINTS_PER_RUN, checkpoints_per_run
 from tapebench.training import checkpoint as ckpt
 from tapebench.utils.artifacts import CorruptArtifact, read_json
-from tapebench.utils.io import content_hash, provenance, write_json
+from tapebench.utils.io import content_hash, cpu_name, provenance, write_json
 from tapebench.validation import check_horizon, check_integer, check_length, check_rules
 
 PAPER_ENV = {"L": 32, "H": 32, "success_bonus": 1.0}
@@ -124,6 +124,14 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     if resolved.type not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {device!r}")
     return resolved
+
+
+def device_name(device) -> str:
+    """What ran a job, in words: the GPU's name, or the CPU's model."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return cpu_name()
 
 
 @contextlib.contextmanager
@@ -276,7 +284,7 @@ def train(spec: TrainSpec, out_dir, *, device="cpu", threads: int | None = 1, co
         agent = method.make_agent(config, spec.env_spec(), schedule[-1], device)
         stats = EpisodeStats(config.num_envs)
         obs = env.reset()
-        iteration, checkpoints, wall_time, resumes = 0, [], 0.0, 0
+        iteration, checkpoints, wall_time, cpu_time, resumes = 0, [], 0.0, 0.0, 0
 
         resume = _load_resume(out_dir, fingerprint, log)
         if resume is not None:
@@ -286,6 +294,7 @@ def train(spec: TrainSpec, out_dir, *, device="cpu", threads: int | None = 1, co
             ckpt.set_rng_state(resume["rng"])
             iteration, checkpoints = resume["iteration"], resume["checkpoints"]
             wall_time, resumes = resume["wall_time_s"], resume["resumes"] + 1
+            cpu_time = resume.get("cpu_time_s", 0.0)
             obs = env.observation()
             log(f"resuming from {ckpt.RESUME_FILE} at step {iteration * config.num_envs} "
                 f"(checkpoint {len(checkpoints)} of {len(schedule)})")
@@ -299,6 +308,7 @@ def train(spec: TrainSpec, out_dir, *, device="cpu", threads: int | None = 1, co
                     f"rounded up to multiples of num_envs")
 
         segment_start, segment_steps = time.perf_counter(), iteration * config.num_envs
+        segment_cpu = time.process_time()
         last_log, metrics = segment_start, {}
         while iteration < total_iterations:
             actions = agent.act(obs)
@@ -322,7 +332,7 @@ def train(spec: TrainSpec, out_dir, *, device="cpu", threads: int | None = 1, co
                     "format": ckpt.FORMAT_VERSION, "fingerprint": fingerprint, "iteration": iteration,
                     "checkpoints": checkpoints, "agent": agent.state_dict(), "env": ckpt.env_state(env),
                     "stats": stats.state_dict(), "rng": ckpt.rng_state(), "wall_time_s": wall_time_now,
-                    "resumes": resumes})
+                    "cpu_time_s": cpu_time + (time.process_time() - segment_cpu), "resumes": resumes})
                 log(_progress(env_steps, schedule[-1], segment_steps, segment_start, now, stats, metrics)
                     + f" | checkpoint {len(checkpoints)}/{len(schedule)}")
                 last_log = now
@@ -333,6 +343,7 @@ def train(spec: TrainSpec, out_dir, *, device="cpu", threads: int | None = 1, co
                 last_log = now
 
         wall_time += time.perf_counter() - segment_start
+        cpu_time += time.process_time() - segment_cpu
 
     manifest = {
         "agent": spec.agent,
@@ -346,9 +357,11 @@ def train(spec: TrainSpec, out_dir, *, device="cpu", threads: int | None = 1, co
         "hyperparameters": dataclasses.asdict(config),
         "checkpoints": checkpoints,
         "device": str(device),
+        "device_name": device_name(device),
         "threads": int(threads) if threads is not None else torch.get_num_threads(),
         "resumes": resumes,
         "wall_time_s": round(wall_time, 3),
+        "cpu_time_s": round(cpu_time, 3),
         "steps_per_second": round(schedule[-1] / wall_time, 1) if wall_time > 0 else None,
         "provenance": prov,
     }

@@ -5,6 +5,7 @@ import contextlib
 import hashlib
 import json
 import os
+import platform
 import subprocess
 import tempfile
 from pathlib import Path
@@ -114,3 +115,14 @@ def read_parquet_meta(path) -> dict:
     md = pq.read_schema(path).metadata or {}
     raw = md.get(b"tapebench")
     return json.loads(raw) if raw else {}
+
+
+def cpu_name() -> str:
+    """The CPU's model name (Linux: /proc/cpuinfo), else what `platform` knows, else "cpu"."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
