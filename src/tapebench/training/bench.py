@@ -13,8 +13,10 @@ the whole suite benched is the sum over its agents.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
+import threading
 import time
 
 import torch
@@ -33,6 +35,26 @@ BENCH_STEPS = 20_000          # training steps timed per agent (default of --ste
 BENCH_EVAL_EVERY = 5_000      # -> 4 checkpoints to evaluate
 PROTOCOL_LAST_K = 3           # planners are evaluated at their last K checkpoints only
 PLANNER_EPISODES_PER_RULE = 2 # a planner's evaluation is timed on this many episodes per rule, then scaled
+PLANNER_TIMED_RULES = 16      # ... and on at most this many of the rules (evenly spaced), then scaled
+HEARTBEAT_S = 30.0            # a progress line at least this often while one measurement runs
+
+
+@contextlib.contextmanager
+def heartbeat(what: str, every: float = HEARTBEAT_S, out=print):
+    """Print `what` with the elapsed time every `every` seconds until the block ends (long measurements talk)."""
+    done, start = threading.Event(), time.perf_counter()
+
+    def beat():
+        while not done.wait(every):
+            out(f"  ... {what}: {time.perf_counter() - start:.0f} s so far", flush=True)
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
 
 
 def _load() -> str:
@@ -93,19 +115,23 @@ def measure_agent(agent: str, *, L: int, H: int, rules, eval_horizons, threads: 
     spec = TrainSpec(agent=agent, rules=tuple(rules), seed=seed, L=L, H=H, total_steps=steps, eval_every=eval_every)
     planner = not registry()[agent].every_checkpoint
     episodes = PLANNER_EPISODES_PER_RULE if planner else EPISODES_PER_RULE
+    rules = tuple(rules)
+    timed_rules = rules[::max(1, -(-len(rules) // PLANNER_TIMED_RULES))] if planner else rules
     with tempfile.TemporaryDirectory(prefix=f"tapebench-bench-{agent}-") as run_dir:
-        manifest = train(spec, run_dir, device=device, threads=threads, quiet=True)
+        with heartbeat(f"{agent}: training {steps} steps"):
+            manifest = train(spec, run_dir, device=device, threads=threads, quiet=True)
         figures = {"train_steps": manifest["training"]["env_steps"], "train_seconds": manifest["wall_time_s"],
                    "train_steps_per_s": manifest["steps_per_second"], "eval": {},
                    "evaluated_checkpoints": PROTOCOL_LAST_K if planner else PROTOCOL_STEPS // PROTOCOL_EVAL_EVERY,
                    "eval_episodes_per_rule_timed": episodes}
         for eval_H in eval_horizons:
             start = time.perf_counter()
-            _, summary = evaluate_run(run_dir, eval_H, rules=rules, episodes_per_rule=episodes,
-                                      checkpoints=1 if planner else "all", device=device, threads=threads)
+            with heartbeat(f"{agent}: evaluating at H={eval_H} ({len(timed_rules)} rules x {episodes} episodes)"):
+                _, summary = evaluate_run(run_dir, eval_H, rules=timed_rules, episodes_per_rule=episodes,
+                                          checkpoints=1 if planner else "all", device=device, threads=threads)
             total = time.perf_counter() - start
             checkpoints = len(summary["checkpoints"])
-            scale = EPISODES_PER_RULE / episodes
+            scale = EPISODES_PER_RULE * len(rules) / (episodes * len(timed_rules))
             figures["eval"][str(eval_H)] = {"per_checkpoint_s": scale * summary["seconds"] / checkpoints,
                                             "setup_s": total - summary["seconds"], "checkpoints": checkpoints}
     return figures
@@ -143,7 +169,12 @@ def bench_train(args) -> dict:
     width = max(6, *(len(a) for a in agents))
     header = (f"  {'agent':<{width}} {'envs':>4} {'env only':>10} {'train':>8} {'incl. eval':>10} "
               f"{'eval/ckpt H' + str(horizons[0]):>14} {'eval/ckpt H' + str(horizons[1]):>14}")
-    rows = []
+    print("\nenv steps/s (env only = baseline; train = shared loop incl. checkpoint writes; incl. eval = "
+          f"protocol ratio of {PROTOCOL_STEPS // PROTOCOL_EVAL_EVERY} evaluated checkpoints per "
+          f"{PROTOCOL_STEPS} steps, {PROTOCOL_LAST_K} for planners, whose eval/ckpt is timed on "
+          f"{PLANNER_EPISODES_PER_RULE} episodes per rule of at most {PLANNER_TIMED_RULES} rules and scaled to "
+          f"{EPISODES_PER_RULE} episodes of every rule); each line as soon as it is measured:")
+    print(header, flush=True)
     for agent in agents:
         num_envs = build_config(agent, {}).num_envs
         torch.set_num_threads(threads)
@@ -153,15 +184,9 @@ def bench_train(args) -> dict:
         projection = project(measured)
         figures[agent] = {**measured, "num_envs": num_envs, "env_baseline_steps_per_s": baseline,
                           "protocol": projection}
-        rows.append(f"  {agent:<{width}} {num_envs:>4} {baseline:>10.0f} {measured['train_steps_per_s']:>8.0f} "
-                    f"{projection['steps_per_s_incl_eval']:>10.0f} "
-                    + " ".join(f"{measured['eval'][str(h)]['per_checkpoint_s']:>13.2f}s" for h in horizons))
-    print("\nenv steps/s (env only = baseline; train = shared loop incl. checkpoint writes; incl. eval = "
-          f"protocol ratio of {PROTOCOL_STEPS // PROTOCOL_EVAL_EVERY} evaluated checkpoints per "
-          f"{PROTOCOL_STEPS} steps, {PROTOCOL_LAST_K} for planners, whose eval/ckpt is timed on "
-          f"{PLANNER_EPISODES_PER_RULE} episodes per rule and scaled to {EPISODES_PER_RULE}):")
-    print(header)
-    print("\n".join(rows))
+        print(f"  {agent:<{width}} {num_envs:>4} {baseline:>10.0f} {measured['train_steps_per_s']:>8.0f} "
+              f"{projection['steps_per_s_incl_eval']:>10.0f} "
+              + " ".join(f"{measured['eval'][str(h)]['per_checkpoint_s']:>13.2f}s" for h in horizons), flush=True)
     total = sum(f["protocol"]["cpu_hours"] for f in figures.values())
     print(f"\nprojected paper protocol ({PROTOCOL_STEPS} steps x {PROTOCOL_SEEDS} seeds, "
           f"{PROTOCOL_STEPS // PROTOCOL_EVAL_EVERY} checkpoints x {len(rules)} rules x {EPISODES_PER_RULE} "
