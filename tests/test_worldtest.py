@@ -9,8 +9,8 @@ import pytest
 from agent_contract import toy_split
 
 from tapebench.cli import main
-from tapebench.episodes.worldtest import (detection_problems, detection_score, earliest_detectable, planning_problems,
-                                          prediction_problems, transition, world_test_rows)
+from tapebench.episodes.worldtest import (detection_problems, detection_score, earliest_detectable, fresh_tapes,
+                                          planning_problems, prediction_problems, transition, world_test_rows)
 from tapebench.evaluation.worldtest import WorldTestSettings, interact, run_world_test
 from tapebench.methods import world_test
 from tapebench.methods.exact import value_tables
@@ -227,3 +227,29 @@ def test_learned_world_model_tester_runs_deterministically():
                              budget=6, agent=agent) for _ in range(2)]
     assert tables[0].equals(tables[1])
     assert tables[0]["score"].between(0, 1).all()
+
+
+def test_interaction_starts_on_a_random_or_the_zero_tape_and_resets_to_fresh_random_tapes():
+    rows = world_test_rows([30, 110], 2, 16, side="train", seed=0)
+
+    class Recorder(world_test.ChanceTester):
+        def explore_begin(self, batch):
+            super().explore_begin(batch)
+            self.seen = []
+
+        def explore_act(self, tapes, step):
+            return np.full(len(tapes), self.L if step == 1 else 3)      # flip, reset, flip
+
+        def explore_observe(self, tapes, actions, next_tapes):
+            self.seen.append((tapes, actions, next_tapes))
+
+    context = world_test.WorldTestContext(L=16, H=16, seed=0)
+    for start in ("random", "zeros"):
+        tester = Recorder(context)
+        interact(tester, rows, 3, reveal_rules=False, start=start)
+        first = tester.seen[0][0]
+        assert (first.any(axis=1).all() if start == "random" else not first.any())
+        assert np.array_equal(tester.seen[1][2], fresh_tapes(rows.keys, 1, 16))   # the first reset's tape
+        assert np.array_equal(tester.seen[2][2], transition(tester.seen[1][2], np.full(4, 3), rows.rules))
+    with pytest.raises(ValueError, match="interaction_start must be one of"):
+        WorldTestSettings(interaction_start="ones")

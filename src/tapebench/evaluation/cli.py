@@ -32,7 +32,7 @@ from tapebench.vocabulary import ID_SIDE, OOD_SIDE
 PARAM_SECTIONS = {
     "env": ("L", "H", "success_bonus"),
     "worldtest": ("tasks", "problems_per_rule", "prediction", "planning", "detection", "planner", "problem_seed",
-                  "methods", "seeds", "budgets"),
+                  "interaction_start", "methods", "seeds", "budgets"),
     "agent": None,
 }
 DEFAULT_ENV = {"L": 32, "H": 32, "success_bonus": 1.0}

@@ -28,6 +28,7 @@ from tapebench.validation import check_integer
 from tapebench.vocabulary import DETECTION_TASK, PLANNING_TASK, PREDICTION_CANDIDATES, PREDICTION_TASK, WORLDTEST_TASKS
 
 MAX_BUDGET = 4096
+INTERACTION_STARTS = ("random", "zeros")   # the interaction phase's first tape: a fresh random tape, or 0...0
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,8 @@ class WorldTestSettings:
     planner_horizon: int = 8
     planner_candidates: int = 256
     problem_seed: int = 0
+    interaction_start: str = "random"
+
 
     def __post_init__(self):
         tasks = tuple(self.tasks)
@@ -63,6 +66,9 @@ class WorldTestSettings:
         check_integer(self.planner_horizon, "planner horizon", minimum=1, maximum=256)
         check_integer(self.planner_candidates, "planner candidates", minimum=1, maximum=65_536)
         check_integer(self.problem_seed, "problem_seed", minimum=0)
+        if self.interaction_start not in INTERACTION_STARTS:
+            raise ValueError(f"interaction_start must be one of {list(INTERACTION_STARTS)}, got "
+                             f"{self.interaction_start!r}")
 
     @classmethod
     def from_config(cls, section: dict) -> "WorldTestSettings":
@@ -76,6 +82,7 @@ class WorldTestSettings:
             "planning_horizon": planning.get("horizon"), "goal_steps": planning.get("goal_steps"),
             "detection_length": detection.get("length"), "planner_horizon": planner.get("horizon"),
             "planner_candidates": planner.get("candidates"), "problem_seed": section.get("problem_seed"),
+            "interaction_start": section.get("interaction_start"),
         }
         return cls(**{k: v for k, v in fields.items() if v is not None})
 
@@ -92,13 +99,14 @@ def _check_actions(actions, n: int, high: int, what: str) -> np.ndarray:
     return actions.astype(np.int64)
 
 
-def interact(tester, rows: WorldTestRows, budget: int, reveal_rules: bool) -> None:
-    """The interaction phase: `budget` steps on each row's hidden rule, no reward, resets allowed."""
+def interact(tester, rows: WorldTestRows, budget: int, reveal_rules: bool, start: str = "random") -> None:
+    """The interaction phase: `budget` steps on each row's hidden rule, no reward, resets allowed. It begins on a
+    fresh random tape (`start` "random") or on the all-zero tape ("zeros"); a reset always gives a random one."""
     budget = check_integer(budget, "world test budget", minimum=0, maximum=MAX_BUDGET)
     L, n = rows.L, len(rows)
     tester.explore_begin(WorldTestBatch(L=L, budget=budget, keys=rows.keys.copy(),
                                         rules=rows.rules.copy() if reveal_rules else None))
-    tapes = fresh_tapes(rows.keys, 0, L)
+    tapes = fresh_tapes(rows.keys, 0, L) if start == "random" else np.zeros((n, L), dtype=np.uint8)
     resets = np.zeros(n, dtype=np.int64)
     for step in range(budget):
         actions = _check_actions(tester.explore_act(tapes.copy(), step), n, reset_action(L), "exploration actions")
@@ -198,7 +206,7 @@ def run_world_test(method, config, settings: WorldTestSettings, *, sides: dict, 
             if len(task_rows) == 0:
                 continue
             tester = method.world_test(config, context)
-            interact(tester, task_rows, budget, method.sees_true_rule)
+            interact(tester, task_rows, budget, method.sees_true_rule, settings.interaction_start)
             if task == PREDICTION_TASK:
                 frame = score_prediction(tester, task_rows, length, settings.masked_cells)
             elif task == PLANNING_TASK:
