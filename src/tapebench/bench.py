@@ -38,6 +38,9 @@ Each figure is the median of --repeats timed runs of --seconds each.
          k=3 r=1, k=2 r=2, k=4 r=1 beside the elementary family (goal: k=3 r=1 within 2x), and the
          numba table kernel's cell updates/s beside the packed elementary kernel; --figure PATH
          writes a bar chart (PNG or PDF)
+  pipeline  the projected CPU-hours and wall time on --cores of a config's whole DAG (--configfile,
+         --target): each method the config uses timed in short runs (--steps), combined with the DAG's
+         jobs; the top cost centres; --json PATH keeps cpu_hours, wall_hours and the measurements
 """
 
 BENCHMARKS: dict[str, str] = {
@@ -48,6 +51,7 @@ BENCHMARKS: dict[str, str] = {
     "sb3": "tapebench.training.sb3_bench:bench_sb3",
     "methods": "tapebench.evaluation.bench:bench_methods",
     "families": "tapebench.bench:bench_families",
+    "pipeline": "tapebench.pipeline.projection:bench_pipeline",
 }
 
 KERNEL_GOAL = 2e8        # packed numba kernel, tape-steps/s on one core
@@ -85,6 +89,11 @@ def register(sub) -> None:
     p.add_argument("--json", default=None, metavar="PATH", help="also write the figures to this JSON file")
     p.add_argument("--figure", default=None, metavar="PATH",
                    help="families: write a bar chart of env steps/s per family here (.png or .pdf)")
+    p.add_argument("--configfile", nargs="+", default=None, metavar="FILE",
+                   help="pipeline: config overlays, as for snakemake (default: config/config.yaml alone)")
+    p.add_argument("--cores", type=int, default=8, help="pipeline: cores the wall time is projected on (default 8)")
+    p.add_argument("--target", nargs="+", default=None, metavar="PATH",
+                   help="pipeline: project only what these targets need (default: the whole DAG)")
     p.set_defaults(func=run)
 
 

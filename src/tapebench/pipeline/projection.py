@@ -1,0 +1,327 @@
+"""`tapebench bench pipeline`: the projected cost of a configured DAG (docs/protocol.md#compute).
+
+One run measures what the config's jobs cost on this machine and combines it with the DAG:
+
+1. the DAG: `snakemake --dry-run --forceall` for the config (and targets), parsed into jobs (rule, wildcards,
+   inputs, outputs) and their dependencies (an input another job writes);
+2. per method the config uses, short timed runs at the config's hyperparameters and tape length: training
+   env steps/s (`--steps` steps, one torch thread), and the evaluation cost per episode step on a sample of
+   the split's episode set (a trained method: its short run's last checkpoint);
+3. the start-up of a light job (pandas and pyarrow), of a figure job (matplotlib) and of a torch job;
+4. each job's CPU-seconds from its rule and wildcards (`job_seconds`: a training job's steps over the method's
+   steps/s, an evaluation's checkpoints x episodes x H x cost per episode step, plus its start-up; every other
+   job a start-up), then the wall time on N cores by list scheduling of the dependency graph (longest job first
+   among the ready ones).
+
+The figures are CPU-seconds of single-threaded jobs; what is estimated rather than measured is named in the
+output. Compare the projection with a measured run of the same config (`tapebench status` and the compute
+table show what the runs cost).
+"""
+from __future__ import annotations
+
+import heapq
+import math
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tapebench.pipeline.config import load_config, split_rule_space, validate_config
+from tapebench.registry import get_method
+from tapebench.settings import checkpoints_per_run, worldtest_study
+
+JOB_HEADER = re.compile(r"^(?:local)?rule (\w+):$")
+SAMPLE_RULES = 16            # evaluation cost is timed on at most this many rules of the split, then scaled
+TRAIN_RULES = ("train", "train_fixed_z", "train_multi_rule", "train_sweep")
+EVAL_RULES = ("evaluate", "evaluate_fixed_z", "evaluate_multi_rule", "evaluate_sweep", "evaluate_noise")
+METHOD_EVAL_RULES = ("evaluate_method", "evaluate_noise_method")
+WORLDTEST_RULES = ("worldtest_method", "worldtest_trained")
+ORACLE_RULES = ("mpc_split", "mpc_by_type", "fixed_z_oracle", "oracle_multi_rule")
+TORCH_RULES = ("model_error", "model_error_sweep")
+LATEX_RULES = ("report_pdf", "latex_check")
+LATEX_ESTIMATE_S = 20.0      # a LaTeX compile: estimated, not measured (LaTeX may be absent)
+
+
+@dataclass
+class DagJob:
+    jobid: int
+    rule: str
+    wildcards: dict = field(default_factory=dict)
+    inputs: list = field(default_factory=list)
+    outputs: list = field(default_factory=list)
+
+
+def parse_dry_run(text: str) -> list[DagJob]:
+    """Jobs of `snakemake --dry-run` output: rule, wildcards, inputs, outputs, job id."""
+    jobs, job = [], None
+    for line in text.splitlines():
+        header = JOB_HEADER.match(line.strip()) if not line.startswith("    ") else None
+        if header:
+            job = DagJob(-1, header.group(1))
+            jobs.append(job)
+            continue
+        if job is None or not line.startswith("    "):
+            continue
+        key, _, value = line.strip().partition(": ")
+        if key == "input":
+            job.inputs = [p.strip() for p in value.split(",") if p.strip()]
+        elif key == "output":
+            job.outputs = [p.strip() for p in value.split(",") if p.strip()]
+        elif key == "jobid":
+            job.jobid = int(value)
+        elif key == "wildcards":
+            job.wildcards = dict(kv.split("=", 1) for kv in value.split(", "))
+    return jobs
+
+
+def dag_jobs(configfiles, targets=(), workdir=".") -> list[DagJob]:
+    """The whole DAG of a config (every job, as if nothing were built)."""
+    cmd = [sys.executable, "-m", "snakemake", *targets, "--dry-run", "--forceall", "--cores", "1"]
+    if configfiles:
+        cmd += ["--configfile", *configfiles]
+    proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ValueError(f"snakemake could not build the DAG (run from the repository root, where the Snakefile "
+                         f"is):\n{(proc.stdout + proc.stderr)[-2000:]}")
+    return parse_dry_run(proc.stdout)
+
+
+def dependencies(jobs: list[DagJob]) -> dict[int, set[int]]:
+    """job id -> the ids of the jobs that write its inputs."""
+    writer = {path: job.jobid for job in jobs for path in job.outputs}
+    return {job.jobid: {writer[p] for p in job.inputs if p in writer and writer[p] != job.jobid} for job in jobs}
+
+
+def schedule_wall(jobs: list[DagJob], seconds: dict[int, float], deps: dict[int, set[int]], cores: int) -> float:
+    """Wall time of the DAG on `cores` single-threaded slots: list scheduling, longest ready job first."""
+    waiting = {j.jobid: set(deps[j.jobid]) for j in jobs}
+    children = defaultdict(list)
+    for jid, parents in waiting.items():
+        for p in parents:
+            children[p].append(jid)
+    ready = [(-seconds[j], j) for j, parents in waiting.items() if not parents]
+    heapq.heapify(ready)
+    running, now, free = [], 0.0, cores
+    while ready or running:
+        while ready and free > 0:
+            cost, jid = heapq.heappop(ready)
+            heapq.heappush(running, (now - cost, jid))
+            free -= 1
+        now, done = heapq.heappop(running)
+        free += 1
+        for child in children[done]:
+            waiting[child].discard(done)
+            if not waiting[child]:
+                heapq.heappush(ready, (-seconds[child], child))
+    return now
+
+
+# --- what the jobs cost -----------------------------------------------------------------------------------------
+def _startup(code: str) -> float:
+    """Wall seconds of a fresh Python process that runs `code` (the median of three)."""
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+        times.append(time.perf_counter() - start)
+    return sorted(times)[1]
+
+
+@dataclass
+class CostModel:
+    light_s: float                       # a light job's process (pandas, pyarrow, the CLI)
+    figure_s: float                      # a figure or table job (matplotlib, jinja2)
+    torch_s: float                       # a job that loads torch and the method registry
+    train_steps_per_s: dict = field(default_factory=dict)     # method -> env steps/s in training
+    step_seconds: dict = field(default_factory=dict)          # method -> evaluation seconds per episode step
+    worldtest_row_s: dict = field(default_factory=dict)       # method -> world-test seconds per problem
+    estimated: list = field(default_factory=list)             # what is not measured
+
+
+def measure(config: dict, methods, *, steps: int, log=print) -> CostModel:
+    """Time the config's methods on this machine (short runs at the config's hyperparameters)."""
+    # torch and the methods: loaded only when a projection measures them
+    from tapebench.evaluation.evaluate import evaluate_untrained, side_protocols
+    from tapebench.evaluation.worldtest import WorldTestSettings, run_world_test
+    from tapebench.registry import build_config
+    from tapebench.training.bench import heartbeat
+    from tapebench.training.evaluate import evaluate_run
+    from tapebench.training.loop import TrainSpec, train
+
+    model = CostModel(light_s=_startup("import pandas, pyarrow.parquet, tapebench.utils.artifacts, tapebench.cli"),
+                      figure_s=_startup("import matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot, jinja2, "
+                                        "pandas, pyarrow.parquet, tapebench.report.output"),
+                      torch_s=_startup("import torch, tapebench.registry as r; r.registry()"))
+    log(f"job start-up: light {model.light_s:.2f} s, figure {model.figure_s:.2f} s, torch {model.torch_s:.2f} s")
+    env, evaluation = config["env"], config["evaluation"]
+    L, H = int(env["L"]), int(env["H"])
+    rules = split_rule_space(config, config["main_split"])
+    sample = rules[::max(1, math.ceil(len(rules) / SAMPLE_RULES))]
+    sides = side_protocols(L=L, H=H, episodes_per_rule=int(evaluation["episodes_per_rule"]),
+                           eval_seed=int(evaluation["eval_seed"]), rules=sample)
+    warm_sides = side_protocols(L=L, H=H, episodes_per_rule=1, eval_seed=int(evaluation["eval_seed"]),
+                                rules=sample[:1])
+    episode_steps = len(sample) * int(evaluation["episodes_per_rule"]) * H
+    study = worldtest_study(config)
+    settings = WorldTestSettings.from_config(study["worldtest"]) if study["methods"] else None
+    wt_sides = {"train": sample[: len(sample) // 2], "test": sample[len(sample) // 2:]}
+    for method_id in methods:
+        method = get_method(method_id)
+        overrides = config["agents"].get(method_id, {}) or {}
+        agent = None
+        with tempfile.TemporaryDirectory(prefix=f"tapebench-projection-{method_id}-") as run_dir:
+            if method.trains:
+                spec = TrainSpec(agent=method_id, rules=tuple(rules), seed=0, L=L, H=H, total_steps=steps,
+                                 eval_every=steps, hyperparameters=overrides)
+                with heartbeat(f"{method_id}: training {steps} steps"):
+                    manifest = train(spec, run_dir, quiet=True)
+                model.train_steps_per_s[method_id] = manifest["steps_per_second"]
+                evaluate_run(run_dir, H, rules=sample[:1], episodes_per_rule=1, checkpoints=1)   # warm-up
+                with heartbeat(f"{method_id}: evaluating {len(sample)} rules"):
+                    _, summary = evaluate_run(run_dir, H, rules=sample, episodes_per_rule=int(
+                        evaluation["episodes_per_rule"]), eval_seed=int(evaluation["eval_seed"]), checkpoints=1)
+                model.step_seconds[method_id] = summary["seconds"] / episode_steps
+                if settings is not None and method_id in study["methods"]:
+                    # torch is heavy: loaded only when a trained method's world test is timed
+                    from tapebench.training import checkpoint as ckpt
+
+                    payload = ckpt.load(Path(run_dir) / manifest["checkpoints"][-1]["file"])
+                    agent = ckpt.build_policy_agent(payload)
+                    agent.load_policy_state_dict(payload["policy"])
+            elif method.make_policy is not None:
+                evaluate_untrained(method_id, overrides, 0, warm_sides, train_rules=rules)   # warm-up (numba caches)
+                with heartbeat(f"{method_id}: evaluating {len(sample)} rules"):
+                    _, summary = evaluate_untrained(method_id, overrides, 0, sides, train_rules=rules)
+                model.step_seconds[method_id] = summary["seconds"] / episode_steps
+            if settings is not None and method_id in study["methods"]:
+                config_m = build_config(method_id, overrides)
+                run_world_test(method, config_m, settings, sides={"train": sample[:1]}, L=L, H=H, seed=0,
+                               budget=0, agent=agent)                                          # warm-up
+                start = time.perf_counter()
+                with heartbeat(f"{method_id}: world test on {len(sample)} rules"):
+                    table = run_world_test(method, config_m, settings, sides=wt_sides, L=L, H=H, seed=0,
+                                           budget=max(study["budgets"]), agent=agent)
+                model.worldtest_row_s[method_id] = (time.perf_counter() - start) / len(table)   # per problem
+        shown = [f"train {model.train_steps_per_s[method_id]:.0f} steps/s" if method_id in model.train_steps_per_s
+                 else "", f"eval {1e6 * model.step_seconds[method_id]:.1f} us/episode step"
+                 if method_id in model.step_seconds else "",
+                 f"world test {model.worldtest_row_s[method_id]:.4f} s/problem" if method_id in model.worldtest_row_s
+                 else ""]
+        log(f"  {method_id}: " + ", ".join(s for s in shown if s), flush=True)
+    model.estimated.append(f"a LaTeX compile: {LATEX_ESTIMATE_S:.0f} s")
+    return model
+
+
+def _rule_count(config: dict, split: str) -> int:
+    if split in config["splits"]:
+        return len(split_rule_space(config, split))
+    ladder = config["studies"]["ladder"]
+    return 2 * max(len(ladder["train"]) // 2, ladder["train_classes"]) + len(ladder["levels"]) * ladder["level_size"]
+
+
+def _schedule(config: dict, rule: str) -> tuple[int, int]:
+    """(total_steps, eval_every) of a training rule's runs."""
+    if rule in ("train_fixed_z", "evaluate_fixed_z", "train_multi_rule", "evaluate_multi_rule"):
+        fixed = config["studies"]["fixed_z"]
+        return int(fixed["total_steps"]), int(fixed["eval_every"])
+    return int(config["training"]["total_steps"]), int(config["training"]["eval_every"])
+
+
+def job_seconds(job: DagJob, config: dict, model: CostModel) -> tuple[float, str]:
+    """(CPU-seconds, cost centre) of one job."""
+    rule, w = job.rule, job.wildcards
+    agent = w.get("agent") or w.get("method")
+    if rule == "train_sweep":
+        agent = config["diagnostics"]["sweep"]["method"]
+    episodes_per_rule = int(config["evaluation"]["episodes_per_rule"])
+    if rule in TRAIN_RULES:
+        steps, _ = _schedule(config, rule)
+        return model.torch_s + steps / model.train_steps_per_s[agent], f"train {agent}"
+    if rule in EVAL_RULES or rule in METHOD_EVAL_RULES:
+        if rule == "evaluate_sweep":
+            agent = config["diagnostics"]["sweep"]["method"]
+        H = int(w.get("H", config["env"]["H"]))
+        if rule in METHOD_EVAL_RULES:
+            checkpoints = 1
+        else:
+            total, every = _schedule(config, rule)
+            every_checkpoint = get_method(agent).every_checkpoint and rule != "evaluate_noise"
+            checkpoints = checkpoints_per_run(total, every) if every_checkpoint else int(config["evaluation"]["last_k"])
+        n_rules = 1 if rule == "evaluate_fixed_z" else _rule_count(config, w.get("split", config["main_split"]))
+        return (model.torch_s + checkpoints * n_rules * episodes_per_rule * H * model.step_seconds[agent],
+                f"evaluate {agent}")
+    if rule in WORLDTEST_RULES:
+        study = worldtest_study(config)
+        settings = study["worldtest"]
+        tasks = (len(settings["prediction"]["lengths"]) if "prediction" in settings["tasks"] else 0) + \
+            sum(t in settings["tasks"] for t in ("planning", "detection"))
+        rows = _rule_count(config, study["split"]) * int(settings["problems_per_rule"]) * tasks
+        return model.torch_s + rows * model.worldtest_row_s[agent], f"world test {agent}"
+    if rule in ORACLE_RULES:
+        H = int(w.get("H", config["env"]["H"]))
+        n_rules = _rule_count(config, w.get("split", config["main_split"]))
+        per_step = model.step_seconds.get("mpc", 0.0)
+        return model.light_s + n_rules * episodes_per_rule * H * per_step, "oracle (MPC)"
+    if rule in TORCH_RULES:
+        return model.torch_s, "diagnostics"
+    if rule in LATEX_RULES:
+        return LATEX_ESTIMATE_S, "report (LaTeX)"
+    if rule.startswith("render"):
+        return model.figure_s, "tables and figures"
+    return model.light_s, "other jobs"
+
+
+def methods_of(jobs: list[DagJob], config: dict) -> list[str]:
+    found = {j.wildcards.get("agent") or j.wildcards.get("method") for j in jobs
+             if j.rule in (*TRAIN_RULES, *EVAL_RULES, *METHOD_EVAL_RULES, *WORLDTEST_RULES)}
+    if any(j.rule in ("train_sweep", "evaluate_sweep") for j in jobs):
+        found.add(config["diagnostics"]["sweep"]["method"])
+    if any(j.rule in ORACLE_RULES for j in jobs):
+        found.add("mpc")
+    return sorted(m for m in found if m)
+
+
+def bench_pipeline(args) -> dict:
+    """Entry point of `tapebench bench pipeline` (options: --configfile, --cores, --target, --steps, --json)."""
+    configfiles = list(args.configfile or [])
+    cores = int(args.cores)
+    if cores < 1:
+        raise ValueError(f"--cores must be >= 1, got {cores}")
+    schema = Path("workflow") / "schemas" / "config.schema.yaml"
+    if not schema.is_file():
+        raise FileNotFoundError(f"{schema} not found: run `tapebench bench pipeline` from the repository root")
+    config = validate_config(load_config(configfiles), schema)
+    start = time.perf_counter()
+    jobs = dag_jobs(configfiles, args.target or ())
+    snakemake_s = time.perf_counter() - start      # Snakemake's own DAG building, paid once per invocation
+    deps = dependencies(jobs)
+    methods = methods_of(jobs, config)
+    print(f"tapebench bench pipeline: {len(jobs)} jobs ({', '.join(configfiles) or 'config/config.yaml'}"
+          f"{'; targets ' + ' '.join(args.target) if args.target else ''}); measuring {len(methods)} methods "
+          f"({args.steps} training steps each, evaluation on <= {SAMPLE_RULES} rules), one thread", flush=True)
+    model = measure(config, methods, steps=args.steps, log=print)
+    seconds, centre = {}, {}
+    for job in jobs:
+        seconds[job.jobid], centre[job.jobid] = job_seconds(job, config, model)
+    cpu = sum(seconds.values()) + snakemake_s
+    wall = schedule_wall(jobs, seconds, deps, cores) + snakemake_s
+    by_centre = Counter({"snakemake (DAG)": snakemake_s})
+    for jid, c in centre.items():
+        by_centre[c] += seconds[jid]
+    rules = Counter(j.rule for j in jobs)
+    print(f"\nprojected: {cpu / 3600:.2f} CPU-hours; {wall / 3600:.2f} h wall on {cores} cores "
+          f"(list scheduling of the DAG; lower bound CPU/cores {cpu / cores / 3600:.2f} h)")
+    print("top cost centres (CPU-hours, share):")
+    for name, s in by_centre.most_common(12):
+        print(f"  {name:<32} {s / 3600:8.3f}  {100 * s / cpu:5.1f}%")
+    print(f"estimated, not measured: {'; '.join(model.estimated)}; measurement took {time.perf_counter() - start:.0f} s")
+    return {"cpu_hours": cpu / 3600, "wall_hours": wall / 3600, "cores": cores, "jobs": len(jobs),
+            "jobs_per_rule": dict(rules), "cost_centres_cpu_hours": {k: v / 3600 for k, v in by_centre.items()},
+            "measured": {"light_s": model.light_s, "figure_s": model.figure_s, "torch_s": model.torch_s,
+                         "train_steps_per_s": model.train_steps_per_s, "eval_seconds_per_episode_step":
+                         model.step_seconds, "worldtest_seconds_per_row": model.worldtest_row_s},
+            "estimated": model.estimated, "configfiles": configfiles, "targets": list(args.target or [])}

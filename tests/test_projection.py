@@ -1,0 +1,70 @@
+"""`tapebench bench pipeline`'s arithmetic (docs/protocol.md#compute): the dry-run parser, the dependency graph,
+list scheduling and the per-job cost model, checked by hand (the measurements themselves are benchmarks)."""
+from __future__ import annotations
+
+import pytest
+
+from tapebench.pipeline.projection import (CostModel, DagJob, dependencies, job_seconds, parse_dry_run,
+                                           schedule_wall)
+
+DRY_RUN = """\
+Building DAG of jobs...
+[Tue Nov 24 20:53:22 2026]
+rule split:
+    input: results/rules/features.parquet
+    output: results/splits/main.json
+    log: logs/splits/main.log
+    jobid: 4
+    reason: Forced execution
+    wildcards: split=main
+    resources: tmpdir=/tmp
+[Tue Nov 24 20:53:22 2026]
+rule train:
+    input: results/splits/main.json, results/health/main.json
+    output: results/runs/main/dqn/seed0/train.json
+    jobid: 6
+    wildcards: split=main, agent=dqn, seed=0
+[Tue Nov 24 20:53:22 2026]
+localrule all:
+    input: results/runs/main/dqn/seed0/train.json
+    jobid: 0
+"""
+
+
+def test_dry_run_parse_and_dependencies():
+    jobs = parse_dry_run(DRY_RUN)
+    assert [(j.rule, j.jobid) for j in jobs] == [("split", 4), ("train", 6), ("all", 0)]
+    assert jobs[1].wildcards == {"split": "main", "agent": "dqn", "seed": "0"}
+    assert jobs[1].inputs == ["results/splits/main.json", "results/health/main.json"]
+    assert dependencies(jobs) == {4: set(), 6: {4}, 0: {6}}
+
+
+def test_list_scheduling_by_hand():
+    # a -> c, b -> c; d alone. Costs a 4, b 2, c 1, d 3. On 2 cores, longest ready first:
+    # t=0 a, d start; t=3 d ends, b starts; t=4 a ends; t=5 b ends, c starts; t=6 done. On 1 core: the sum 10.
+    jobs = [DagJob(i, r) for i, r in enumerate("abcd")]
+    seconds = {0: 4.0, 1: 2.0, 2: 1.0, 3: 3.0}
+    deps = {0: set(), 1: set(), 2: {0, 1}, 3: set()}
+    assert schedule_wall(jobs, seconds, deps, 2) == pytest.approx(6.0)
+    assert schedule_wall(jobs, seconds, deps, 1) == pytest.approx(10.0)
+    assert schedule_wall(jobs, seconds, deps, 8) == pytest.approx(5.0)      # the critical path a -> c
+
+
+def test_job_costs_from_the_config():
+    config = {"env": {"L": 32, "H": 32}, "main_split": "main",
+              "splits": {"main": {"rules": "0-255"}},
+              "training": {"total_steps": 30000, "eval_every": 10000},
+              "evaluation": {"episodes_per_rule": 5, "last_k": 2}, "agents": {},
+              "studies": {"fixed_z": {"total_steps": 1000, "eval_every": 500}}}
+    model = CostModel(light_s=1.0, figure_s=2.0, torch_s=3.0, train_steps_per_s={"dqn": 1000.0},
+                      step_seconds={"dqn": 1e-5, "random": 2e-6})
+    seconds, centre = job_seconds(DagJob(1, "train", {"agent": "dqn"}), config, model)
+    assert seconds == pytest.approx(3.0 + 30.0) and centre == "train dqn"
+    # 3 checkpoints x 256 rules x 5 episodes x H = 32 steps x 1e-5 s
+    seconds, _ = job_seconds(DagJob(2, "evaluate", {"agent": "dqn", "split": "main", "H": "32"}), config, model)
+    assert seconds == pytest.approx(3.0 + 3 * 256 * 5 * 32 * 1e-5)
+    seconds, _ = job_seconds(DagJob(3, "evaluate_method", {"agent": "random", "split": "main", "H": "64"}), config,
+                             model)
+    assert seconds == pytest.approx(3.0 + 256 * 5 * 64 * 2e-6)
+    assert job_seconds(DagJob(4, "render_table3"), config, model) == (2.0, "tables and figures")
+    assert job_seconds(DagJob(5, "aggregate_seed"), config, model) == (1.0, "other jobs")
