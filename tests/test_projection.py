@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tapebench.pipeline.projection import (CostModel, DagJob, dependencies, job_seconds, parse_dry_run,
+from tapebench.pipeline.projection import (CostModel, DagJob, dependencies, job_seconds, linear_fit, parse_dry_run,
                                            schedule_wall)
 
 DRY_RUN = """\
@@ -56,15 +56,21 @@ def test_job_costs_from_the_config():
               "training": {"total_steps": 30000, "eval_every": 10000},
               "evaluation": {"episodes_per_rule": 5, "last_k": 2}, "agents": {},
               "studies": {"fixed_z": {"total_steps": 1000, "eval_every": 500}}}
-    model = CostModel(light_s=1.0, figure_s=2.0, torch_s=3.0, train_steps_per_s={"dqn": 1000.0},
-                      step_seconds={"dqn": 1e-5, "random": 2e-6})
+    model = CostModel(light_s=1.0, figure_s=2.0, torch_s=3.0, H=32, train_steps_per_s={"dqn": 1000.0},
+                      episode_s={"dqn": 1e-3, "random": 2e-4}, batch_s={"dqn": 0.1, "random": 0.05})
     seconds, centre = job_seconds(DagJob(1, "train", {"agent": "dqn"}), config, model)
     assert seconds == pytest.approx(3.0 + 30.0) and centre == "train dqn"
-    # 3 checkpoints x 256 rules x 5 episodes x H = 32 steps x 1e-5 s
+    # 3 checkpoints x 2 sides batches, 3 x 256 rules x 5 episodes, at the measured H
     seconds, _ = job_seconds(DagJob(2, "evaluate", {"agent": "dqn", "split": "main", "H": "32"}), config, model)
-    assert seconds == pytest.approx(3.0 + 3 * 256 * 5 * 32 * 1e-5)
+    assert seconds == pytest.approx(3.0 + 6 * 0.1 + 3 * 256 * 5 * 1e-3)
+    # a method's evaluation at twice the measured horizon costs twice as much per batch and episode
     seconds, _ = job_seconds(DagJob(3, "evaluate_method", {"agent": "random", "split": "main", "H": "64"}), config,
                              model)
-    assert seconds == pytest.approx(3.0 + 256 * 5 * 64 * 2e-6)
+    assert seconds == pytest.approx(3.0 + 2 * (2 * 0.05 + 256 * 5 * 2e-4))
     assert job_seconds(DagJob(4, "render_table3"), config, model) == (2.0, "tables and figures")
     assert job_seconds(DagJob(5, "aggregate_seed"), config, model) == (1.0, "other jobs")
+
+
+def test_linear_fit_separates_fixed_and_per_unit_cost():
+    assert linear_fit(10, 3.0, 20, 5.0) == pytest.approx((1.0, 0.2))
+    assert linear_fit(10, 3.0, 20, 2.9) == pytest.approx((0.0, 2.9 / 20))     # noise: the big run's mean

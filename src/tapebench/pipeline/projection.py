@@ -136,10 +136,25 @@ class CostModel:
     light_s: float                       # a light job's process (pandas, pyarrow, the CLI)
     figure_s: float                      # a figure or table job (matplotlib, jinja2)
     torch_s: float                       # a job that loads torch and the method registry
+    H: int = 32                          # the horizon evaluation costs were measured at
     train_steps_per_s: dict = field(default_factory=dict)     # method -> env steps/s in training
-    step_seconds: dict = field(default_factory=dict)          # method -> evaluation seconds per episode step
-    worldtest_row_s: dict = field(default_factory=dict)       # method -> world-test seconds per problem
+    episode_s: dict = field(default_factory=dict)             # method -> evaluation seconds per episode (at H)
+    batch_s: dict = field(default_factory=dict)               # method -> fixed seconds per evaluated batch (at H)
+    problem_s: dict = field(default_factory=dict)             # method -> world-test seconds per problem
+    side_s: dict = field(default_factory=dict)                # method -> fixed world-test seconds per side
     estimated: list = field(default_factory=list)             # what is not measured
+
+    def evaluation(self, method: str, batches: int, episodes: int, H: int) -> float:
+        """Seconds of `batches` evaluated batches holding `episodes` episodes in all, at horizon H."""
+        return (batches * self.batch_s[method] + episodes * self.episode_s[method]) * H / self.H
+
+
+def linear_fit(n_small: int, t_small: float, n_big: int, t_big: float) -> tuple[float, float]:
+    """(fixed, per unit) through two timings; a non-positive slope (noise) falls back to the big one's mean."""
+    per = (t_big - t_small) / (n_big - n_small)
+    if per <= 0:
+        return 0.0, t_big / n_big
+    return max(t_small - per * n_small, 0.0), per
 
 
 def measure(config: dict, methods, *, steps: int, log=print) -> CostModel:
@@ -161,14 +176,19 @@ def measure(config: dict, methods, *, steps: int, log=print) -> CostModel:
     L, H = int(env["L"]), int(env["H"])
     rules = split_rule_space(config, config["main_split"])
     sample = rules[::max(1, math.ceil(len(rules) / SAMPLE_RULES))]
-    sides = side_protocols(L=L, H=H, episodes_per_rule=int(evaluation["episodes_per_rule"]),
-                           eval_seed=int(evaluation["eval_seed"]), rules=sample)
-    warm_sides = side_protocols(L=L, H=H, episodes_per_rule=1, eval_seed=int(evaluation["eval_seed"]),
-                                rules=sample[:1])
-    episode_steps = len(sample) * int(evaluation["episodes_per_rule"]) * H
+    half = sample[: max(1, len(sample) // 2)]
+    E = int(evaluation["episodes_per_rule"])
+    eval_kwargs = dict(episodes_per_rule=E, eval_seed=int(evaluation["eval_seed"]))
+    model.H = H
+
+    def protocols(rules_):
+        return side_protocols(L=L, H=H, rules=rules_, **eval_kwargs)
+
     study = worldtest_study(config)
     settings = WorldTestSettings.from_config(study["worldtest"]) if study["methods"] else None
-    wt_sides = {"train": sample[: len(sample) // 2], "test": sample[len(sample) // 2:]}
+
+    def halves(rules_):
+        return {"train": rules_[: len(rules_) // 2], "test": rules_[len(rules_) // 2:]}
     for method_id in methods:
         method = get_method(method_id)
         overrides = config["agents"].get(method_id, {}) or {}
@@ -181,10 +201,9 @@ def measure(config: dict, methods, *, steps: int, log=print) -> CostModel:
                     manifest = train(spec, run_dir, quiet=True)
                 model.train_steps_per_s[method_id] = manifest["steps_per_second"]
                 evaluate_run(run_dir, H, rules=sample[:1], episodes_per_rule=1, checkpoints=1)   # warm-up
-                with heartbeat(f"{method_id}: evaluating {len(sample)} rules"):
-                    _, summary = evaluate_run(run_dir, H, rules=sample, episodes_per_rule=int(
-                        evaluation["episodes_per_rule"]), eval_seed=int(evaluation["eval_seed"]), checkpoints=1)
-                model.step_seconds[method_id] = summary["seconds"] / episode_steps
+                with heartbeat(f"{method_id}: evaluating {len(half)} and {len(sample)} rules"):
+                    timings = [evaluate_run(run_dir, H, rules=r, checkpoints=1, **eval_kwargs)[1]["seconds"]
+                               for r in (half, sample)]
                 if settings is not None and method_id in study["methods"]:
                     # torch is heavy: loaded only when a trained method's world test is timed
                     from tapebench.training import checkpoint as ckpt
@@ -193,24 +212,34 @@ def measure(config: dict, methods, *, steps: int, log=print) -> CostModel:
                     agent = ckpt.build_policy_agent(payload)
                     agent.load_policy_state_dict(payload["policy"])
             elif method.make_policy is not None:
-                evaluate_untrained(method_id, overrides, 0, warm_sides, train_rules=rules)   # warm-up (numba caches)
-                with heartbeat(f"{method_id}: evaluating {len(sample)} rules"):
-                    _, summary = evaluate_untrained(method_id, overrides, 0, sides, train_rules=rules)
-                model.step_seconds[method_id] = summary["seconds"] / episode_steps
+                evaluate_untrained(method_id, overrides, 0, side_protocols(L=L, H=H, rules=sample[:1],
+                                                                           episodes_per_rule=1,
+                                                                           eval_seed=eval_kwargs["eval_seed"]),
+                                   train_rules=rules)                                  # warm-up (numba caches)
+                with heartbeat(f"{method_id}: evaluating {len(half)} and {len(sample)} rules"):
+                    timings = [evaluate_untrained(method_id, overrides, 0, protocols(r), train_rules=rules)[1]["seconds"]
+                               for r in (half, sample)]
+            if method.plays_episodes:
+                model.batch_s[method_id], model.episode_s[method_id] = linear_fit(
+                    len(half) * E, timings[0], len(sample) * E, timings[1])
             if settings is not None and method_id in study["methods"]:
                 config_m = build_config(method_id, overrides)
                 run_world_test(method, config_m, settings, sides={"train": sample[:1]}, L=L, H=H, seed=0,
                                budget=0, agent=agent)                                          # warm-up
-                start = time.perf_counter()
-                with heartbeat(f"{method_id}: world test on {len(sample)} rules"):
-                    table = run_world_test(method, config_m, settings, sides=wt_sides, L=L, H=H, seed=0,
-                                           budget=max(study["budgets"]), agent=agent)
-                model.worldtest_row_s[method_id] = (time.perf_counter() - start) / len(table)   # per problem
+                points = []
+                with heartbeat(f"{method_id}: world test on {len(half)} and {len(sample)} rules"):
+                    for r in (half, sample):
+                        start = time.perf_counter()
+                        table = run_world_test(method, config_m, settings, sides=halves(r), L=L, H=H, seed=0,
+                                               budget=max(study["budgets"]), agent=agent)
+                        points += [len(table), time.perf_counter() - start]
+                fixed, model.problem_s[method_id] = linear_fit(*points)
+                model.side_s[method_id] = fixed / 2
         shown = [f"train {model.train_steps_per_s[method_id]:.0f} steps/s" if method_id in model.train_steps_per_s
-                 else "", f"eval {1e6 * model.step_seconds[method_id]:.1f} us/episode step"
-                 if method_id in model.step_seconds else "",
-                 f"world test {model.worldtest_row_s[method_id]:.4f} s/problem" if method_id in model.worldtest_row_s
-                 else ""]
+                 else "", f"eval {1e3 * model.episode_s[method_id]:.2f} ms/episode + {model.batch_s[method_id]:.2f} s/batch"
+                 f" at H={H}" if method_id in model.episode_s else "",
+                 f"world test {1e3 * model.problem_s[method_id]:.2f} ms/problem + {model.side_s[method_id]:.2f} s/side"
+                 if method_id in model.problem_s else ""]
         log(f"  {method_id}: " + ", ".join(s for s in shown if s), flush=True)
     model.estimated.append(f"a LaTeX compile: {LATEX_ESTIMATE_S:.0f} s")
     return model
@@ -252,20 +281,21 @@ def job_seconds(job: DagJob, config: dict, model: CostModel) -> tuple[float, str
             every_checkpoint = get_method(agent).every_checkpoint and rule != "evaluate_noise"
             checkpoints = checkpoints_per_run(total, every) if every_checkpoint else int(config["evaluation"]["last_k"])
         n_rules = 1 if rule == "evaluate_fixed_z" else _rule_count(config, w.get("split", config["main_split"]))
-        return (model.torch_s + checkpoints * n_rules * episodes_per_rule * H * model.step_seconds[agent],
-                f"evaluate {agent}")
+        sides = 1 if rule in ("evaluate_fixed_z",) else 2
+        return (model.torch_s + model.evaluation(agent, checkpoints * sides, checkpoints * n_rules * episodes_per_rule,
+                                                 H), f"evaluate {agent}")
     if rule in WORLDTEST_RULES:
         study = worldtest_study(config)
         settings = study["worldtest"]
         tasks = (len(settings["prediction"]["lengths"]) if "prediction" in settings["tasks"] else 0) + \
             sum(t in settings["tasks"] for t in ("planning", "detection"))
-        rows = _rule_count(config, study["split"]) * int(settings["problems_per_rule"]) * tasks
-        return model.torch_s + rows * model.worldtest_row_s[agent], f"world test {agent}"
+        problems = _rule_count(config, study["split"]) * int(settings["problems_per_rule"]) * tasks
+        return model.torch_s + 2 * model.side_s[agent] + problems * model.problem_s[agent], f"world test {agent}"
     if rule in ORACLE_RULES:
         H = int(w.get("H", config["env"]["H"]))
         n_rules = _rule_count(config, w.get("split", config["main_split"]))
-        per_step = model.step_seconds.get("mpc", 0.0)
-        return model.light_s + n_rules * episodes_per_rule * H * per_step, "oracle (MPC)"
+        cost = model.evaluation("mpc", 1, n_rules * episodes_per_rule, H) if "mpc" in model.episode_s else 0.0
+        return model.light_s + cost, "oracle (MPC)"
     if rule in TORCH_RULES:
         return model.torch_s, "diagnostics"
     if rule in LATEX_RULES:
@@ -322,6 +352,7 @@ def bench_pipeline(args) -> dict:
     return {"cpu_hours": cpu / 3600, "wall_hours": wall / 3600, "cores": cores, "jobs": len(jobs),
             "jobs_per_rule": dict(rules), "cost_centres_cpu_hours": {k: v / 3600 for k, v in by_centre.items()},
             "measured": {"light_s": model.light_s, "figure_s": model.figure_s, "torch_s": model.torch_s,
-                         "train_steps_per_s": model.train_steps_per_s, "eval_seconds_per_episode_step":
-                         model.step_seconds, "worldtest_seconds_per_row": model.worldtest_row_s},
+                         "H": model.H, "train_steps_per_s": model.train_steps_per_s,
+                         "eval_seconds_per_episode": model.episode_s, "eval_seconds_per_batch": model.batch_s,
+                         "worldtest_seconds_per_problem": model.problem_s, "worldtest_seconds_per_side": model.side_s},
             "estimated": model.estimated, "configfiles": configfiles, "targets": list(args.target or [])}
