@@ -1,6 +1,8 @@
 """Argument checks shared by every entry point: each error names the bad value and what is allowed."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
 from tapebench.rules.family import ELEMENTARY, RuleFamily
@@ -164,3 +166,25 @@ def check_init_density(value, allow_range: bool = False):
 def check_noise(value, allow_range: bool = False):
     """Cell-update noise epsilon (each cell flips with probability epsilon after the CA update): in [0, 0.5]."""
     return _check_nuisance(value, "noise", 0.0, MAX_NOISE, False, allow_range)
+
+
+def parse_param_sections(text: str, sections: dict) -> dict:
+    """A job's `--params` JSON: an object of `sections`, each an object whose keys are among `sections[name]`
+    (None: any key, checked elsewhere)."""
+    try:
+        params = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--params is not valid JSON ({exc}): {text!r}") from None
+    if not isinstance(params, dict):
+        raise ValueError(f"--params must be a JSON object with keys {sorted(sections)}, got {text!r}")
+    unknown = sorted(set(params) - set(sections))
+    if unknown:
+        raise ValueError(f"unknown --params section(s) {unknown}; allowed: {sorted(sections)}")
+    for section, allowed in sections.items():
+        value = params.get(section, {})
+        if not isinstance(value, dict):
+            raise ValueError(f"--params section {section!r} must be a JSON object, got {value!r}")
+        if allowed is not None and set(value) - set(allowed):
+            raise ValueError(f"unknown key(s) {sorted(set(value) - set(allowed))} in --params section "
+                             f"{section!r}; allowed: {list(allowed)}")
+    return params

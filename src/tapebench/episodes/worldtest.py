@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numba as nb
 import numpy as np
 
-from tapebench.ca.packed import length_mask, pack, step_word, step_word_rule, unpack
+from tapebench.ca.packed import pack, step_word, step_words_rules, unpack
 from tapebench.episodes.streams import check_side, mix64_array, side_code, step_keys
 from tapebench.validation import check_integer, check_length
 from tapebench.vocabulary import DETECTION_TASK, PLANNING_TASK, PREDICTION_CANDIDATES, PREDICTION_TASK
@@ -106,16 +106,7 @@ def transition(tapes: np.ndarray, actions: np.ndarray, rules: np.ndarray) -> np.
     """(N, L) uint8: F_z(s XOR e_a) per row (the environment's step, elementary rules)."""
     L = tapes.shape[1]
     words = pack(tapes) ^ (np.uint64(1) << np.asarray(actions, dtype=np.uint64))
-    return unpack(_step_rows(words, np.asarray(rules, dtype=np.int64), L), L)
-
-
-@nb.njit(cache=True)
-def _step_rows(words, rules, L):
-    mask = length_mask(L)
-    out = np.empty_like(words)
-    for i in range(words.shape[0]):
-        out[i] = step_word_rule(words[i], rules[i], L, mask)
-    return out
+    return unpack(step_words_rules(words, np.asarray(rules, dtype=np.int64), L), L)
 
 
 @nb.njit(cache=True)

@@ -15,7 +15,6 @@ Missing keys take the defaults of docs/protocol.md#world-test; unknown keys are 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ from tapebench.splits.io import load_split
 from tapebench.training import checkpoint as ckpt
 from tapebench.training.loop import read_manifest, resolve_device, torch_settings
 from tapebench.utils.io import provenance, write_parquet
+from tapebench.validation import parse_param_sections
 from tapebench.vocabulary import ID_SIDE, OOD_SIDE
 
 PARAM_SECTIONS = {
@@ -39,20 +39,7 @@ DEFAULT_ENV = {"L": 32, "H": 32, "success_bonus": 1.0}
 
 
 def parse_params(text: str) -> dict:
-    try:
-        params = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"--params is not valid JSON ({exc}): {text!r}") from None
-    if not isinstance(params, dict) or set(params) - set(PARAM_SECTIONS):
-        raise ValueError(f"--params must be a JSON object with sections among {sorted(PARAM_SECTIONS)}, got {text!r}")
-    for section, allowed in PARAM_SECTIONS.items():
-        value = params.get(section, {})
-        if not isinstance(value, dict):
-            raise ValueError(f"--params section {section!r} must be a JSON object, got {value!r}")
-        if allowed is not None and set(value) - set(allowed):
-            raise ValueError(f"unknown key(s) {sorted(set(value) - set(allowed))} in --params section {section!r}; "
-                             f"allowed: {list(allowed)}")
-    return params
+    return parse_param_sections(text, PARAM_SECTIONS)
 
 
 def _trained_agent(run_dir: Path, method_id: str, seed: int, split, device):

@@ -125,6 +125,7 @@ def _aggregate_worldtest(args) -> int:
     # lazy: a command loads only the modules it runs
     import pandas as pd
 
+    # lazy: a command loads only the modules it runs
     from tapebench.stats.worldtest import aggregate_worldtest
     from tapebench.utils.artifacts import read_table
 

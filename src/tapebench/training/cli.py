@@ -15,7 +15,6 @@ Missing keys take the paper-protocol defaults; unknown keys are an error.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -28,7 +27,7 @@ from tapebench.splits.io import load_split
 from tapebench.training.evaluate import evaluate_run, model_error_run, write_evaluation
 from tapebench.training.loop import PAPER_ENV, PAPER_TRAINING, RunLog, TrainSpec, resolve_device, torch_settings, train
 from tapebench.utils.io import provenance, write_parquet
-from tapebench.validation import check_noise, parse_rule_list
+from tapebench.validation import check_noise, parse_param_sections, parse_rule_list
 
 PARAM_SECTIONS = {
     "agent": None,  # checked against the agent's Config
@@ -40,23 +39,7 @@ PARAM_SECTIONS = {
 
 
 def parse_params(text: str) -> dict:
-    try:
-        params = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"--params is not valid JSON ({exc}): {text!r}") from None
-    if not isinstance(params, dict):
-        raise ValueError(f"--params must be a JSON object with keys {sorted(PARAM_SECTIONS)}, got {text!r}")
-    unknown = sorted(set(params) - set(PARAM_SECTIONS))
-    if unknown:
-        raise ValueError(f"unknown --params section(s) {unknown}; allowed: {sorted(PARAM_SECTIONS)}")
-    for section, allowed in PARAM_SECTIONS.items():
-        value = params.get(section, {})
-        if not isinstance(value, dict):
-            raise ValueError(f"--params section {section!r} must be a JSON object, got {value!r}")
-        if allowed is not None and set(value) - set(allowed):
-            raise ValueError(f"unknown key(s) {sorted(set(value) - set(allowed))} in --params section "
-                             f"{section!r}; allowed: {list(allowed)}")
-    return params
+    return parse_param_sections(text, PARAM_SECTIONS)
 
 
 def _rule_source(args):
