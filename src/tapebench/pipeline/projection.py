@@ -13,8 +13,9 @@ One run measures what the config's jobs cost on this machine and combines it wit
    job a start-up), then the wall time on N cores by list scheduling of the dependency graph (longest job first
    among the ready ones).
 
-The figures are CPU-seconds of single-threaded jobs; what is estimated rather than measured is named in the
-output. Compare the projection with a measured run of the same config (`tapebench status` and the compute
+Every timing is CPU time (the process's, or its children's for start-ups), so a loaded machine slows the
+measurement but hardly moves the figures; the wall time assumes idle cores. What is estimated rather than
+measured is named in the output. Compare the projection with a measured run of the same config (`tapebench status` and the compute
 table show what the runs cost).
 """
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import heapq
 import math
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -121,21 +123,61 @@ def schedule_wall(jobs: list[DagJob], seconds: dict[int, float], deps: dict[int,
 
 
 # --- what the jobs cost -----------------------------------------------------------------------------------------
-def _startup(code: str) -> float:
-    """Wall seconds of a fresh Python process that runs `code` (the median of three)."""
-    times = []
-    for _ in range(3):
-        start = time.perf_counter()
-        subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
-        times.append(time.perf_counter() - start)
-    return sorted(times)[1]
+def _children_cpu(cmd: list[str], cwd=None) -> float:
+    """CPU-seconds (user + system) of a command run to completion."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise RuntimeError(f"calibration command failed: {' '.join(cmd)}\n{(proc.stdout + proc.stderr)[-1500:]}")
+    return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+
+
+def _median_cpu(cmd: list[str], cwd=None, repeats: int = 3) -> float:
+    return sorted(_children_cpu(cmd, cwd) for _ in range(repeats))[repeats // 2]
+
+
+def calibrate_jobs() -> dict:
+    """CPU-seconds of the smallest real jobs, what every job of the kind pays whatever its size: an evaluation
+    (`tapebench evaluate --method random`, 1 episode), a training run (`tapebench train`, 64 steps), a light job
+    (`tapebench aggregate-seed`) and a figure job (`tapebench render figure_worldtest`)."""
+    # the splits' writer and the world-test aggregate: loaded only for the calibration
+    import numpy as np
+    import pandas as pd
+
+    from tapebench.schemas import WORLDTEST_AGGREGATE_COLUMNS
+    from tapebench.splits.io import save_split
+    from tapebench.utils.io import write_parquet
+
+    tapebench = [sys.executable, "-m", "tapebench.cli"]
+    with tempfile.TemporaryDirectory(prefix="tapebench-calibrate-") as tmp:
+        save_split(f"{tmp}/s.json", {"name": "calibration", "train": [4, 12], "test": [0], "unit": "rule",
+                                      "types": {"4": "periodic", "12": "periodic", "0": "stable"},
+                                      "params": {"method": "hand"}})
+        params = '{"env": {"L": 8, "H": 4}, "evaluation": {"episodes_per_rule": 1}}'
+        evaluate = _median_cpu([*tapebench, "evaluate", "--method", "random", "--split", f"{tmp}/s.json", "--H", "4",
+                                "--params", params, "--out", f"{tmp}/e.parquet"])
+        train = _median_cpu([*tapebench, "train", "--agent", "dqn", "--split", f"{tmp}/s.json", "--seed", "0",
+                             "--params", '{"env": {"L": 8, "H": 4}, "training": {"total_steps": 64, "eval_every": 64}}',
+                             "--out", f"{tmp}/run", "--quiet"], repeats=1)
+        light = _median_cpu([*tapebench, "aggregate-seed", "--episodes", f"{tmp}/e.parquet", "--last-k", "1",
+                             "--out", f"{tmp}/p.parquet"])
+        rows = [{"agent": "random", "task": "prediction", "side": s, "budget": b, "n_seeds": 1, "problems": 1,
+                 "mean": 0.2, "ci_low": 0.1, "ci_high": 0.3, "ci": 0.95, "n_resamples": 10, "chance": 1 / 6}
+                for s in ("train", "test") for b in (0, 8)]
+        write_parquet(f"{tmp}/a.parquet", pd.DataFrame(rows, columns=WORLDTEST_AGGREGATE_COLUMNS).astype(
+            {"chance": np.float64}), meta={"table": "worldtest_aggregate"})
+        figure = _median_cpu([*tapebench, "render", "figure_worldtest", "--aggregate", f"{tmp}/a.parquet", "--split",
+                              "calibration", "--out", f"{tmp}/f"], repeats=1)
+    return {"evaluate": evaluate, "train": train, "light": light, "figure": figure}
 
 
 @dataclass
 class CostModel:
     light_s: float                       # a light job's process (pandas, pyarrow, the CLI)
     figure_s: float                      # a figure or table job (matplotlib, jinja2)
-    torch_s: float                       # a job that loads torch and the method registry
+    torch_s: float                       # the smallest evaluation job (torch, the registry, numba caches)
+    train_s: float = 0.0                 # the smallest training job
     H: int = 32                          # the horizon evaluation costs were measured at
     train_steps_per_s: dict = field(default_factory=dict)     # method -> env steps/s in training
     episode_s: dict = field(default_factory=dict)             # method -> evaluation seconds per episode (at H)
@@ -167,11 +209,11 @@ def measure(config: dict, methods, *, steps: int, log=print) -> CostModel:
     from tapebench.training.evaluate import evaluate_run
     from tapebench.training.loop import TrainSpec, train
 
-    model = CostModel(light_s=_startup("import pandas, pyarrow.parquet, tapebench.utils.artifacts, tapebench.cli"),
-                      figure_s=_startup("import matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot, jinja2, "
-                                        "pandas, pyarrow.parquet, tapebench.report.output"),
-                      torch_s=_startup("import torch, tapebench.registry as r; r.registry()"))
-    log(f"job start-up: light {model.light_s:.2f} s, figure {model.figure_s:.2f} s, torch {model.torch_s:.2f} s")
+    fixed = calibrate_jobs()
+    model = CostModel(light_s=fixed["light"], figure_s=fixed["figure"], torch_s=fixed["evaluate"],
+                      train_s=fixed["train"])
+    log(f"smallest real jobs (CPU-s): light {model.light_s:.2f}, figure {model.figure_s:.2f}, evaluation "
+        f"{model.torch_s:.2f}, training {model.train_s:.2f}", flush=True)
     env, evaluation = config["env"], config["evaluation"]
     L, H = int(env["L"]), int(env["H"])
     rules = split_rule_space(config, config["main_split"])
@@ -199,10 +241,10 @@ def measure(config: dict, methods, *, steps: int, log=print) -> CostModel:
                                  eval_every=steps, hyperparameters=overrides)
                 with heartbeat(f"{method_id}: training {steps} steps"):
                     manifest = train(spec, run_dir, quiet=True)
-                model.train_steps_per_s[method_id] = manifest["steps_per_second"]
+                model.train_steps_per_s[method_id] = manifest["training"]["env_steps"] / manifest["cpu_time_s"]
                 evaluate_run(run_dir, H, rules=sample[:1], episodes_per_rule=1, checkpoints=1)   # warm-up
                 with heartbeat(f"{method_id}: evaluating {len(half)} and {len(sample)} rules"):
-                    timings = [evaluate_run(run_dir, H, rules=r, checkpoints=1, **eval_kwargs)[1]["seconds"]
+                    timings = [evaluate_run(run_dir, H, rules=r, checkpoints=1, **eval_kwargs)[1]["cpu_seconds"]
                                for r in (half, sample)]
                 if settings is not None and method_id in study["methods"]:
                     # torch is heavy: loaded only when a trained method's world test is timed
@@ -217,8 +259,8 @@ def measure(config: dict, methods, *, steps: int, log=print) -> CostModel:
                                                                            eval_seed=eval_kwargs["eval_seed"]),
                                    train_rules=rules)                                  # warm-up (numba caches)
                 with heartbeat(f"{method_id}: evaluating {len(half)} and {len(sample)} rules"):
-                    timings = [evaluate_untrained(method_id, overrides, 0, protocols(r), train_rules=rules)[1]["seconds"]
-                               for r in (half, sample)]
+                    timings = [evaluate_untrained(method_id, overrides, 0, protocols(r), train_rules=rules)[1][
+                        "cpu_seconds"] for r in (half, sample)]
             if method.plays_episodes:
                 model.batch_s[method_id], model.episode_s[method_id] = linear_fit(
                     len(half) * E, timings[0], len(sample) * E, timings[1])
@@ -229,10 +271,10 @@ def measure(config: dict, methods, *, steps: int, log=print) -> CostModel:
                 points = []
                 with heartbeat(f"{method_id}: world test on {len(half)} and {len(sample)} rules"):
                     for r in (half, sample):
-                        start = time.perf_counter()
+                        start = time.process_time()
                         table = run_world_test(method, config_m, settings, sides=halves(r), L=L, H=H, seed=0,
                                                budget=max(study["budgets"]), agent=agent)
-                        points += [len(table), time.perf_counter() - start]
+                        points += [len(table), time.process_time() - start]
                 fixed, model.problem_s[method_id] = linear_fit(*points)
                 model.side_s[method_id] = fixed / 2
         shown = [f"train {model.train_steps_per_s[method_id]:.0f} steps/s" if method_id in model.train_steps_per_s
@@ -269,7 +311,7 @@ def job_seconds(job: DagJob, config: dict, model: CostModel) -> tuple[float, str
     episodes_per_rule = int(config["evaluation"]["episodes_per_rule"])
     if rule in TRAIN_RULES:
         steps, _ = _schedule(config, rule)
-        return model.torch_s + steps / model.train_steps_per_s[agent], f"train {agent}"
+        return model.train_s + steps / model.train_steps_per_s[agent], f"train {agent}"
     if rule in EVAL_RULES or rule in METHOD_EVAL_RULES:
         if rule == "evaluate_sweep":
             agent = config["diagnostics"]["sweep"]["method"]
@@ -326,8 +368,11 @@ def bench_pipeline(args) -> dict:
         raise FileNotFoundError(f"{schema} not found: run `tapebench bench pipeline` from the repository root")
     config = validate_config(load_config(configfiles), schema)
     start = time.perf_counter()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     jobs = dag_jobs(configfiles, args.target or ())
-    snakemake_s = time.perf_counter() - start      # Snakemake's own DAG building, paid once per invocation
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # Snakemake's own DAG building, paid once per invocation
+    snakemake_s = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     deps = dependencies(jobs)
     methods = methods_of(jobs, config)
     print(f"tapebench bench pipeline: {len(jobs)} jobs ({', '.join(configfiles) or 'config/config.yaml'}"
@@ -351,7 +396,8 @@ def bench_pipeline(args) -> dict:
     print(f"estimated, not measured: {'; '.join(model.estimated)}; measurement took {time.perf_counter() - start:.0f} s")
     return {"cpu_hours": cpu / 3600, "wall_hours": wall / 3600, "cores": cores, "jobs": len(jobs),
             "jobs_per_rule": dict(rules), "cost_centres_cpu_hours": {k: v / 3600 for k, v in by_centre.items()},
-            "measured": {"light_s": model.light_s, "figure_s": model.figure_s, "torch_s": model.torch_s,
+            "measured": {"light_s": model.light_s, "figure_s": model.figure_s, "evaluation_s": model.torch_s,
+                         "train_s": model.train_s,
                          "H": model.H, "train_steps_per_s": model.train_steps_per_s,
                          "eval_seconds_per_episode": model.episode_s, "eval_seconds_per_batch": model.batch_s,
                          "worldtest_seconds_per_problem": model.problem_s, "worldtest_seconds_per_side": model.side_s},
