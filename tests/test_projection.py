@@ -56,7 +56,7 @@ def test_job_costs_from_the_config():
               "training": {"total_steps": 30000, "eval_every": 10000},
               "evaluation": {"episodes_per_rule": 5, "last_k": 2}, "agents": {},
               "studies": {"fixed_z": {"total_steps": 1000, "eval_every": 500}}}
-    model = CostModel(light_s=1.0, figure_s=2.0, torch_s=3.0, H=32, train_steps_per_s={"dqn": 1000.0},
+    model = CostModel(light_s=1.0, figure_s=2.0, torch_s=3.0, train_s=3.0, H=32, train_steps_per_s={"dqn": 1000.0},
                       episode_s={"dqn": 1e-3, "random": 2e-4}, batch_s={"dqn": 0.1, "random": 0.05})
     seconds, centre = job_seconds(DagJob(1, "train", {"agent": "dqn"}), config, model)
     assert seconds == pytest.approx(3.0 + 30.0) and centre == "train dqn"
