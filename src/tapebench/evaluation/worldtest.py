@@ -36,14 +36,14 @@ class WorldTestSettings:
     """The task parameters of the world test (config `studies.worldtest`, docs/protocol.md#world-test)."""
 
     tasks: tuple[str, ...] = WORLDTEST_TASKS
-    problems_per_rule: int = 4
+    problems_per_rule: int = 2
     prediction_lengths: tuple[int, ...] = (1, 4, 8)
     masked_cells: int = 8
     planning_horizon: int = 16
     goal_steps: int = 8
     detection_length: int = 16
     planner_horizon: int = 8
-    planner_candidates: int = 256
+    planner_candidates: int = 128
     problem_seed: int = 0
     interaction_start: str = "random"
 

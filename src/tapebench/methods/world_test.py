@@ -65,7 +65,7 @@ class WorldTestContext:
     H: int                   # the training horizon (a learned model's time feature t/H)
     seed: int                # the method's seed stream (and the run's seed for methods that train)
     planner_horizon: int = 8      # the random-shooting planner every world-test method plans with
-    planner_candidates: int = 256
+    planner_candidates: int = 128
     success_bonus: float = 1.0    # the planner's score of a reached goal, as the environment's reward
     agent: Any = None        # methods that train: the agent with its final checkpoint's policy loaded
     device: Any = "cpu"
