@@ -444,6 +444,9 @@ def observe_chunk(model: RSSM, chunk: dict, config: WorldModelConfig):
     start_z_t = to_class_major(start_z, G, K)[slot.t()]                # (T, B, K*G)
     starts_t = starts.t().unsqueeze(-1)                                # (T, B, 1)
     restarts = starts.any(0).tolist()                                  # one host read per chunk
+    # per-step slices by unbind: its backward is one stack (indexing [t] would scatter every step's
+    # gradient into a zero tensor of the whole chunk)
+    post_in, action_in, start_z_t = post_in.unbind(0), action_in.unbind(0), start_z_t.unbind(0)
     hs, raws, zs = [], [], []
     h, z = model.initial(B, obs.device), start_z_t[0]
     for t in range(T):
