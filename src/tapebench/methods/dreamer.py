@@ -96,7 +96,8 @@ class ReturnNormalizer:
 
     def update(self, returns: torch.Tensor) -> torch.Tensor:
         flat = returns.detach().flatten().float().cpu()
-        spread = torch.quantile(flat, 0.95) - torch.quantile(flat, 0.05)
+        low, high = torch.quantile(flat, torch.tensor([0.05, 0.95]))    # one sort for both
+        spread = high - low
         self.range = self.decay * self.range + (1.0 - self.decay) * spread
         return self.scale()
 
@@ -191,8 +192,9 @@ class DreamerAgent:
         with torch.no_grad():
             rewards = self.model.reward(feats[1:])
             conts = self.model.cont(feats[1:])
-            target_values = VALUE_GRID.mean(self.slow_critic(feats))
-            returns = lambda_returns(rewards, conts, target_values, c.gamma, c.lambda_)
+            # the λ-returns read the values of the states 1..T only: v_0 is not computed (v_1 holds its place)
+            target_values = VALUE_GRID.mean(self.slow_critic(feats[1:]))
+            returns = lambda_returns(rewards, conts, torch.cat([target_values[:1], target_values]), c.gamma, c.lambda_)
             discount = torch.cumprod(torch.cat([torch.ones_like(conts[:1]), c.gamma * conts[:-1]]), 0)
             weight = discount * start_weight
             scale = self.normalizer.update(returns).to(returns.device)
