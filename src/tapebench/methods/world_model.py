@@ -447,14 +447,16 @@ def observe_chunk(model: RSSM, chunk: dict, config: WorldModelConfig):
     # per-step slices by unbind: its backward is one stack (indexing [t] would scatter every step's
     # gradient into a zero tensor of the whole chunk)
     post_in, action_in, start_z_t = post_in.unbind(0), action_in.unbind(0), start_z_t.unbind(0)
+    # the per-step weights transposed once, contiguous (products with few rows run faster on them)
+    z_weight, h_weight, out_weight = (m.t().contiguous() for m in (w.img_z, w.post_h, w.post_out))
     hs, raws, zs = [], [], []
     h, z = model.initial(B, obs.device), start_z_t[0]
     for t in range(T):
         if t > 0 and restarts[t]:
             h = h.masked_fill(starts_t[t], 0.0)
             z = torch.where(starts_t[t], start_z_t[t], z)
-        h = model.img_step(w, h, z, action_in[t])
-        raw = F.linear(_ln_silu(torch.addmm(post_in[t], h, w.post_h.t()), w.post_ln), w.post_out, w.post_out_b)
+        h = model.gru(_ln_silu(torch.addmm(action_in[t], z, z_weight), w.img_ln), h)
+        raw = torch.addmm(w.post_out_b, _ln_silu(torch.addmm(post_in[t], h, h_weight), w.post_ln), out_weight)
         probs = class_major_probs(raw, K, model.unimix)                 # (B, K, G)
         sample = class_major_sample(probs.detach(), uniform[t])
         z = (sample + (probs - probs.detach())).reshape(B, K * G)      # straight-through gradients
