@@ -1,6 +1,7 @@
 """The shared world model (agents/world_model.py) of DreamerV3 and PlaNet-MPC: symlog two-hot, free-bits
-KL, the sequence replay, and the `world_model_rollout` contract (shapes, determinism, no side effects,
-use of the prefix, and a low one-step error after training on a fixed rule)."""
+KL, the fused unroll's class-major latents, the sequence replay, and the `world_model_rollout` contract
+(shapes, determinism, no side effects, use of the prefix, and a low one-step error after training on a
+fixed rule)."""
 from __future__ import annotations
 
 import math
@@ -11,8 +12,9 @@ from agent_contract import tensors_equal
 
 from tapebench.envs.batched import BatchedTapeEnv
 from tapebench.methods.contract import EnvSpec
-from tapebench.methods.world_model import (REWARD_GRID, VALUE_GRID, SequenceReplay, TwoHot, kl_loss, symexp, symlog,
-                                           unimix_logits)
+from tapebench.methods.world_model import (REWARD_GRID, RSSM, VALUE_GRID, SequenceReplay, TwoHot, WorldModelConfig,
+                                           class_major_logprobs, class_major_probs, class_major_sample, kl_loss,
+                                           symexp, symlog, to_class_major, to_group_major, unimix_logits)
 from tapebench.registry import build_config, make_agent
 from tapebench.training import checkpoint as ckpt
 from tapebench.training.loop import TrainSpec, train
@@ -77,6 +79,31 @@ def test_kl_below_free_bits_has_no_gradient_and_above_it_does():
     assert float(loss.detach()) == pytest.approx(0.6 * float(expected.detach()), rel=1e-5)
     loss.sum().backward()
     assert float(far.grad.abs().sum()) > 0
+
+
+# --- the fused unroll's class-major latents --------------------------------------------------------
+def test_class_major_unroll_pieces_agree_with_the_group_major_model():
+    # the unrolls hold latents class-major with permuted weights; the parameters keep their meaning
+    torch.manual_seed(0)
+    config = WorldModelConfig(deter_size=16, stoch_groups=6, stoch_classes=3, hidden_size=8)
+    model = RSSM(config, EnvSpec.for_tape(5, 5))
+    G, K, N = 6, 3, 7
+    z = torch.nn.functional.one_hot(torch.randint(0, K, (N, G)), K).float().reshape(N, G * K)
+    assert torch.equal(to_group_major(to_class_major(z, G, K), G, K), z)
+    h, actions = torch.randn(N, 16), torch.randint(0, 5, (N,))
+    with torch.no_grad():
+        w = model.unroll_weights()
+        prior = class_major_logprobs(model.prior_raw(w, h), K, model.unimix).transpose(-1, -2)
+        assert torch.allclose(prior, model.prior(h), atol=1e-6)
+        stepped = model.img_step(w, h, to_class_major(z, G, K), model.action_inputs(w, actions))
+        assert torch.allclose(stepped, model.transition(h, z, actions), atol=1e-6)
+        # the same uniforms pick the same classes as the group-major sampler
+        probs = class_major_probs(model.prior_raw(w, h), K, model.unimix)           # (N, K, G)
+        uniform = torch.rand(N, 1, G)
+        sample = class_major_sample(probs, uniform)
+        assert torch.equal(sample.sum(1), torch.ones(N, G))                               # one-hot per group
+        cdf = probs.transpose(1, 2).cumsum(-1)                                            # (N, G, K)
+        assert torch.equal(sample.argmax(1), (uniform.transpose(1, 2) > cdf).sum(-1).clamp(max=K - 1))
 
 
 # --- sequence replay -------------------------------------------------------------------------------

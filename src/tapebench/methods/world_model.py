@@ -203,6 +203,42 @@ def kl_loss(post_logits, prior_logits, free_bits: float, dyn_scale: float, rep_s
     return loss, dyn.detach()
 
 
+# --- class-major latents (the fused unrolls) ----------------------------------------------------
+# Inside the unrolls of `observe_chunk` and imagination a latent is held class-major, (..., classes,
+# groups), so that the softmax, cumulative sum and one-hot over the few classes run along a
+# non-innermost dimension, vectorised over the groups (over the innermost dimension of 4 classes
+# they are several times slower on CPU). The parameters keep their group-major meaning: the unrolls
+# use row- and column-permuted views of the weights (`UnrollWeights`), so checkpoints are unchanged.
+def class_major_probs(raw: torch.Tensor, classes: int, unimix: float) -> torch.Tensor:
+    """(1 - unimix) * softmax + unimix / K of class-major raw logits (..., K * G) -> (..., K, G)."""
+    probs = torch.softmax(raw.reshape(*raw.shape[:-1], classes, -1), dim=-2)
+    return probs if unimix <= 0 else probs * (1.0 - unimix) + unimix / classes
+
+
+def class_major_logprobs(raw: torch.Tensor, classes: int, unimix: float) -> torch.Tensor:
+    """Log-probabilities of `class_major_probs` (..., K, G)."""
+    if unimix <= 0:
+        return torch.log_softmax(raw.reshape(*raw.shape[:-1], classes, -1), dim=-2)
+    return torch.log(class_major_probs(raw, classes, unimix))
+
+
+def class_major_sample(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """One-hot samples (N, K, G) of class-major probabilities (N, K, G) by inversion of the CDF with
+    the given uniforms (N, 1, G); the last class takes what rounding leaves above the CDF."""
+    index = (uniform > probs[:, :-1].cumsum(1)).sum(1, keepdim=True)
+    return torch.zeros_like(probs).scatter_(1, index, 1.0)
+
+
+def to_group_major(z: torch.Tensor, groups: int, classes: int) -> torch.Tensor:
+    """Flat class-major latents (..., K * G) -> flat group-major (..., G * K) (a copy)."""
+    return z.reshape(*z.shape[:-1], classes, groups).transpose(-1, -2).reshape(*z.shape[:-1], groups * classes)
+
+
+def to_class_major(z: torch.Tensor, groups: int, classes: int) -> torch.Tensor:
+    """Flat group-major latents (..., G * K) -> flat class-major (..., K * G) (a copy)."""
+    return z.reshape(*z.shape[:-1], groups, classes).transpose(-1, -2).reshape(*z.shape[:-1], groups * classes)
+
+
 # --- networks ------------------------------------------------------------------------------------
 def mlp(in_dim: int, out_dim: int, hidden: int, zero_out: bool = False) -> nn.Sequential:
     """Linear -> LayerNorm -> SiLU -> Linear (DreamerV3's block, one hidden layer)."""
@@ -211,6 +247,31 @@ def mlp(in_dim: int, out_dim: int, hidden: int, zero_out: bool = False) -> nn.Se
         nn.init.zeros_(out.weight)
         nn.init.zeros_(out.bias)
     return nn.Sequential(nn.Linear(in_dim, hidden), nn.LayerNorm(hidden), nn.SiLU(), out)
+
+
+def _ln_silu(x: torch.Tensor, ln: nn.LayerNorm) -> torch.Tensor:
+    return F.silu(F.layer_norm(x, ln.normalized_shape, ln.weight, ln.bias, ln.eps))
+
+
+@dataclass
+class UnrollWeights:
+    """`RSSM.unroll_weights()`: the weights of one fused unroll (class-major latent rows / columns)."""
+
+    img_z: torch.Tensor
+    img_a: torch.Tensor
+    img_b: torch.Tensor
+    img_ln: nn.LayerNorm
+    post_h: torch.Tensor
+    post_e: torch.Tensor
+    post_b: torch.Tensor
+    post_ln: nn.LayerNorm
+    post_out: torch.Tensor
+    post_out_b: torch.Tensor
+    prior_in: torch.Tensor
+    prior_in_b: torch.Tensor
+    prior_ln: nn.LayerNorm
+    prior_out: torch.Tensor
+    prior_out_b: torch.Tensor
 
 
 class RSSM(nn.Module):
@@ -232,6 +293,9 @@ class RSSM(nn.Module):
         self.decoder = mlp(self.feat_size, env_spec.L, c.hidden_size)
         self.reward_head = mlp(self.feat_size, REWARD_BINS, c.hidden_size, zero_out=True)
         self.cont_head = mlp(self.feat_size, 1, c.hidden_size)
+        # class-major position k * G + g -> group-major index g * K + k (not a parameter, not saved)
+        order = torch.arange(self.stoch_size).reshape(self.groups, self.classes).t().reshape(-1)
+        self.register_buffer("class_major_order", order, persistent=False)
 
     # latents: (..., groups, classes) log-probabilities with unimix
     def _latent(self, raw: torch.Tensor) -> torch.Tensor:
@@ -257,6 +321,34 @@ class RSSM(nn.Module):
 
     def features(self, h: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         return torch.cat([h, z], dim=-1)
+
+    # --- the fused unroll (observe_chunk, imagination): class-major latents ----------------------
+    def unroll_weights(self) -> "UnrollWeights":
+        """The weights the fused unrolls use, taken once per unroll (differentiable views: the
+        gradients reach the parameters): the latent rows of the prior and posterior output layers and
+        the latent columns of the transition's input layer permuted to the class-major order, and the
+        input layers split into their parts (latent, action; h, embedding)."""
+        S, D, order = self.stoch_size, self.deter_size, self.class_major_order
+        img, post, prior = self.img_in[0], self.post_net, self.prior_net
+        return UnrollWeights(
+            img_z=img.weight[:, :S][:, order], img_a=img.weight[:, S:], img_b=img.bias, img_ln=self.img_in[1],
+            post_h=post[0].weight[:, :D], post_e=post[0].weight[:, D:], post_b=post[0].bias, post_ln=post[1],
+            post_out=post[3].weight[order], post_out_b=post[3].bias[order],
+            prior_in=prior[0].weight, prior_in_b=prior[0].bias, prior_ln=prior[1],
+            prior_out=prior[3].weight[order], prior_out_b=prior[3].bias[order])
+
+    def action_inputs(self, w: "UnrollWeights", actions: torch.Tensor) -> torch.Tensor:
+        """The action's part of the transition's input layer, bias included, for every action (..., H)."""
+        return F.linear(F.one_hot(actions, self.num_actions).to(w.img_z.dtype), w.img_a, w.img_b)
+
+    def img_step(self, w: "UnrollWeights", h: torch.Tensor, z: torch.Tensor, action_in: torch.Tensor) -> torch.Tensor:
+        """`transition` with class-major z (N, K * G) and the action's precomputed input `action_in`."""
+        x = _ln_silu(torch.addmm(action_in, z, w.img_z.t()), w.img_ln)
+        return self.gru(x, h)
+
+    def prior_raw(self, w: "UnrollWeights", h: torch.Tensor) -> torch.Tensor:
+        """Class-major raw prior logits (..., K * G) of h."""
+        return F.linear(_ln_silu(F.linear(h, w.prior_in, w.prior_in_b), w.prior_ln), w.prior_out, w.prior_out_b)
 
     def reward(self, feat: torch.Tensor) -> torch.Tensor:
         return REWARD_GRID.mean(self.reward_head(feat))
@@ -324,11 +416,23 @@ class SequenceReplay:
 def observe_chunk(model: RSSM, chunk: dict, config: WorldModelConfig):
     """Filter the posterior through a replayed chunk (sampled latents); returns (loss, metrics, states).
 
-    `states` = (h, z, weight) of every transition's posterior state (B*T rows, detached), with weight
-    1 - terminated, the starting points of imagination."""
-    obs, next_obs = chunk["obs"], chunk["next_obs"]
-    B, T = chunk["actions"].shape
-    next_embed = model.encoder(next_obs)          # (B, T, E)
+    `metrics` holds 0-d tensors (detached; convert them once per update). `states` = (h, z, weight)
+    of every transition's posterior state (B*T rows, detached; z flat group-major), with weight
+    1 - terminated, the starting points of imagination.
+
+    The unroll does per step only what depends on the previous step: the transition and the
+    posterior's MLP from h (class-major latents, see `class_major_probs`); the embedding's and the
+    action's parts of the input layers, the uniforms of the samples, the priors, the log-probabilities
+    and every head are computed for the whole chunk at once."""
+    obs, next_obs, actions = chunk["obs"], chunk["next_obs"], chunk["actions"]
+    B, T = actions.shape
+    G, K, D = model.groups, model.classes, model.deter_size
+    w = model.unroll_weights()
+    # per step inputs, time-major: the embedding's part of the posterior's input layer, the action's
+    # part of the transition's input layer, the uniforms of the posterior samples
+    post_in = F.linear(model.encoder(next_obs.transpose(0, 1)), w.post_e, w.post_b)      # (T, B, H)
+    action_in = model.action_inputs(w, actions.t())                                        # (T, B, H)
+    uniform = torch.rand(T, B, 1, G, device=obs.device)
     # where a chunk or an episode starts: the posterior of o_t from h = 0 (only at those slots)
     starts = chunk["first"].clone()
     starts[:, 0] = True
@@ -337,26 +441,31 @@ def observe_chunk(model: RSSM, chunk: dict, config: WorldModelConfig):
     start_post = model.posterior(h0, model.encoder(start_obs))
     start_z = model.flat(sample_straight_through(start_post))
     slot = (starts.reshape(-1).long().cumsum(0) - 1).reshape(B, T)   # index into the S start slots
-    hs, posts, priors, zs = [], [], [], []
-    h = z = None
+    start_z_t = to_class_major(start_z, G, K)[slot.t()]                # (T, B, K*G)
+    starts_t = starts.t().unsqueeze(-1)                                # (T, B, 1)
+    restarts = starts.any(0).tolist()                                  # one host read per chunk
+    # per-step slices by unbind: its backward is one stack (indexing [t] would scatter every step's
+    # gradient into a zero tensor of the whole chunk)
+    post_in, action_in, start_z_t = post_in.unbind(0), action_in.unbind(0), start_z_t.unbind(0)
+    # the per-step weights transposed once, contiguous (products with few rows run faster on them)
+    z_weight, h_weight, out_weight = (m.t().contiguous() for m in (w.img_z, w.post_h, w.post_out))
+    hs, raws, zs = [], [], []
+    h, z = model.initial(B, obs.device), start_z_t[0]
     for t in range(T):
-        restart = starts[:, t]
-        if t == 0:
-            h, z = h0[slot[:, 0]], start_z[slot[:, 0]]
-        elif bool(restart.any()):
-            rows = restart.nonzero().squeeze(1)
-            h, z = h.clone(), z.clone()
-            h[rows] = 0.0
-            z[rows] = start_z[slot[rows, t]]
-        h = model.transition(h, z, chunk["actions"][:, t])
-        post = model.posterior(h, next_embed[:, t])
-        z = model.flat(sample_straight_through(post))
+        if t > 0 and restarts[t]:
+            h = h.masked_fill(starts_t[t], 0.0)
+            z = torch.where(starts_t[t], start_z_t[t], z)
+        h = model.gru(_ln_silu(torch.addmm(action_in[t], z, z_weight), w.img_ln), h)
+        raw = torch.addmm(w.post_out_b, _ln_silu(torch.addmm(post_in[t], h, h_weight), w.post_ln), out_weight)
+        probs = class_major_probs(raw, K, model.unimix)                 # (B, K, G)
+        sample = class_major_sample(probs.detach(), uniform[t])
+        z = (sample + (probs - probs.detach())).reshape(B, K * G)      # straight-through gradients
         hs.append(h)
+        raws.append(raw)
         zs.append(z)
-        posts.append(post)
-        priors.append(model.prior(h))
-    h, z = torch.stack(hs, 1), torch.stack(zs, 1)                    # (B, T, ...)
-    post, prior = torch.stack(posts, 1), torch.stack(priors, 1)
+    h, z = torch.stack(hs, 1), to_group_major(torch.stack(zs, 1), G, K)  # (B, T, ...), z group-major
+    post = class_major_logprobs(torch.stack(raws, 1), K, model.unimix)   # (B, T, K, G)
+    prior = class_major_logprobs(model.prior_raw(w, h), K, model.unimix)
     feat = model.features(h, z)
     tape = next_obs[..., :model.L]
     decoder_logits = model.decoder(feat)
@@ -373,11 +482,17 @@ def observe_chunk(model: RSSM, chunk: dict, config: WorldModelConfig):
     loss = (decoder_nll + reward_nll + cont_nll + kl).mean() + start_loss
     with torch.no_grad():
         wrong = ((decoder_logits > 0).float() != tape).float().mean()
-    metrics = {"model_loss": loss.item(), "decoder_nll": decoder_nll.mean().item(), "reward_nll": reward_nll.mean().item(),
-               "kl": kl_value.mean().item(), "cell_error": wrong.item()}
+        metrics = {"model_loss": loss.detach(), "decoder_nll": decoder_nll.mean(), "reward_nll": reward_nll.mean(),
+                   "kl": kl_value.mean(), "cell_error": wrong}
     weight = 1.0 - chunk["terminated"].float()
     states = (h.detach().reshape(B * T, -1), z.detach().reshape(B * T, -1), weight.reshape(B * T))
     return loss, metrics, states
+
+
+def metric_values(metrics: dict) -> dict:
+    """0-d metric tensors -> floats, with one host read."""
+    values = torch.stack([v.detach().float() for v in metrics.values()]).tolist()
+    return dict(zip(metrics, values))
 
 
 # --- filtering and the prediction contract -------------------------------------------------------
@@ -456,7 +571,7 @@ class WorldModelLearner:
         nn.utils.clip_grad_norm_(self.model.parameters(), c.model_grad_clip)
         self.optimizer.step()
         self.updates += 1
-        return metrics, states
+        return metric_values(metrics), states
 
     def state_dict(self) -> dict:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
