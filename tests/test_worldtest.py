@@ -253,3 +253,35 @@ def test_interaction_starts_on_a_random_or_the_zero_tape_and_resets_to_fresh_ran
         assert np.array_equal(tester.seen[2][2], transition(tester.seen[1][2], np.full(4, 3), rows.rules))
     with pytest.raises(ValueError, match="interaction_start must be one of"):
         WorldTestSettings(interaction_start="ones")
+
+
+@pytest.mark.parametrize("method_id", ["ensemble_mpc", "dreamer"])
+def test_a_world_model_scores_many_candidates_from_one_filtered_prefix(method_id):
+    """`world_model_rollout(..., repeat=k)` equals the rollout from the prefix repeated k times, and the learned
+    tester plans the same with and without it."""
+    # torch is heavy: loaded only by this test
+    import torch
+
+    from tapebench.methods.contract import EnvSpec
+    from tapebench.registry import make_agent
+
+    torch.manual_seed(1)
+    config = build_config(method_id, {})
+    agent = make_agent(method_id, config, EnvSpec.for_tape(16, 16), 1000)
+    gen = torch.Generator().manual_seed(0)
+    obs = torch.cat([torch.randint(0, 2, (3, 5, 16), generator=gen).float(), torch.rand(3, 5, 1, generator=gen)], 2)
+    prefix_actions = torch.randint(0, 16, (3, 4), generator=gen)
+    actions = torch.randint(0, 16, (3 * 4, 6), generator=gen)
+    once = agent.world_model_rollout(obs, prefix_actions, actions, repeat=4)
+    repeated = agent.world_model_rollout(obs.repeat_interleave(4, 0), prefix_actions.repeat_interleave(4, 0), actions)
+    assert torch.allclose(once, repeated, atol=1e-6)
+
+    class WithoutRepeat:          # a plug-in world model that does not offer `repeat`
+        def world_model_rollout(self, obs_prefix, action_prefix, following):
+            return agent.world_model_rollout(obs_prefix, action_prefix, following)
+
+    settings = WorldTestSettings(tasks=("planning",), problems_per_rule=2, planner_candidates=8, planning_horizon=4,
+                                 goal_steps=2)
+    tables = [run_world_test(get_method(method_id), config, settings, sides={"train": [30, 90]}, L=16, H=16, seed=0,
+                             budget=3, agent=a) for a in (agent, WithoutRepeat())]
+    assert tables[0].equals(tables[1])

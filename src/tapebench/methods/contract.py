@@ -63,6 +63,9 @@ The object returned by `make` has:
   the model's probability that each cell is 1 after each of the D steps, predicted open loop from the
   prefix (no observation after `obs_prefix[:, C]` is used). Deterministic and side-effect free: no draws
   from the global generators, no change to any state (the pipeline's prediction-error diagnostics call it).
+  Optionally a keyword `repeat` (default 1): `actions` has N x repeat rows, rows i*repeat..(i+1)*repeat-1
+  following prefix i, so a planner scores many candidates from one filtered prefix (the world test uses it
+  when the signature has it).
 """
 from __future__ import annotations
 

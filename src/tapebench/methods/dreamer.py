@@ -220,8 +220,8 @@ class DreamerAgent:
     def evaluation_policy(self) -> "DreamerEvalPolicy":
         return DreamerEvalPolicy(self.model, self.actor)
 
-    def world_model_rollout(self, obs_prefix, action_prefix, actions) -> torch.Tensor:
-        return world_model_rollout(self.model, obs_prefix, action_prefix, actions)
+    def world_model_rollout(self, obs_prefix, action_prefix, actions, repeat: int = 1) -> torch.Tensor:
+        return world_model_rollout(self.model, obs_prefix, action_prefix, actions, repeat)
 
     # --- checkpointing ---------------------------------------------------------------------
     def policy_state_dict(self) -> dict:

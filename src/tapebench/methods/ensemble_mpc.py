@@ -283,9 +283,10 @@ class EnsembleMPCAgent:
         return EnsemblePlanner(self.ensemble.probs, self.config, self.device)
 
     @torch.no_grad()
-    def world_model_rollout(self, obs_prefix, action_prefix, actions) -> torch.Tensor:
-        """(N, D, L) ensemble-mean probability of each cell after each of the D `actions`, open loop from the
-        prefix's last transition (agent contract); the thresholded mean is fed back as the next tape."""
+    def world_model_rollout(self, obs_prefix, action_prefix, actions, repeat: int = 1) -> torch.Tensor:
+        """(N * repeat, D, L) ensemble-mean probability of each cell after each of the D `actions`, open loop from
+        the prefix's last transition (agent contract; each prefix serves `repeat` consecutive rows of `actions`);
+        the thresholded mean is fed back as the next tape."""
         L, C = self.L, action_prefix.shape[1]
         obs_prefix, actions = obs_prefix.to(self.device), actions.to(self.device)
         tapes = obs_prefix[:, C, :L].round()
@@ -294,6 +295,8 @@ class EnsembleMPCAgent:
             has_ctx = torch.ones(len(tapes), device=self.device)
         else:
             ctx_post, has_ctx = torch.zeros_like(tapes), torch.zeros(len(tapes), device=self.device)
+        if repeat != 1:
+            tapes, ctx_post, has_ctx = (x.repeat_interleave(repeat, 0) for x in (tapes, ctx_post, has_ctx))
         out = torch.empty(len(tapes), actions.shape[1], L, device=self.device)
         for d in range(actions.shape[1]):
             post = flip_cells(tapes, actions[:, d])

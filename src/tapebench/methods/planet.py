@@ -93,8 +93,8 @@ class PlanetAgent:
     def evaluation_policy(self) -> "CEMPolicy":
         return CEMPolicy(self.model, self.config)
 
-    def world_model_rollout(self, obs_prefix, action_prefix, actions) -> torch.Tensor:
-        return world_model_rollout(self.model, obs_prefix, action_prefix, actions)
+    def world_model_rollout(self, obs_prefix, action_prefix, actions, repeat: int = 1) -> torch.Tensor:
+        return world_model_rollout(self.model, obs_prefix, action_prefix, actions, repeat)
 
     def policy_state_dict(self) -> dict:
         return {"model": self.model.state_dict()}

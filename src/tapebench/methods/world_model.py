@@ -426,7 +426,7 @@ def observe_chunk(model: RSSM, chunk: dict, config: WorldModelConfig):
     and every head are computed for the whole chunk at once."""
     obs, next_obs, actions = chunk["obs"], chunk["next_obs"], chunk["actions"]
     B, T = actions.shape
-    G, K, D = model.groups, model.classes, model.deter_size
+    G, K = model.groups, model.classes
     w = model.unroll_weights()
     # per step inputs, time-major: the embedding's part of the posterior's input layer, the action's
     # part of the transition's input layer, the uniforms of the posterior samples
@@ -504,17 +504,18 @@ def filter_mode(model: RSSM, h: torch.Tensor, obs: torch.Tensor) -> torch.Tensor
 
 @torch.no_grad()
 def world_model_rollout(model: RSSM, obs_prefix: torch.Tensor, action_prefix: torch.Tensor,
-                        actions: torch.Tensor) -> torch.Tensor:
-    """The agent contract's `world_model_rollout`: (N, D, L) probabilities that each cell is 1 after
+                        actions: torch.Tensor, repeat: int = 1) -> torch.Tensor:
+    """The agent contract's `world_model_rollout`: (N * repeat, D, L) probabilities that each cell is 1 after
     each of the D `actions`, filtered through the prefix with posterior modes, then open loop with
-    prior modes. Deterministic: no random draws, no state change."""
+    prior modes; each prefix's state serves `repeat` consecutive rows of `actions`. Deterministic: no random
+    draws, no state change."""
     obs_prefix = torch.as_tensor(obs_prefix, dtype=torch.float32)
     action_prefix, actions = torch.as_tensor(action_prefix).long(), torch.as_tensor(actions).long()
     N, C1, _ = obs_prefix.shape
-    if action_prefix.shape != (N, C1 - 1) or actions.dim() != 2 or actions.shape[0] != N:
+    if action_prefix.shape != (N, C1 - 1) or actions.dim() != 2 or actions.shape[0] != N * repeat:
         raise ValueError(f"world_model_rollout: obs_prefix (N, C+1, obs_dim), action_prefix (N, C) and actions "
-                         f"(N, D) must agree, got {tuple(obs_prefix.shape)}, {tuple(action_prefix.shape)}, "
-                         f"{tuple(actions.shape)}")
+                         f"(N x repeat, D) must agree, got {tuple(obs_prefix.shape)}, {tuple(action_prefix.shape)}, "
+                         f"{tuple(actions.shape)} with repeat {repeat}")
     was_training = model.training
     model.eval()
     try:
@@ -525,12 +526,14 @@ def world_model_rollout(model: RSSM, obs_prefix: torch.Tensor, action_prefix: to
         for j in range(C1 - 1):
             h = model.transition(h, z, action_prefix[:, j])
             z = filter_mode(model, h, obs_prefix[:, j + 1])
+        if repeat != 1:
+            h, z = h.repeat_interleave(repeat, 0), z.repeat_interleave(repeat, 0)
         probs = []
         for d in range(actions.shape[1]):
             h = model.transition(h, z, actions[:, d])
             z = model.flat(mode_one_hot(model.prior(h)))
             probs.append(torch.sigmoid(model.decoder(model.features(h, z))))
-        return torch.stack(probs, 1) if probs else torch.zeros(N, 0, model.L, device=device)
+        return torch.stack(probs, 1) if probs else torch.zeros(N * repeat, 0, model.L, device=device)
     finally:
         model.train(was_training)
 

@@ -21,6 +21,7 @@ reproducible randomness). Only methods that see the true rule (`Method.sees_true
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -352,6 +353,7 @@ class LearnedModelTester(_Tester):
             raise ValueError("a learned world tester needs a trained agent with world_model_rollout "
                              "(a registry entry with world_model=True)")
         self.agent = context.agent
+        self.repeats = "repeat" in inspect.signature(context.agent.world_model_rollout).parameters
 
     def explore_begin(self, batch: WorldTestBatch) -> None:
         super().explore_begin(batch)
@@ -385,12 +387,19 @@ class LearnedModelTester(_Tester):
         return torch.as_tensor(obs, dtype=torch.float32), torch.as_tensor(actions, dtype=torch.long)
 
     def _rollout(self, tapes, actions, following, rows=None, repeat: int = 1):
+        """Probabilities after `following`; `tapes`/`actions` hold one prefix per `repeat` rows of `following`."""
         # torch is heavy: loaded only when a learned model answers
         import torch
 
-        obs, acts = self._sequence(tapes, actions, rows, repeat)
+        following = torch.as_tensor(following, dtype=torch.long)
         with torch.no_grad():
-            probs = self.agent.world_model_rollout(obs, acts, torch.as_tensor(following, dtype=torch.long))
+            if repeat != 1 and self.repeats:
+                obs, acts = self._sequence(tapes, actions, rows)
+                probs = self.agent.world_model_rollout(obs, acts, following, repeat=repeat)
+            else:
+                obs, acts = self._sequence(np.repeat(tapes, repeat, axis=0), np.repeat(actions, repeat, axis=0),
+                                           rows, repeat)
+                probs = self.agent.world_model_rollout(obs, acts, following)
         return probs.cpu().numpy()
 
     def predict(self, problems):
@@ -437,9 +446,7 @@ class LearnedModelTester(_Tester):
         for start in range(0, len(rows), self.CHUNK):
             chunk = rows[start:start + self.CHUNK]
             plans = _candidate_plans(self.planner_keys[chunk], t, candidates, horizon, self.L)[:, :, :depth]
-            probs = self._rollout(np.repeat(path[chunk], candidates, axis=0),
-                                  np.repeat(path_actions[chunk], candidates, axis=0),
-                                  plans.reshape(-1, depth), chunk, candidates)
+            probs = self._rollout(path[chunk], path_actions[chunk], plans.reshape(-1, depth), chunk, candidates)
             predicted = (probs > 0.5).reshape(len(chunk), candidates, depth, self.L)
             goals = self.planning.goals[chunk].astype(bool)[:, None, None, :]
             mismatch = (predicted != goals).sum(axis=3)
