@@ -13,8 +13,8 @@ from agent_contract import tensors_equal
 from tapebench.envs.batched import BatchedTapeEnv
 from tapebench.methods.contract import EnvSpec
 from tapebench.methods.world_model import (REWARD_GRID, RSSM, VALUE_GRID, SequenceReplay, TwoHot, WorldModelConfig,
-                                           class_major_logprobs, class_major_probs, class_major_sample, kl_loss,
-                                           symexp, symlog, to_class_major, to_group_major, unimix_logits)
+                                           class_major_logprobs, class_major_probs, class_major_sample, kl_loss, symexp,
+                                           symlog, to_class_major, to_group_major, unimix_logits)
 from tapebench.registry import build_config, make_agent
 from tapebench.training import checkpoint as ckpt
 from tapebench.training.loop import TrainSpec, train
