@@ -32,9 +32,15 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
+
 from tapebench.pipeline.config import load_config, split_rule_space, validate_config
 from tapebench.registry import get_method
+from tapebench.schemas import WORLDTEST_AGGREGATE_COLUMNS
 from tapebench.settings import checkpoints_per_run, worldtest_study
+from tapebench.splits.io import save_split
+from tapebench.utils.io import write_parquet
 
 JOB_HEADER = re.compile(r"^(?:local)?rule (\w+):$")
 SAMPLE_RULES = 16            # evaluation cost is timed on at most this many rules of the split, then scaled
@@ -141,14 +147,6 @@ def calibrate_jobs() -> dict:
     """CPU-seconds of the smallest real jobs, what every job of the kind pays whatever its size: an evaluation
     (`tapebench evaluate --method random`, 1 episode), a training run (`tapebench train`, 64 steps), a light job
     (`tapebench aggregate-seed`) and a figure job (`tapebench render figure_worldtest`)."""
-    # the splits' writer and the world-test aggregate: loaded only for the calibration
-    import numpy as np
-    import pandas as pd
-
-    from tapebench.schemas import WORLDTEST_AGGREGATE_COLUMNS
-    from tapebench.splits.io import save_split
-    from tapebench.utils.io import write_parquet
-
     tapebench = [sys.executable, "-m", "tapebench.cli"]
     with tempfile.TemporaryDirectory(prefix="tapebench-calibrate-") as tmp:
         save_split(f"{tmp}/s.json", {"name": "calibration", "train": [4, 12], "test": [0], "unit": "rule",
