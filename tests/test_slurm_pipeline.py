@@ -31,6 +31,7 @@ import yaml
 from pipeline_helpers import (PREEMPT, REPO, interrupt, job_counts, make_cpu_profile, make_workdir, popen_logged,
                               slurm_available, slurm_submissions, tail)
 
+from tapebench.layout import COMPUTE_TABLE
 from tapebench.training import checkpoint as ckpt
 
 RUN_TIMEOUT = 900  # a misconfigured status command makes the slurm executor wait forever: never hang CI
@@ -109,11 +110,17 @@ def test_tables_are_byte_identical_to_local_run(runs):
 @needs_slurm
 def test_parquet_results_have_equal_values(runs):
     """Every Parquet file (episodes, per-seed values, aggregates, oracle), compared as frames: the
-    provenance in the file metadata is not compared."""
+    provenance in the file metadata is not compared, nor the compute table (what each run cost on its
+    machine), whose rows and columns must still agree."""
     local_files = sorted(p.relative_to(runs.local) for p in (runs.local / "results").rglob("*.parquet"))
     slurm_files = sorted(p.relative_to(runs.slurm) for p in (runs.slurm / "results").rglob("*.parquet"))
     assert slurm_files == local_files
     assert Path("results/aggregate/main/aggregate.parquet") in local_files
+    compute = Path(COMPUTE_TABLE)
+    if compute in local_files:
+        local, slurm = pd.read_parquet(runs.local / compute), pd.read_parquet(runs.slurm / compute)
+        assert local[["agent", "runs", "eval_jobs"]].equals(slurm[["agent", "runs", "eval_jobs"]])
+        local_files.remove(compute)
     for rel in local_files:
         local, slurm = pd.read_parquet(runs.local / rel), pd.read_parquet(runs.slurm / rel)
         assert len(local) > 0, rel
