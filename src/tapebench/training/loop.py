@@ -39,6 +39,7 @@ import torch
 
 from tapebench.envs.batched import BatchedTapeEnv
 from tapebench.methods.contract import EnvSpec
+from tapebench.methods.equivariant import fingerprint_hyperparameters
 from tapebench.registry import build_config, check_rule_family, get_method
 from tapebench.rules.family import RuleFamily, family_from_config
 from tapebench.settings import MAX_CHECKPOINTS_PER_RUN, checkpoints_per_run
@@ -99,7 +100,9 @@ class TrainSpec:
         body = dataclasses.asdict(self)
         if body["family"] is None:      # elementary runs keep the fingerprints they had before families
             del body["family"]
-        body["hyperparameters"] = dataclasses.asdict(self.config())  # defaults resolved
+        # defaults resolved; an MLP run leaves out the network-choice fields (runs trained before they existed
+        # keep their fingerprints)
+        body["hyperparameters"] = fingerprint_hyperparameters(dataclasses.asdict(self.config()))
         return content_hash(body)
 
 
