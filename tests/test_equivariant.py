@@ -112,7 +112,8 @@ def test_time_feature_and_latent_are_per_row_inputs():
 
 def test_circular_pad_wraps_wider_than_the_tape():
     x = torch.arange(5.0).view(1, 1, 5)
-    assert equivariant.circular_pad(x, 7)[0, 0].tolist() == [(i - 7) % 5 for i in range(5 + 14)]
+    for pad in (1, 4, 5, 7, 16):
+        assert equivariant.circular_pad(x, pad)[0, 0].tolist() == [(i - pad) % 5 for i in range(5 + 2 * pad)], pad
     assert equivariant.receptive_field(5, 3) == 63
 
 

@@ -14,7 +14,7 @@ respects this reads every cell with the same weights:
 * **heads**: `per_cell_head` (a 1x1 convolution to one channel: Q(s, a) or the policy logit of cell a read from
   cell a's features) and `pooled_head` (a linear map of the mean over cells: PPO's value, shift invariant).
 
-Circular padding is done by indexing (cell i - p .. L - 1 + p, mod L) rather than `padding_mode="circular"`,
+Circular padding is done by `circular_pad` (cells i - p .. L - 1 + p, mod L) rather than `padding_mode="circular"`,
 which refuses padding wider than the tape (dilation 16 at L = 8); both are the same map where both work.
 Equivariance is exact up to floating-point rounding of the mean (tests/test_equivariant.py: every shift).
 """
@@ -58,10 +58,16 @@ def receptive_field(layers: int, kernel_size: int) -> int:
 
 
 def circular_pad(x: torch.Tensor, pad: int) -> torch.Tensor:
-    """(N, C, L) -> (N, C, L + 2·pad): cells L - pad .. L - 1, the tape, cells 0 .. pad - 1 (indices mod L)."""
+    """(N, C, L) -> (N, C, L + 2·pad): cells L - pad .. L - 1, the tape, cells 0 .. pad - 1 (indices mod L).
+
+    Contiguous copies (a concatenation, or a tiling when pad > L): about twice as fast as a gather on the last
+    dimension, which dominated the forward pass.
+    """
     L = x.shape[-1]
-    index = torch.arange(-pad, L + pad, device=x.device) % L
-    return x.index_select(-1, index)
+    if pad <= L:
+        return torch.cat([x[..., L - pad:], x, x[..., :pad]], dim=-1)
+    reps = -(-pad // L)
+    return x.repeat(1, 1, 2 * reps + 1)[..., reps * L - pad:reps * L + L + pad]
 
 
 class CircularConv(nn.Module):
