@@ -93,7 +93,8 @@ KILL_AFTER_WRITING_STEP_2000 = (
 )
 
 
-@pytest.mark.parametrize("kill", [KILL_AFTER_CHECKPOINT_2, KILL_AFTER_WRITING_STEP_2000])
+@pytest.mark.parametrize("kill", [KILL_AFTER_CHECKPOINT_2, KILL_AFTER_WRITING_STEP_2000],
+                         ids=["killed-at-checkpoint-2", "killed-between-checkpoints"])
 def test_a_resumed_run_logs_every_step_once(tmp_path, kill):
     pytest.importorskip("tensorboard")
     split_file = toy_split(tmp_path / "toy.json")
