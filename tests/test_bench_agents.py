@@ -13,6 +13,7 @@ from torch import nn
 from tapebench import registry as methods
 from tapebench.cli import main
 from tapebench.methods import dqn, ppo
+from tapebench.methods.equivariant import NETWORK_FIELDS
 from tapebench.registry import Method, build_config
 from tapebench.training.bench import select_agents, trained_methods
 from tapebench.training.sb3_bench import (COUNTERPARTS, AnnealedLearningRate, fused_adam_available, require_sb3,
@@ -68,7 +69,7 @@ def test_sb3_dqn_settings_from_our_defaults():
     assert [f.name for f in dataclasses.fields(dqn.Config)] == [
         "num_envs", "hidden_size", "hidden_layers", "learning_rate", "gamma", "buffer_size", "batch_size",
         "learning_starts", "train_frequency", "target_update_frequency", "tau", "epsilon_start", "epsilon_end",
-        "exploration_fraction", "double_dqn", "max_grad_norm"]
+        "exploration_fraction", "double_dqn", "max_grad_norm", *NETWORK_FIELDS]   # network: refused unless mlp
     assert sb3_dqn_settings(build_config("dqn", {}), 20_000) == {"n_envs": 4, "total_steps": 20_000, "kwargs": {
         "learning_rate": 5e-4, "buffer_size": 100_000, "learning_starts": 1_000, "batch_size": 128, "tau": 1.0,
         "gamma": 0.99, "train_freq": 1, "gradient_steps": 1, "target_update_interval": 1_000,
@@ -93,17 +94,23 @@ def test_changed_dqn_hyperparameters_show_up_in_sb3_arguments(overrides, expecte
     ({"double_dqn": True}, "no Double-DQN target"),
     ({"train_frequency": 3}, "train_frequency=3 env steps cannot be expressed"),
     ({"target_update_frequency": 1001}, "target_update_frequency=1001 must be a multiple of num_envs=4"),
+    ({"network": "equivariant"}, "policy is an MLP; the comparison needs network='mlp', got network='equivariant'"),
 ])
 def test_dqn_settings_sb3_cannot_express_are_errors(overrides, needle):
     with pytest.raises(ValueError, match=needle.replace("(", r"\(")):
         sb3_dqn_settings(build_config("dqn", overrides), 20_000)
 
 
+def test_ppo_settings_refuse_the_equivariant_network():
+    with pytest.raises(ValueError, match="PPO policy is an MLP; the comparison needs network='mlp'"):
+        sb3_ppo_settings(build_config("ppo", {"network": "equivariant"}), 20_000)
+
+
 def test_sb3_ppo_settings_from_our_defaults():
     assert [f.name for f in dataclasses.fields(ppo.Config)] == [
         "num_envs", "num_steps", "hidden_size", "hidden_layers", "learning_rate", "anneal_lr", "gamma",
         "gae_lambda", "num_minibatches", "update_epochs", "norm_adv", "clip_coef", "clip_vloss", "ent_coef",
-        "vf_coef", "max_grad_norm"]
+        "vf_coef", "max_grad_norm", *NETWORK_FIELDS]
     settings = sb3_ppo_settings(build_config("ppo", {}), 20_000)
     assert settings == {"n_envs": 16, "total_steps": 20_480, "kwargs": {
         "learning_rate": AnnealedLearningRate(2.5e-4, 2048 / 20_480), "n_steps": 128, "batch_size": 512,

@@ -34,6 +34,7 @@ def test_the_shipped_configs_are_valid():
     validate_config(paper_config(), SCHEMA)
     validate_config(merge_config(paper_config(), load_config_file(REPO / "config/quick.yaml")), SCHEMA)
     validate_config(merge_config(paper_config(), load_config_file(REPO / "tests/data/tiny.yaml")), SCHEMA)
+    validate_config(merge_config(paper_config(), load_config_file(REPO / "config/equivariant.yaml")), SCHEMA)
 
 
 @pytest.mark.parametrize("override, key, message", [

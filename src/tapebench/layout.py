@@ -11,6 +11,7 @@ CHECKPOINT_DIR = "checkpoints"
 RESUME_FILE = "resume.pt"
 MANIFEST_FILE = "train.json"
 LOG_FILE = "train.log"
+TENSORBOARD_DIR = "tensorboard"   # TensorBoard event files, when the config turns them on (logging.tensorboard)
 
 REPORT_TEX = "results/report.tex"
 REPORT_PDF = "results/report.pdf"

@@ -151,11 +151,20 @@ def _builtin() -> list[Method]:
     return [
         agent("dqn", "DQN", "value_based", dqn, any_rule_family=True),
         agent("ppo", "PPO", "actor_critic", ppo, any_rule_family=True),
+        Method("dqn_equivariant", "DQN (equivariant)", "value_based", dqn.EquivariantConfig, make_agent=dqn.make,
+               any_rule_family=True, summary="DQN with a shift-equivariant Q-network: circular convolutions over "
+                                             "the cells, Q(s, a) read from cell a"),
+        Method("ppo_equivariant", "PPO (equivariant)", "actor_critic", ppo.EquivariantConfig, make_agent=ppo.make,
+               any_rule_family=True, summary="PPO with shift-equivariant actor and critic: cell a's logit from "
+                                             "cell a, the value pooled over cells"),
         agent("rainbow", "Rainbow", "value_based", rainbow),
         agent("ppo_dr", "PPO + DR", "actor_critic", ppo_dr),
         agent("rad_dqn", "DQN + RAD", "augmentation", rad_dqn),
         agent("curl_dqn", "DQN + CURL", "augmentation", curl_dqn),
         agent("pearl_dqn", "PEARL-DQN", "task_inference", pearl_dqn),
+        Method("pearl_dqn_equivariant", "PEARL-DQN (equivariant)", "task_inference", pearl_dqn.EquivariantConfig,
+               make_agent=pearl_dqn.make, summary="PEARL-DQN with a shift-equivariant Q-network, the task latent "
+                                                  "broadcast to every cell"),
         agent("rl2_a2c", "RL2-A2C", "task_inference", rl2_a2c),
         agent("dreamer", "DreamerV3", "world_model", dreamer, world_model=True),
         agent("planet", "PlaNet-MPC", "world_model", planet, world_model=True, every_checkpoint=False),

@@ -18,9 +18,10 @@ def _list(args) -> int:
 
     methods = sorted(registry().values(), key=lambda m: (list(FAMILIES).index(m.family), m.id))
     width = max([14, *(len(m.id) for m in methods)])
-    print(f"{'id':<{width}} {'table name':<22} {'family':<24} {'trains':<6}  summary")
+    name_width = max([22, *(len(m.display_name) for m in methods)])
+    print(f"{'id':<{width}} {'table name':<{name_width}} {'family':<24} {'trains':<6}  summary")
     for m in methods:
-        print(f"{m.id:<{width}} {m.display_name:<22} {m.family_name.replace('--', '-'):<24} "
+        print(f"{m.id:<{width}} {m.display_name:<{name_width}} {m.family_name.replace('--', '-'):<24} "
               f"{'yes' if m.trains else 'no':<6}  {m.summary}")
         if args.verbose:
             notes = [text for flag, text in ((m.sees_true_rule, "sees the true rule (reference)"),

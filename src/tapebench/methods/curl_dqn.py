@@ -47,6 +47,9 @@ class Config(dqn.Config):
 
     def check(self) -> None:
         super().check()
+        if self.network != "mlp":   # the encoder / Q-head split and W are built on the MLP's hidden layers
+            raise ValueError(f"CURL-DQN hyperparameter network must be 'mlp' (its query encoder is the MLP's "
+                             f"hidden layers), got {self.network!r}")
         if self.curl_weight < 0:
             raise ValueError(f"CURL-DQN hyperparameter curl_weight must be >= 0, got {self.curl_weight}")
         if not 0.0 <= self.key_momentum <= 1.0:

@@ -1,6 +1,7 @@
 """DQN (Mnih et al., 2015) with an optional Double-DQN target (van Hasselt et al., 2016).
 
-Q-network: MLP on the observation [tape, t/H] with one output per cell to flip.
+Q-network: MLP on the observation [tape, t/H] with one output per cell to flip, or with
+`network = "equivariant"` the shift-equivariant network of `equivariant.py` (row `dqn_equivariant`).
 Experience from `num_envs` parallel environments goes into a uniform replay buffer; a gradient
 step on a Huber TD loss runs every `train_frequency` environment steps once `learning_starts`
 steps have been collected; the target network is copied (or Polyak-averaged with `tau < 1`) every
@@ -19,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tapebench.methods import equivariant
 from tapebench.methods.common import adam, due_updates, soft_update_
 
 
@@ -56,8 +58,20 @@ class Config:
     """Double DQN: the online network picks the next action, the target network values it"""
     max_grad_norm: float = 10.0
     """gradient-norm clipping threshold"""
+    network: str = "mlp"
+    """Q-network: "mlp" (hidden_size x hidden_layers on [tape, t/H]) or "equivariant" (circular convolutions
+    over the cells, Q(s, a) read from cell a's features; docs/methods.md, "Equivariant networks")"""
+    conv_channels: int = equivariant.CHANNELS
+    """equivariant network: feature channels per cell"""
+    conv_layers: int = equivariant.LAYERS
+    """equivariant network: residual circular-convolution blocks, dilations 1, 2, 4, ..., 2^(conv_layers - 1)"""
+    conv_kernel: int = equivariant.KERNEL
+    """equivariant network: kernel size of each circular convolution (odd)"""
+    global_pool: bool = equivariant.GLOBAL_POOL
+    """equivariant network: each block adds a linear map of the mean over cells to every cell (whole tape in view)"""
 
     def check(self) -> None:
+        equivariant.check_network(self, "DQN")
         positive = ("hidden_size", "hidden_layers", "buffer_size", "batch_size", "train_frequency",
                     "target_update_frequency")
         for name in positive:
@@ -79,6 +93,13 @@ def mlp(in_dim: int, out_dim: int, hidden_size: int, hidden_layers: int) -> nn.S
         width = hidden_size
     layers.append(nn.Linear(width, out_dim))
     return nn.Sequential(*layers)
+
+
+def q_network(config: Config, env_spec) -> nn.Module:
+    """obs (N, L+1) -> Q-values (N, L): the MLP or the equivariant network, as `config.network` says."""
+    if config.network == "equivariant":
+        return equivariant.per_cell_network(config, env_spec)
+    return mlp(env_spec.obs_dim, env_spec.num_actions, config.hidden_size, config.hidden_layers)
 
 
 class ReplayBuffer:
@@ -130,8 +151,7 @@ class DQNAgent:
         self.config, self.device = config, torch.device(device)
         self.num_actions = env_spec.num_actions
         self.total_steps = int(total_steps)
-        make_net = lambda: mlp(env_spec.obs_dim, env_spec.num_actions, config.hidden_size,
-                               config.hidden_layers).to(self.device)
+        make_net = lambda: q_network(config, env_spec).to(self.device)
         self.q_network = make_net()
         self.target_network = make_net()
         self.target_network.load_state_dict(self.q_network.state_dict())
@@ -225,6 +245,15 @@ class DQNAgent:
         self.replay.load_state_dict(state["replay"])
         for name, value in state["counters"].items():
             setattr(self, name, value)
+
+
+@dataclass
+class EquivariantConfig(Config):
+    """DQN's Config with the equivariant Q-network (registry row `dqn_equivariant`)."""
+
+    network: str = "equivariant"
+    """Q-network: "mlp" (hidden_size x hidden_layers on [tape, t/H]) or "equivariant" (circular convolutions
+    over the cells, Q(s, a) read from cell a's features; docs/methods.md, "Equivariant networks")"""
 
 
 def make(config: Config, env_spec, total_steps: int, device) -> DQNAgent:

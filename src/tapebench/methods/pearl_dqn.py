@@ -7,7 +7,8 @@ episode's transitions so far. Each transition (tape, one-hot action, reward, nex
 MLP to a Gaussian factor N(μ_i, σ_i²) on z ∈ R^latent_dim; q(z | context) is the product of these
 factors and the prior N(0, I): precision 1 + Σ_i 1/σ_i², mean Σ_i (μ_i/σ_i²) / precision. It does not
 depend on the order of the transitions, and the empty context gives exactly the prior.
-Q(s, z) is an MLP on [observation, z].
+Q(s, z) is an MLP on [observation, z], or with `network = "equivariant"` the shift-equivariant network of
+`equivariant.py` with z broadcast to every cell like t/H (row `pearl_dqn_equivariant`).
 
 Training is DQN (Huber TD loss, replay, target network, linearly decaying ε) plus the context:
 
@@ -38,6 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tapebench.methods import equivariant
 from tapebench.methods.common import adam, due_updates, soft_update_
 from tapebench.methods.dqn import ReplayBuffer, mlp
 
@@ -87,8 +89,21 @@ class Config:
     """fraction of the training budget over which ε decays linearly"""
     max_grad_norm: float = 10.0
     """gradient-norm clipping threshold"""
+    network: str = "mlp"
+    """Q-network: "mlp" (hidden_size x hidden_layers on [observation, z]) or "equivariant" (circular
+    convolutions over the cells with z broadcast to every cell like t/H, Q(s, a, z) read from cell a's
+    features; docs/methods.md, "Equivariant networks"); the transition encoder is an MLP either way"""
+    conv_channels: int = equivariant.CHANNELS
+    """equivariant network: feature channels per cell"""
+    conv_layers: int = equivariant.LAYERS
+    """equivariant network: residual circular-convolution blocks, dilations 1, 2, 4, ..., 2^(conv_layers - 1)"""
+    conv_kernel: int = equivariant.KERNEL
+    """equivariant network: kernel size of each circular convolution (odd)"""
+    global_pool: bool = equivariant.GLOBAL_POOL
+    """equivariant network: each block adds a linear map of the mean over cells to every cell (whole tape in view)"""
 
     def check(self) -> None:
+        equivariant.check_network(self, "PEARL-DQN")
         positive = ("hidden_size", "hidden_layers", "latent_dim", "encoder_hidden_size", "buffer_size",
                     "batch_size", "transitions_per_episode", "train_frequency", "target_update_frequency")
         for name in positive:
@@ -148,8 +163,12 @@ class PearlNetwork(nn.Module):
         feature_dim = 3 * env_spec.L + 1
         self.encoder = mlp(feature_dim, 2 * config.latent_dim, config.encoder_hidden_size,
                            config.encoder_hidden_layers)
-        self.q = mlp(env_spec.obs_dim + config.latent_dim, env_spec.num_actions, config.hidden_size,
-                     config.hidden_layers)
+        self.equivariant = config.network == "equivariant"
+        if self.equivariant:
+            self.q = equivariant.per_cell_network(config, env_spec, extra=config.latent_dim)
+        else:
+            self.q = mlp(env_spec.obs_dim + config.latent_dim, env_spec.num_actions, config.hidden_size,
+                         config.hidden_layers)
 
     def factors(self, features: torch.Tensor):
         """(μ_i, precision_i = 1/σ_i²) of each transition's factor."""
@@ -163,6 +182,8 @@ class PearlNetwork(nn.Module):
         return product_of_gaussians(mu, precision, context, num_contexts)
 
     def q_values(self, obs: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        if self.equivariant:
+            return self.q(obs, z)
         return self.q(torch.cat([obs, z], dim=-1))
 
 
@@ -405,6 +426,16 @@ class PearlEvalPolicy:
         self.precision_sum += precision * weight
         self.weighted_mean_sum += mu * precision * weight
         self.active &= ~(terminated | truncated)
+
+
+@dataclass
+class EquivariantConfig(Config):
+    """PEARL-DQN's Config with the equivariant Q-network (registry row `pearl_dqn_equivariant`)."""
+
+    network: str = "equivariant"
+    """Q-network: "mlp" (hidden_size x hidden_layers on [observation, z]) or "equivariant" (circular
+    convolutions over the cells with z broadcast to every cell like t/H, Q(s, a, z) read from cell a's
+    features; docs/methods.md, "Equivariant networks"); the transition encoder is an MLP either way"""
 
 
 def make(config: Config, env_spec, total_steps: int, device) -> PearlDQNAgent:

@@ -1,6 +1,8 @@
 """PPO (Schulman et al., 2017) with clipped surrogate, GAE and vectorised rollouts.
 
-Actor and critic are separate MLPs (tanh, orthogonal init) on the observation [tape, t/H].
+Actor and critic are separate MLPs (tanh, orthogonal init) on the observation [tape, t/H], or with
+`network = "equivariant"` separate shift-equivariant networks (`equivariant.py`, row `ppo_equivariant`):
+the logit of cell a read from cell a's features, the value from the mean over cells.
 Each update collects `num_steps` steps from each of `num_envs` environments
 (`num_envs * num_steps` environment steps), computes GAE(λ) advantages, then runs
 `update_epochs` passes of `num_minibatches` minibatches of the clipped PPO loss with an entropy
@@ -19,6 +21,7 @@ import torch
 from torch import nn
 from torch.distributions import Categorical
 
+from tapebench.methods import equivariant
 from tapebench.methods.common import adam, gae
 
 
@@ -56,8 +59,21 @@ class Config:
     """value loss coefficient"""
     max_grad_norm: float = 0.5
     """gradient-norm clipping threshold"""
+    network: str = "mlp"
+    """actor and critic: "mlp" (hidden_size x hidden_layers on [tape, t/H]) or "equivariant" (circular
+    convolutions over the cells: cell a's logit from cell a's features, the value pooled over cells;
+    docs/methods.md, "Equivariant networks")"""
+    conv_channels: int = equivariant.CHANNELS
+    """equivariant network: feature channels per cell (actor and critic each)"""
+    conv_layers: int = equivariant.LAYERS
+    """equivariant network: residual circular-convolution blocks, dilations 1, 2, 4, ..., 2^(conv_layers - 1)"""
+    conv_kernel: int = equivariant.KERNEL
+    """equivariant network: kernel size of each circular convolution (odd)"""
+    global_pool: bool = equivariant.GLOBAL_POOL
+    """equivariant network: each block adds a linear map of the mean over cells to every cell (whole tape in view)"""
 
     def check(self) -> None:
+        equivariant.check_network(self, "PPO")
         for name in ("num_steps", "hidden_size", "hidden_layers", "num_minibatches", "update_epochs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"PPO hyperparameter {name} must be >= 1, got {getattr(self, name)}")
@@ -72,7 +88,7 @@ class Config:
                              f"{self.learning_rate}, {self.clip_coef}, {self.max_grad_norm}")
 
 
-def layer_init(layer: nn.Linear, std: float = math.sqrt(2), bias: float = 0.0) -> nn.Linear:
+def layer_init(layer: nn.Module, std: float = math.sqrt(2), bias: float = 0.0) -> nn.Linear:
     nn.init.orthogonal_(layer.weight, std)
     nn.init.constant_(layer.bias, bias)
     return layer
@@ -87,9 +103,25 @@ def mlp(in_dim: int, out_dim: int, hidden_size: int, hidden_layers: int, out_std
     return nn.Sequential(*layers)
 
 
+def equivariant_network(make, config: Config, env_spec, out_std: float) -> nn.Module:
+    """An equivariant actor (`per_cell_network`) or critic (`pooled_network`), tanh, orthogonal init as the MLP's."""
+    network = make(config, env_spec, activation=nn.Tanh)
+    for module in network.trunk.modules():
+        if isinstance(module, (nn.Linear, nn.Conv1d)):
+            layer_init(module)
+    layer_init(network.head, std=out_std)
+    return network
+
+
 class ActorCritic(nn.Module):
-    def __init__(self, obs_dim: int, num_actions: int, hidden_size: int, hidden_layers: int):
+    def __init__(self, config: Config, env_spec):
         super().__init__()
+        if config.network == "equivariant":
+            self.actor = equivariant_network(equivariant.per_cell_network, config, env_spec, out_std=0.01)
+            self.critic = equivariant_network(equivariant.pooled_network, config, env_spec, out_std=1.0)
+            return
+        obs_dim, num_actions, hidden_size, hidden_layers = (env_spec.obs_dim, env_spec.num_actions,
+                                                            config.hidden_size, config.hidden_layers)
         self.actor = mlp(obs_dim, num_actions, hidden_size, hidden_layers, out_std=0.01)
         self.critic = mlp(obs_dim, 1, hidden_size, hidden_layers, out_std=1.0)
 
@@ -132,8 +164,7 @@ class Rollout:
 class PPOAgent:
     def __init__(self, config: Config, env_spec, total_steps: int, device):
         self.config, self.device = config, torch.device(device)
-        self.network = ActorCritic(env_spec.obs_dim, env_spec.num_actions, config.hidden_size,
-                                   config.hidden_layers).to(self.device)
+        self.network = ActorCritic(config, env_spec).to(self.device)
         self.optimizer = adam(self.network.parameters(), lr=config.learning_rate, eps=1e-5)
         self.rollout = Rollout(config.num_steps, config.num_envs, env_spec.obs_dim, self.device)
         self.num_updates = max(1, math.ceil(total_steps / (config.num_envs * config.num_steps)))
@@ -231,6 +262,16 @@ class PPOAgent:
         self.optimizer.load_state_dict(state["optimizer"])
         self.rollout.load_state_dict(state["rollout"])
         self.updates_done = state["updates_done"]
+
+
+@dataclass
+class EquivariantConfig(Config):
+    """PPO's Config with the equivariant actor and critic (registry row `ppo_equivariant`)."""
+
+    network: str = "equivariant"
+    """actor and critic: "mlp" (hidden_size x hidden_layers on [tape, t/H]) or "equivariant" (circular
+    convolutions over the cells: cell a's logit from cell a's features, the value pooled over cells;
+    docs/methods.md, "Equivariant networks")"""
 
 
 def make(config: Config, env_spec, total_steps: int, device) -> PPOAgent:

@@ -442,14 +442,23 @@ def train_slice(config: dict, agent: str) -> dict:
         "agent": config["agents"].get(agent, {}),
         "env": config["env"],
         "training": {k: config["training"][k] for k in ("total_steps", "eval_every")},
+        **logging_slice(config),
     }
+
+
+def logging_slice(config: dict) -> dict:
+    """What a training job gets of `logging`: nothing while it is off (the default), so the params of every
+    training job stay what they were before the switch existed; `{"logging": {"tensorboard": true}}` when on.
+    Turning it on changes the training jobs' params, so Snakemake reruns them (docs/protocol.md#tensorboard)."""
+    logging = config.get("logging", {})
+    return {"logging": {"tensorboard": True}} if logging.get("tensorboard", False) else {}
 
 
 def fixed_z_train_slice(config: dict, agent: str, L: int, H: int) -> dict:
     """A fixed-z study run: the agent's hyperparameters, the study's L, H and schedule (not env.L / training)."""
     fixed = config["studies"]["fixed_z"]
     return {"agent": config["agents"].get(agent, {}), "env": {**config["env"], "L": int(L), "H": int(H)},
-            "training": {k: fixed[k] for k in ("total_steps", "eval_every")}}
+            "training": {k: fixed[k] for k in ("total_steps", "eval_every")}, **logging_slice(config)}
 
 
 def fixed_z_eval_slice(config: dict, agent: str, L: int, H: int) -> dict:

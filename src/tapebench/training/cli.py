@@ -8,8 +8,10 @@
 --params is the job's config slice (JSON object):
   {"agent": {<overrides of the agent's Config>}, "env": {"L": 32, "H": 32, "success_bonus": 1.0},
    "training": {"total_steps": 200000, "eval_every": 10000},
-   "evaluation": {"episodes_per_rule": 20, "eval_seed": 20260101, "checkpoints": "all" | K, "noise": 0.0}}
-Missing keys take the paper-protocol defaults; unknown keys are an error.
+   "evaluation": {"episodes_per_rule": 20, "eval_seed": 20260101, "checkpoints": "all" | K, "noise": 0.0},
+   "logging": {"tensorboard": false}}
+Missing keys take the paper-protocol defaults; unknown keys are an error. `logging` (train only) writes
+TensorBoard scalars under <out>/tensorboard/; it is not part of the run's fingerprint and changes no result.
 `--rules 4` (instead of --split) trains / evaluates on an explicit rule list (fixed-z diagnostics).
 """
 from __future__ import annotations
@@ -35,6 +37,7 @@ PARAM_SECTIONS = {
     "training": tuple(PAPER_TRAINING),
     "evaluation": ("episodes_per_rule", "eval_seed", "checkpoints", "noise"),
     "model_error": ("context", "depth"),
+    "logging": ("tensorboard",),
 }
 
 
@@ -63,11 +66,15 @@ def run_train(args) -> int:
                      L=env["L"], H=env["H"], success_bonus=float(env["success_bonus"]),
                      total_steps=training["total_steps"], eval_every=training["eval_every"], split=split_info,
                      family=None if split is None or split.family.elementary else split.family.as_dict())
+    tensorboard = params.get("logging", {}).get("tensorboard", False)
+    if not isinstance(tensorboard, bool):
+        raise ValueError(f"--params logging.tensorboard must be true or false, got {tensorboard!r}")
+    # provenance records what determines the numbers: logging is left out, so checkpoints do not depend on it
     config_slice = {k: params[k] for k in ("agent", "env", "training") if k in params}
     if split is None:
         config_slice["rules"] = list(rules)
     train(spec, args.out, device=args.device, threads=args.threads, config_slice=config_slice, quiet=args.quiet,
-          keep_resume=args.keep_resume)
+          keep_resume=args.keep_resume, tensorboard=tensorboard)
     return 0
 
 
@@ -201,8 +208,9 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="run folder to write (created after the arguments are checked)")
     p.add_argument("--params", default="{}",
                    help='settings as JSON: {"env": {"L", "H", "success_bonus"}, "training": {"total_steps", '
-                        '"eval_every"}, "agent": {hyperparameters}}; what is left out takes the paper '
-                        'protocol\'s value (L = H = 32, 200000 steps, a checkpoint every 10000)')
+                        '"eval_every"}, "agent": {hyperparameters}, "logging": {"tensorboard": true|false}}; what '
+                        'is left out takes the paper protocol\'s value (L = H = 32, 200000 steps, a checkpoint every '
+                        '10000, no TensorBoard)')
     p.add_argument("--keep-resume", action="store_true",
                    help="keep resume.pt (the full training state) after the run finishes (default: delete it)")
     _common(p)

@@ -16,7 +16,8 @@
   when its train.json matches the configuration and every checkpoint it lists is intact; a damaged
   train.json or checkpoint means the run is not finished, and it is trained again.
 * Progress: a line with steps, steps/s and ETA at every checkpoint and every 30 s, to `train.log`
-  and stderr (which the workflow shows on the console and keeps in the job's log).
+  and stderr (which the workflow shows on the console and keeps in the job's log); with `tensorboard`,
+  also TensorBoard scalars under `<run>/tensorboard/` (`training/tensorboard.py`), which change nothing else.
 * Determinism: python, numpy and torch are seeded from the run seed, the environment generator
   from a separate stream of it; on CPU `torch.use_deterministic_algorithms(True)` and a fixed
   number of torch threads (results are bit-identical for the same thread count).
@@ -27,6 +28,7 @@ import contextlib
 import dataclasses
 import math
 import random
+import shutil
 import sys
 import time
 from collections import deque
@@ -38,11 +40,14 @@ import numpy as np
 import torch
 
 from tapebench.envs.batched import BatchedTapeEnv
+from tapebench.layout import TENSORBOARD_DIR
 from tapebench.methods.contract import EnvSpec
+from tapebench.methods.equivariant import fingerprint_hyperparameters
 from tapebench.registry import build_config, check_rule_family, get_method
 from tapebench.rules.family import RuleFamily, family_from_config
 from tapebench.settings import MAX_CHECKPOINTS_PER_RUN, checkpoints_per_run
 from tapebench.training import checkpoint as ckpt
+from tapebench.training.tensorboard import TensorBoardLog, summary_writer_class
 from tapebench.utils.artifacts import CorruptArtifact, read_json
 from tapebench.utils.io import content_hash, cpu_name, provenance, write_json
 from tapebench.validation import check_horizon, check_integer, check_length, check_rules
@@ -99,7 +104,9 @@ class TrainSpec:
         body = dataclasses.asdict(self)
         if body["family"] is None:      # elementary runs keep the fingerprints they had before families
             del body["family"]
-        body["hyperparameters"] = dataclasses.asdict(self.config())  # defaults resolved
+        # defaults resolved; an MLP run leaves out the network-choice fields (runs trained before they existed
+        # keep their fingerprints)
+        body["hyperparameters"] = fingerprint_hyperparameters(dataclasses.asdict(self.config()))
         return content_hash(body)
 
 
@@ -184,14 +191,18 @@ class EpisodeStats:
         self.recent_return: deque = deque(maxlen=window)
         self.episodes = 0
 
-    def record(self, rewards, terminated, done) -> None:
+    def record(self, rewards, terminated, done) -> tuple[list, list]:
+        """Add a batched step; returns the (returns, successes) of the episodes that ended at it."""
         self.returns += rewards.double().cpu()
-        if bool(done.any()):
-            done_cpu = done.cpu()
-            self.recent_success.extend(terminated.cpu()[done_cpu].tolist())
-            self.recent_return.extend(self.returns[done_cpu].tolist())
-            self.episodes += int(done_cpu.sum())
-            self.returns[done_cpu] = 0.0
+        if not bool(done.any()):
+            return [], []
+        done_cpu = done.cpu()
+        successes, returns = terminated.cpu()[done_cpu].tolist(), self.returns[done_cpu].tolist()
+        self.recent_success.extend(successes)
+        self.recent_return.extend(returns)
+        self.episodes += int(done_cpu.sum())
+        self.returns[done_cpu] = 0.0
+        return returns, successes
 
     def summary(self) -> str:
         if not self.recent_success:
@@ -246,10 +257,12 @@ def finished_manifest(out_dir, fingerprint: str, log) -> dict | None:
 
 def train(spec: TrainSpec, out_dir, *, device="cpu", threads: int | None = 1, config_slice: dict | None = None,
           on_checkpoint: Callable[[int, int], None] | None = None, quiet: bool = False,
-          keep_resume: bool = False) -> dict:
+          keep_resume: bool = False, tensorboard: bool = False) -> dict:
     """Train `spec.agent` into `out_dir`; resumes from `resume.pt`; returns the manifest (train.json).
 
     `config_slice` is what provenance records as the job's config (default: the spec's fields).
+    `tensorboard` also writes TensorBoard scalars under `<out_dir>/tensorboard/` (`training/tensorboard.py`);
+    it is not part of the fingerprint and changes no checkpoint.
     `on_checkpoint(index, env_steps)` is called after checkpoint `index` (1-based) is on disk.
     `resume.pt` (~30 MB with a full DQN replay buffer) is deleted once train.json is written, unless
     `keep_resume`.
@@ -259,6 +272,8 @@ def train(spec: TrainSpec, out_dir, *, device="cpu", threads: int | None = 1, co
     config = spec.config()
     if threads is not None:
         check_integer(threads, "threads", minimum=1)
+    if tensorboard:
+        summary_writer_class()   # fails now, naming the install command, when tensorboard is missing
     fingerprint = spec.fingerprint()
     out_dir.mkdir(parents=True, exist_ok=True)   # only once every argument has been accepted
     label = f"{spec.agent} seed {spec.seed}"
@@ -307,41 +322,48 @@ def train(spec: TrainSpec, out_dir, *, device="cpu", threads: int | None = 1, co
                 log(f"note: num_envs={config.num_envs} does not divide the step targets; checkpoints are "
                     f"rounded up to multiples of num_envs")
 
+        board = TensorBoardLog(out_dir, iteration * config.num_envs) if tensorboard else None
         segment_start, segment_steps = time.perf_counter(), iteration * config.num_envs
         segment_cpu = time.process_time()
         last_log, metrics = segment_start, {}
-        while iteration < total_iterations:
-            actions = agent.act(obs)
-            next_obs, rewards, terminated, truncated, info = env.step(actions)
-            # info["final_obs"] is the observation before auto-reset: the true successor of every row
-            agent.observe(obs, actions, rewards, info["final_obs"], terminated, truncated)
-            metrics = agent.update() or metrics
-            stats.record(rewards, terminated, terminated | truncated)
-            obs = next_obs
-            iteration += 1
-            env_steps = iteration * config.num_envs
+        try:
+            while iteration < total_iterations:
+                actions = agent.act(obs)
+                next_obs, rewards, terminated, truncated, info = env.step(actions)
+                # info["final_obs"] is the observation before auto-reset: the true successor of every row
+                agent.observe(obs, actions, rewards, info["final_obs"], terminated, truncated)
+                metrics = agent.update() or metrics
+                ended = stats.record(rewards, terminated, terminated | truncated)
+                obs = next_obs
+                iteration += 1
+                env_steps = iteration * config.num_envs
+                if board is not None:
+                    board.episodes(*ended)
+                    board.step(env_steps, metrics, checkpoint=iteration in checkpoint_at)
 
-            now = time.perf_counter()
-            if iteration in checkpoint_at:
-                wall_time_now = wall_time + (now - segment_start)
-                path = ckpt.checkpoint_name(env_steps)
-                digest = ckpt.save(out_dir / path, ckpt.policy_checkpoint(
-                    spec.agent, config, spec.env_spec(), agent, env_steps, schedule[-1], spec.seed, prov))
-                checkpoints.append({"env_steps": env_steps, "file": path, "sha256": digest})
-                ckpt.save(out_dir / ckpt.RESUME_FILE, {
-                    "format": ckpt.FORMAT_VERSION, "fingerprint": fingerprint, "iteration": iteration,
-                    "checkpoints": checkpoints, "agent": agent.state_dict(), "env": ckpt.env_state(env),
-                    "stats": stats.state_dict(), "rng": ckpt.rng_state(), "wall_time_s": wall_time_now,
-                    "cpu_time_s": cpu_time + (time.process_time() - segment_cpu), "resumes": resumes})
-                log(_progress(env_steps, schedule[-1], segment_steps, segment_start, now, stats, metrics)
-                    + f" | checkpoint {len(checkpoints)}/{len(schedule)}")
-                last_log = now
-                if on_checkpoint is not None:
-                    on_checkpoint(len(checkpoints), env_steps)
-            elif now - last_log > LOG_INTERVAL_S:
-                log(_progress(env_steps, schedule[-1], segment_steps, segment_start, now, stats, metrics))
-                last_log = now
-
+                now = time.perf_counter()
+                if iteration in checkpoint_at:
+                    wall_time_now = wall_time + (now - segment_start)
+                    path = ckpt.checkpoint_name(env_steps)
+                    digest = ckpt.save(out_dir / path, ckpt.policy_checkpoint(
+                        spec.agent, config, spec.env_spec(), agent, env_steps, schedule[-1], spec.seed, prov))
+                    checkpoints.append({"env_steps": env_steps, "file": path, "sha256": digest})
+                    ckpt.save(out_dir / ckpt.RESUME_FILE, {
+                        "format": ckpt.FORMAT_VERSION, "fingerprint": fingerprint, "iteration": iteration,
+                        "checkpoints": checkpoints, "agent": agent.state_dict(), "env": ckpt.env_state(env),
+                        "stats": stats.state_dict(), "rng": ckpt.rng_state(), "wall_time_s": wall_time_now,
+                        "cpu_time_s": cpu_time + (time.process_time() - segment_cpu), "resumes": resumes})
+                    log(_progress(env_steps, schedule[-1], segment_steps, segment_start, now, stats, metrics)
+                        + f" | checkpoint {len(checkpoints)}/{len(schedule)}")
+                    last_log = now
+                    if on_checkpoint is not None:
+                        on_checkpoint(len(checkpoints), env_steps)
+                elif now - last_log > LOG_INTERVAL_S:
+                    log(_progress(env_steps, schedule[-1], segment_steps, segment_start, now, stats, metrics))
+                    last_log = now
+        finally:
+            if board is not None:
+                board.close()
         wall_time += time.perf_counter() - segment_start
         cpu_time += time.process_time() - segment_cpu
 
@@ -394,7 +416,7 @@ def _load_resume(out_dir: Path, fingerprint: str, log) -> dict | None:
 
 
 def _remove_stale_files(out_dir: Path, log) -> None:
-    """A fresh start must not leave checkpoints of an earlier configuration behind."""
+    """A fresh start must not leave checkpoints (or TensorBoard events) of an earlier run behind."""
     stale = sorted((out_dir / ckpt.CHECKPOINT_DIR).glob("step_*.pt"))
     for name in (ckpt.RESUME_FILE, ckpt.MANIFEST_FILE):
         if (out_dir / name).exists():
@@ -403,6 +425,9 @@ def _remove_stale_files(out_dir: Path, log) -> None:
         log(f"removing {len(stale)} file(s) of an earlier run with a different configuration")
         for path in stale:
             path.unlink()
+    if (out_dir / TENSORBOARD_DIR).is_dir():
+        log(f"removing {TENSORBOARD_DIR}/ of an earlier run")
+        shutil.rmtree(out_dir / TENSORBOARD_DIR)
 
 
 def _progress(env_steps, total, segment_steps, segment_start, now, stats, metrics) -> str:

@@ -99,6 +99,7 @@ def sb3_dqn_settings(config, steps: int) -> dict:
     if c.double_dqn:
         raise ValueError("Stable-Baselines3's DQN has no Double-DQN target; the comparison needs double_dqn=False, "
                          "got double_dqn=True")
+    _check_mlp(c, "DQN")
     if n % c.train_frequency == 0:
         train_freq, gradient_steps = 1, n // c.train_frequency
     elif c.train_frequency % n == 0:
@@ -129,6 +130,13 @@ def sb3_dqn_settings(config, steps: int) -> dict:
     }}
 
 
+def _check_mlp(config, name: str) -> None:
+    """SB3's policies are MLPs: the comparison runs only with our MLP (network = "mlp"; the conv_* fields unused)."""
+    if config.network != "mlp":
+        raise ValueError(f"Stable-Baselines3's {name} policy is an MLP; the comparison needs network='mlp', "
+                         f"got network={config.network!r}")
+
+
 @dataclasses.dataclass(frozen=True)
 class AnnealedLearningRate:
     """SB3 learning-rate schedule equal to our PPO annealing, lr * (1 - k / N) at update k = 0..N-1.
@@ -153,6 +161,7 @@ def sb3_ppo_settings(config, steps: int) -> dict:
     the clipped form).
     """
     c = config
+    _check_mlp(c, "PPO")
     rollout = c.num_envs * c.num_steps
     total = whole_steps(steps, rollout)
     learning_rate = AnnealedLearningRate(c.learning_rate, rollout / total) if c.anneal_lr else c.learning_rate
