@@ -67,7 +67,8 @@ class Method:
                      `world_model_rollout` (agent contract); the pipeline measures its prediction error on
                      ID and OOD rules beside its success
     every_checkpoint for methods that train: evaluate every checkpoint (learning curves); False evaluates
-                     only the last K (planners whose evaluation costs far more than training)
+                     only the last K (planners whose evaluation costs far more than training, the
+                     equivariant networks whose CPU evaluation costs ~30x their MLP's)
     any_rule_family  works on tapes of any rule family (k colours, radius r; docs/protocol.md#rule-sets);
                      False: elementary rules only (bit augmentations, a belief over the 256 rules, 2^L tables)
     world_test       takes part in the world test (docs/protocol.md#world-test): `world_test(config, context:
@@ -152,19 +153,21 @@ def _builtin() -> list[Method]:
         agent("dqn", "DQN", "value_based", dqn, any_rule_family=True),
         agent("ppo", "PPO", "actor_critic", ppo, any_rule_family=True),
         Method("dqn_equivariant", "DQN (equivariant)", "value_based", dqn.EquivariantConfig, make_agent=dqn.make,
-               any_rule_family=True, summary="DQN with a shift-equivariant Q-network: circular convolutions over "
-                                             "the cells, Q(s, a) read from cell a"),
+               any_rule_family=True, every_checkpoint=False,
+               summary="DQN with a shift-equivariant Q-network: circular convolutions over the cells, Q(s, a) read "
+                       "from cell a"),
         Method("ppo_equivariant", "PPO (equivariant)", "actor_critic", ppo.EquivariantConfig, make_agent=ppo.make,
-               any_rule_family=True, summary="PPO with shift-equivariant actor and critic: cell a's logit from "
-                                             "cell a, the value pooled over cells"),
+               any_rule_family=True, every_checkpoint=False,
+               summary="PPO with shift-equivariant actor and critic: cell a's logit from cell a, the value pooled "
+                       "over cells"),
         agent("rainbow", "Rainbow", "value_based", rainbow),
         agent("ppo_dr", "PPO + DR", "actor_critic", ppo_dr),
         agent("rad_dqn", "DQN + RAD", "augmentation", rad_dqn),
         agent("curl_dqn", "DQN + CURL", "augmentation", curl_dqn),
         agent("pearl_dqn", "PEARL-DQN", "task_inference", pearl_dqn),
         Method("pearl_dqn_equivariant", "PEARL-DQN (equivariant)", "task_inference", pearl_dqn.EquivariantConfig,
-               make_agent=pearl_dqn.make, summary="PEARL-DQN with a shift-equivariant Q-network, the task latent "
-                                                  "broadcast to every cell"),
+               make_agent=pearl_dqn.make, every_checkpoint=False,
+               summary="PEARL-DQN with a shift-equivariant Q-network, the task latent broadcast to every cell"),
         agent("rl2_a2c", "RL2-A2C", "task_inference", rl2_a2c),
         agent("dreamer", "DreamerV3", "world_model", dreamer, world_model=True),
         agent("planet", "PlaNet-MPC", "world_model", planet, world_model=True, every_checkpoint=False),
