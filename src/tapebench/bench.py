@@ -85,7 +85,21 @@ def register(sub) -> None:
     p.add_argument("--steps", type=int, default=20_000,
                    help="training env steps per agent for train and sb3 (default 20000)")
     p.add_argument("--split", default=None, metavar="PATH",
-                   help="sb3: train on this split file's train rules instead of --rules")
+                   help="sb3: train on this split file's train rules instead of --rules; sb3 --learning: the "
+                        "split of the main task (a path or a name in results/splits, default main)")
+    p.add_argument("--learning", action="store_true",
+                   help="sb3: compare learning instead of throughput: both sides train --seeds seeds on each "
+                        "--fixed-rules rule (L = H = 16) and on the main split (--L, --H), evaluated on the same "
+                        "episodes; success with bootstrap CIs side by side")
+    p.add_argument("--seeds", type=int, default=5, help="sb3 --learning: seeds per side and task (default 5)")
+    p.add_argument("--tasks", nargs="+", default=["fixed", "main"], choices=["fixed", "main"],
+                   help="sb3 --learning: the fixed-rule tasks and/or the main split (default both)")
+    p.add_argument("--fixed-rules", default=None,
+                   help="sb3 --learning: the single-rule tasks (default the six representative rules)")
+    p.add_argument("--episodes-per-rule", type=int, default=20,
+                   help="sb3 --learning: evaluation episodes per rule (default 20, the protocol's)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="sb3 --learning: training runs in parallel processes, 1 torch thread each (default 1)")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the figures to this JSON file")
     p.add_argument("--figure", default=None, metavar="PATH",
                    help="families: write a bar chart of env steps/s per family here (.png or .pdf)")

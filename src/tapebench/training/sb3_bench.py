@@ -239,8 +239,9 @@ def time_ours(agent: str, total_steps: int, rules, L: int, H: int, seed: int, th
     return {"env_steps": steps, "seconds": seconds, "steps_per_s": steps / seconds, "threads": manifest["threads"]}
 
 
-def time_sb3(agent: str, settings: dict, rules, L: int, H: int, seed: int, threads: int) -> dict:
-    # optional extra: loaded only by the SB3 benchmark
+def train_sb3(agent: str, settings: dict, rules, L: int, H: int, seed: int, threads: int) -> dict:
+    """Train SB3's counterpart of `agent` on the registered Gymnasium env; returns the model and its timing."""
+    # optional extra: loaded only by the SB3 benchmarks
     import stable_baselines3
     from stable_baselines3.common.env_util import make_vec_env
 
@@ -266,8 +267,14 @@ def time_sb3(agent: str, settings: dict, rules, L: int, H: int, seed: int, threa
     if model.num_timesteps != settings["total_steps"]:
         raise RuntimeError(f"SB3 {COUNTERPARTS[agent]} ran {model.num_timesteps} env steps, expected "
                            f"{settings['total_steps']}")
-    return {"env_steps": model.num_timesteps, "seconds": seconds, "steps_per_s": model.num_timesteps / seconds,
-            "threads": used_threads, "vec_env": type(venv).__name__, "env": f"{env_class.__module__}.{env_class.__name__}"}
+    return {"model": model, "seconds": seconds, "threads": used_threads, "vec_env": type(venv).__name__,
+            "env": f"{env_class.__module__}.{env_class.__name__}"}
+
+
+def time_sb3(agent: str, settings: dict, rules, L: int, H: int, seed: int, threads: int) -> dict:
+    run = train_sb3(agent, settings, rules, L, H, seed, threads)
+    steps = run.pop("model").num_timesteps
+    return {"env_steps": steps, "steps_per_s": steps / run["seconds"], **run}
 
 
 def _describe(kwargs: dict) -> str:
@@ -298,7 +305,12 @@ def _rule_set(args) -> tuple[list[int], str]:
 
 def bench_sb3(args) -> dict:
     """Entry point for `tapebench bench sb3` (options: --agents --steps --rules/--split --L --H --threads
-    --repeats --seed)."""
+    --repeats --seed); with --learning, the learning-parity benchmark (`training.sb3_learning`)."""
+    if args.learning:
+        # lazy: a command loads only the modules it runs
+        from tapebench.training.sb3_learning import bench_sb3_learning
+
+        return bench_sb3_learning(args)
     sb3 = require_sb3()
     # gymnasium: loaded only when the environment is registered
     import gymnasium
