@@ -14,8 +14,8 @@ from tapebench.evaluation.runner import run_episodes
 from tapebench.methods.contract import StatelessPolicy
 from tapebench.splits.io import load_split, save_split
 from tapebench.stats.bootstrap import difference_ci, percentile_ci
-from tapebench.training.sb3_learning import (FIXED_RULE_L, REPRESENTATIVE_RULES, RunPlan, evaluation_sets,
-                                             parity_rows, parity_tasks, run_one, sb3_greedy_policy)
+from tapebench.training.sb3_learning import (FIXED_RULE_L, REPRESENTATIVE_RULES, RunPlan, evaluation_sets, parity_rows,
+                                             parity_tasks, run_one, sb3_greedy_policy)
 
 
 @pytest.fixture
