@@ -41,6 +41,8 @@ Each figure is the median of --repeats timed runs of --seconds each.
   pipeline  the projected CPU-hours and wall time on --cores of a config's whole DAG (--configfile,
          --target): each method the config uses timed in short runs (--steps), combined with the DAG's
          jobs; the top cost centres; --json PATH keeps cpu_hours, wall_hours and the measurements
+  world-model  DreamerV3's world model alone, trained on random-policy data of the main split: its one-step
+         error (ID / OOD) for the defaults and each --variants override set, at --points points of --steps
 """
 
 BENCHMARKS: dict[str, str] = {
@@ -52,6 +54,7 @@ BENCHMARKS: dict[str, str] = {
     "methods": "tapebench.evaluation.bench:bench_methods",
     "families": "tapebench.bench:bench_families",
     "pipeline": "tapebench.pipeline.projection:bench_pipeline",
+    "world-model": "tapebench.training.world_model_study:bench_world_model",
 }
 
 KERNEL_GOAL = 2e8        # packed numba kernel, tape-steps/s on one core
@@ -91,15 +94,21 @@ def register(sub) -> None:
                    help="sb3: compare learning instead of throughput: both sides train --seeds seeds on each "
                         "--fixed-rules rule (L = H = 16) and on the main split (--L, --H), evaluated on the same "
                         "episodes; success with bootstrap CIs side by side")
-    p.add_argument("--seeds", type=int, default=5, help="sb3 --learning: seeds per side and task (default 5)")
+    p.add_argument("--seeds", type=int, default=5,
+                   help="sb3 --learning: seeds per side and task; world-model: seeds per variant (default 5)")
     p.add_argument("--tasks", nargs="+", default=["fixed", "main"], choices=["fixed", "main"],
                    help="sb3 --learning: the fixed-rule tasks and/or the main split (default both)")
     p.add_argument("--fixed-rules", default=None,
                    help="sb3 --learning: the single-rule tasks (default the six representative rules)")
     p.add_argument("--episodes-per-rule", type=int, default=20,
-                   help="sb3 --learning: evaluation episodes per rule (default 20, the protocol's)")
+                   help="sb3 --learning, world-model: evaluation episodes per rule (default 20, the protocol's)")
     p.add_argument("--jobs", type=int, default=1,
-                   help="sb3 --learning: training runs in parallel processes, 1 torch thread each (default 1)")
+                   help="sb3 --learning, world-model: runs in parallel processes, 1 torch thread each (default 1)")
+    p.add_argument("--variants", nargs="+", default=None, metavar="FIELD=V[;FIELD=V]",
+                   help="world-model: override sets of the world model's settings, one variant each (default: "
+                        "capacity, latent size, train ratio, KL balance, free bits, chunking)")
+    p.add_argument("--points", type=int, default=4,
+                   help="world-model: measuring points, evenly spaced over --steps (default 4)")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the figures to this JSON file")
     p.add_argument("--figure", default=None, metavar="PATH",
                    help="families: write a bar chart of env steps/s per family here (.png or .pdf)")
@@ -171,6 +180,26 @@ def measure(step: Callable[[], object], units_per_call: float, seconds: float, r
         sync()
         rates.append(calls * units_per_call / (time.perf_counter() - start))
     return statistics.median(rates)
+
+
+def run_parallel(function: Callable, items: list, jobs: int, report: Callable[[object, int, int], None]) -> list:
+    """`function` on every item, in `jobs` spawned worker processes (1: in this one), calling
+    `report(result, done, total)` as each finishes; results in finishing order."""
+    results = []
+    if jobs == 1:
+        for item in items:
+            results.append(function(item))
+            report(results[-1], len(results), len(items))
+        return results
+    # the standard library's process pool: loaded only when a benchmark runs in parallel
+    import concurrent.futures
+    import multiprocessing
+
+    with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        for future in concurrent.futures.as_completed([pool.submit(function, item) for item in items]):
+            results.append(future.result())
+            report(results[-1], len(results), len(items))
+    return results
 
 
 def host_description() -> dict:

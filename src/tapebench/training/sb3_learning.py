@@ -14,9 +14,7 @@ the figures are means over seeds with percentile-bootstrap CIs, and the CI of th
 """
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
-import multiprocessing
 import os
 import tempfile
 import time
@@ -24,7 +22,7 @@ import time
 import numpy as np
 import torch
 
-from tapebench.bench import load_average
+from tapebench.bench import load_average, run_parallel
 from tapebench.episodes.sets import EpisodeSet
 from tapebench.evaluation.evaluate import side_protocols
 from tapebench.evaluation.runner import run_episodes
@@ -123,22 +121,6 @@ def run_one(plan: RunPlan) -> dict:
             "success": success}
 
 
-def run_plans(plans: list[RunPlan], jobs: int, report) -> list[dict]:
-    """Run every plan (in `jobs` worker processes, one torch thread each), reporting each as it finishes."""
-    if jobs == 1:
-        results = []
-        for plan in plans:
-            results.append(run_one(plan))
-            report(results[-1], len(results), len(plans))
-        return results
-    results = []
-    with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        for future in concurrent.futures.as_completed([pool.submit(run_one, plan) for plan in plans]):
-            results.append(future.result())
-            report(results[-1], len(results), len(plans))
-    return results
-
-
 def parity_rows(results: list[dict], seeds: int) -> list[dict]:
     """Per (agent, task, evaluation side): each side's seed mean with its CI and the CI of ours - SB3; plus, per
     agent, the fixed-rule tasks' mean over rules (seed s's value: its mean over the rules)."""
@@ -213,7 +195,7 @@ def bench_sb3_learning(args) -> dict:
               f"{result['task']:<9} seed {result['seed']}: success {shown} (trained {result['env_steps']} steps in "
               f"{result['train_seconds']:.0f} s)", flush=True)
 
-    results = run_plans(plans, args.jobs, report)
+    results = run_parallel(run_one, plans, args.jobs, report)
     rows = parity_rows(results, args.seeds)
     print(f"\nstrict success, mean over {args.seeds} seeds [95% percentile-bootstrap CI]; difference = ours - SB3 "
           f"(independent groups); verdict: 'within CI' when the difference's CI contains 0")

@@ -1,0 +1,58 @@
+"""`tapebench bench world-model`: variant parsing, and one tiny study run (random-policy data, the RSSM alone)
+that is deterministic and measures the probe's one-step error at the points asked for."""
+from __future__ import annotations
+
+import pytest
+
+from tapebench.cli import main
+from tapebench.splits.io import load_split, save_split
+from tapebench.training.world_model_study import (DEFAULT_VARIANTS, StudyRun, Variant, parse_variant, run_study,
+                                                  study_rows)
+
+
+@pytest.fixture
+def toy_split(tmp_path):
+    path = tmp_path / "toy.json"
+    save_split(path, {"name": "toy", "train": [4, 12, 200], "test": [0, 76],
+                      "types": {"4": "periodic", "12": "periodic", "200": "stable", "0": "stable", "76": "stable"},
+                      "params": {"method": "hand"}, "unit": "rule"})
+    return load_split(path)
+
+
+def test_variants_parse_into_typed_overrides():
+    assert parse_variant("deter_size=256; hidden_size=256") == Variant(
+        "deter_size=256; hidden_size=256", (("deter_size", 256), ("hidden_size", 256)))
+    assert parse_variant("kl_rep_scale=0.5").overrides == (("kl_rep_scale", 0.5),)
+    for text in DEFAULT_VARIANTS:
+        parse_variant(text)
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("actor_lr=1e-3", "FIELD one of the world model's settings"),
+    ("deter_size", "must be FIELD=VALUE"),
+    ("deter_size=big", "deter_size needs a int value, got 'big'"),
+    ("train_ratio=1024", r"train_ratio must be in 1\.\.batch_size \* sequence_length = 512"),
+    (";", "overrides nothing"),
+])
+def test_bad_variants_are_refused(text, needle):
+    with pytest.raises(ValueError, match=needle):
+        parse_variant(text)
+
+
+def test_bad_variant_on_the_command_line_exits_2(capsys):
+    assert main(["bench", "world-model", "--variants", "nope=1"]) == 2
+    assert "nope=1" in capsys.readouterr().err
+
+
+def test_a_study_run_is_deterministic_and_measures_each_point(toy_split):
+    variant = parse_variant("deter_size=16;hidden_size=16;stoch_groups=8;batch_size=4;sequence_length=8;"
+                            "learning_starts=64")
+    run = StudyRun(variant, seed=3, steps=512, points=2, split=toy_split, L=8, H=8, episodes_per_rule=6)
+    first, second = run_study(run), run_study(run)
+    assert [p["env_steps"] for p in first["curve"]] == [256, 512]
+    assert first["curve"][-1]["updates"] > first["curve"][0]["updates"] > 0
+    assert first["curve"] == second["curve"]
+    for point in first["curve"]:
+        assert 0.0 <= point["ID"] <= 1.0 and 0.0 <= point["OOD"] <= 1.0 and point["ID_n"] > 0
+    row, = study_rows([first, {**second, "seed": 4}])
+    assert row["ID"]["mean"] == first["curve"][-1]["ID"] and row["seeds"] == 2
