@@ -118,3 +118,8 @@ def test_both_sides_train_and_play_the_same_episodes(agent):
     results = [run_one(RunPlan(side, agent, task, seed=0, steps=300, episodes_per_rule=4)) for side in ("ours", "sb3")]
     assert [r["success"] for r in results] == [{"rule": 1.0}, {"rule": 1.0}]
     assert results[0]["env_steps"] == results[1]["env_steps"] >= 300
+
+
+def test_learning_is_an_option_of_sb3_only(capsys):
+    assert main(["bench", "ca", "--learning"]) == 2
+    assert "--learning is an option of ['sb3'], not of bench ca" in capsys.readouterr().err

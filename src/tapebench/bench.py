@@ -56,6 +56,10 @@ BENCHMARKS: dict[str, str] = {
     "pipeline": "tapebench.pipeline.projection:bench_pipeline",
     "world-model": "tapebench.training.world_model_study:bench_world_model",
 }
+# `bench WHAT --learning`: the benchmarks that compare learning instead of throughput
+LEARNING_BENCHMARKS: dict[str, str] = {
+    "sb3": "tapebench.training.sb3_learning:bench_sb3_learning",
+}
 
 KERNEL_GOAL = 2e8        # packed numba kernel, tape-steps/s on one core
 ENV_GOAL = 5e6           # BatchedTapeEnv on CPU, env steps/s with 4096 tapes
@@ -122,7 +126,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     check_options(args)
-    module_name, func_name = BENCHMARKS[args.what].split(":")
+    module_name, func_name = (LEARNING_BENCHMARKS if args.learning else BENCHMARKS)[args.what].split(":")
     bench: Callable = getattr(importlib.import_module(module_name), func_name)
     figures = bench(args)
     if args.json:
@@ -137,6 +141,8 @@ def run(args) -> int:
 
 
 def check_options(args) -> None:
+    if args.learning and args.what not in LEARNING_BENCHMARKS:
+        raise ValueError(f"--learning is an option of {sorted(LEARNING_BENCHMARKS)}, not of bench {args.what}")
     if args.num_envs is not None and args.num_envs < 1:
         raise ValueError(f"--num-envs must be >= 1, got {args.num_envs}")
     if not args.seconds > 0:

@@ -305,12 +305,7 @@ def _rule_set(args) -> tuple[list[int], str]:
 
 def bench_sb3(args) -> dict:
     """Entry point for `tapebench bench sb3` (options: --agents --steps --rules/--split --L --H --threads
-    --repeats --seed); with --learning, the learning-parity benchmark (`training.sb3_learning`)."""
-    if args.learning:
-        # lazy: a command loads only the modules it runs
-        from tapebench.training.sb3_learning import bench_sb3_learning
-
-        return bench_sb3_learning(args)
+    --repeats --seed); `bench sb3 --learning` is `training.sb3_learning`."""
     sb3 = require_sb3()
     # gymnasium: loaded only when the environment is registered
     import gymnasium
