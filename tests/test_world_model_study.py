@@ -56,3 +56,21 @@ def test_a_study_run_is_deterministic_and_measures_each_point(toy_split):
         assert 0.0 <= point["ID"] <= 1.0 and 0.0 <= point["OOD"] <= 1.0 and point["ID_n"] > 0
     row, = study_rows([first, {**second, "seed": 4}])
     assert row["ID"]["mean"] == first["curve"][-1]["ID"] and row["seeds"] == 2
+
+
+def test_bayes_floor_is_zero_when_the_prior_is_the_true_rule_and_grows_with_the_prior():
+    from tapebench.episodes.sets import episode_set
+    from tapebench.training.world_model_study import bayes_one_step_error
+
+    for rule in (30, 90, 110):
+        episodes = episode_set([rule], 20, 16, eval_seed=0, side="rules")
+        assert bayes_one_step_error(episodes, prior_rules=[rule]) == (0.0, 20)
+    episodes = episode_set([30, 110], 20, 16, eval_seed=0, side="rules")
+    # no context: every cell's next value is 1 under exactly half the rules, so the floor predicts 0 everywhere
+    blind, _ = bayes_one_step_error(episodes, context=0)
+    assert 0.2 < blind < 0.8
+    one_step, _ = bayes_one_step_error(episodes, context=1)
+    assert bayes_one_step_error(episodes, context=1, prior_rules=[30, 110])[0] <= one_step < blind
+    assert bayes_one_step_error(episodes, context=4)[0] <= one_step
+    with pytest.raises(ValueError, match="not among prior_rules"):
+        bayes_one_step_error(episodes, prior_rules=[0])

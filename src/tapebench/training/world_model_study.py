@@ -23,7 +23,7 @@ import torch
 from tapebench.bench import load_average, run_parallel
 from tapebench.envs.batched import BatchedTapeEnv
 from tapebench.evaluation.evaluate import side_protocols
-from tapebench.evaluation.model_error import DEFAULT_CONTEXT, rollout_errors
+from tapebench.evaluation.model_error import DEFAULT_CONTEXT, probe_trajectories, rollout_errors
 from tapebench.methods.contract import EnvSpec
 from tapebench.methods.world_model import WorldModelConfig, WorldModelLearner, world_model_rollout
 from tapebench.registry import build_config
@@ -84,6 +84,36 @@ class StudyRun:
 def one_step_error(model, episodes, H: int) -> tuple[float, int]:
     """Episode-weighted one-step error of the model on the probe of `episodes` and how many episodes count."""
     errors, valid = rollout_errors(_Rollout(model), episodes, H, context=DEFAULT_CONTEXT, depth=1)
+    return float(errors[valid].mean()), int(valid.sum())
+
+
+def bayes_one_step_error(episodes, context: int = DEFAULT_CONTEXT, prior_rules=range(256)) -> tuple[float, int]:
+    """The one-step error of the Bayes-optimal predictor on the same probe, a floor for any learned model.
+
+    The predictor knows the CA family and a uniform prior over `prior_rules` (default all 256 elementary rules,
+    so it assumes nothing about the split): after the `context` probe transitions its posterior is uniform over
+    the rules that reproduce them, and it predicts each cell of the next tape by the posterior majority (> 0.5,
+    the probe's threshold). Its error is what the context leaves unidentified. Elementary, noise-free episodes."""
+    tapes, actions = probe_trajectories(episodes, context + 1)           # (N, C+2, L), (N, C+1)
+    rules = np.asarray(list(prior_rules), dtype=np.int64)
+    tables = ((rules[:, None] >> np.arange(8)) & 1).astype(np.uint8)      # (R, 8): bit k = next cell of k
+    rows = np.arange(len(tapes))
+
+    def successors(tape, action):                                         # (N, L), (N,) -> (N, R, L)
+        flipped = tape.copy()
+        flipped[rows, action] ^= 1
+        index = (np.roll(flipped, 1, axis=1) << 2) | (flipped << 1) | np.roll(flipped, -1, axis=1)
+        return tables[:, index].transpose(1, 0, 2)
+
+    consistent = np.ones((len(tapes), len(rules)), dtype=bool)
+    for t in range(context):
+        consistent &= (successors(tapes[:, t], actions[:, t]) == tapes[:, t + 1, None, :]).all(axis=2)
+    if not consistent.any(axis=1).all():
+        raise ValueError("a probe episode's rule is not among prior_rules: no rule reproduces its context")
+    votes = (successors(tapes[:, context], actions[:, context]) * consistent[:, :, None]).sum(axis=1)
+    predicted = votes / consistent.sum(axis=1, keepdims=True) > 0.5
+    errors = (predicted != tapes[:, context + 1].astype(bool)).mean(axis=1)
+    valid = ~(tapes[:, :context + 1] == 0).all(axis=2).any(axis=1)      # the episode has not reached the goal
     return float(errors[valid].mean()), int(valid.sum())
 
 
@@ -169,6 +199,10 @@ def bench_world_model(args) -> dict:
           f"variant) trained on the uniformly random policy's data, split {split.name!r} training rules, L={L}, "
           f"H={H}, {args.steps} env steps per run, {args.seeds} seed(s); one-step error (probe depth 1, context "
           f"{DEFAULT_CONTEXT}) on {args.episodes_per_rule} episodes per ID / OOD rule at {args.points} point(s)")
+    floor = {SIDE_LABELS[protocol.side]: bayes_one_step_error(episodes)[0] for episodes, protocol, _ in side_protocols(
+        L=L, H=H, episodes_per_rule=args.episodes_per_rule, eval_seed=0, split=split)}
+    print(f"floor: the Bayes-optimal predictor over all 256 rules given the same {DEFAULT_CONTEXT} context "
+          f"transitions has one-step error ID {floor['ID']:.4f}, OOD {floor['OOD']:.4f}")
     print(f"{len(runs)} runs in {args.jobs} process(es), 1 torch thread each; load average {load_average()}")
     started = time.perf_counter()
 
@@ -188,6 +222,7 @@ def bench_world_model(args) -> dict:
         ci = {k: f"{row[k]['mean']:.4f} [{row[k]['low']:.4f}, {row[k]['high']:.4f}]" for k in SIDE_LABELS.values()}
         print(f"  {row['variant']:<34} {row['updates']:>7} {ci['ID']:>22} {ci['OOD']:>22} "
               f"{row['train_seconds']:>8.0f}  {' '.join(f'{e:.3f}' for e in row['ID_curve'])}")
+    print(f"  {'Bayes over 256 rules (floor)':<34} {'':>7} {floor['ID']:>22.4f} {floor['OOD']:>22.4f}")
     print(f"wall {time.perf_counter() - started:.0f} s; load average {load_average()}")
     return {"method": STUDIED_METHOD, "split": split.name, "L": L, "H": H, "steps": args.steps, "seeds": args.seeds,
-            "rows": rows, "runs": results}
+            "bayes_floor": floor, "rows": rows, "runs": results}
