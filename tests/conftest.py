@@ -5,8 +5,17 @@ import os
 
 import pytest
 import torch
+from agent_contract import toy_split as write_toy_split
 from filelock import FileLock
 from pipeline_helpers import build_tiny
+
+from tapebench.splits.io import load_split
+
+
+@pytest.fixture
+def toy_split(tmp_path):
+    """The hand-made split of agent_contract.toy_split (train 4, 12, 200; test 0, 76), loaded."""
+    return load_split(write_toy_split(tmp_path / "toy.json"))
 
 
 @pytest.fixture(scope="module")

@@ -12,19 +12,9 @@ from tapebench.cli import main
 from tapebench.episodes.sets import episode_set
 from tapebench.evaluation.runner import run_episodes
 from tapebench.methods.contract import StatelessPolicy
-from tapebench.splits.io import load_split, save_split
 from tapebench.stats.bootstrap import difference_ci, percentile_ci
 from tapebench.training.sb3_learning import (FIXED_RULE_L, REPRESENTATIVE_RULES, RunPlan, evaluation_sets, parity_rows,
                                              parity_tasks, run_one, sb3_greedy_policy)
-
-
-@pytest.fixture
-def toy_split(tmp_path):
-    path = tmp_path / "toy.json"
-    save_split(path, {"name": "toy", "train": [4, 12, 200], "test": [0, 76],
-                      "types": {"4": "periodic", "12": "periodic", "200": "stable", "0": "stable", "76": "stable"},
-                      "params": {"method": "hand"}, "unit": "rule"})
-    return load_split(path)
 
 
 def test_representative_rules_are_the_fixed_z_studys():

@@ -5,18 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tapebench.cli import main
-from tapebench.splits.io import load_split, save_split
 from tapebench.training.world_model_study import (DEFAULT_VARIANTS, StudyRun, Variant, parse_variant, run_study,
                                                   study_rows)
-
-
-@pytest.fixture
-def toy_split(tmp_path):
-    path = tmp_path / "toy.json"
-    save_split(path, {"name": "toy", "train": [4, 12, 200], "test": [0, 76],
-                      "types": {"4": "periodic", "12": "periodic", "200": "stable", "0": "stable", "76": "stable"},
-                      "params": {"method": "hand"}, "unit": "rule"})
-    return load_split(path)
 
 
 def test_variants_parse_into_typed_overrides():
