@@ -64,3 +64,11 @@ def test_bayes_floor_is_zero_when_the_prior_is_the_true_rule_and_grows_with_the_
     assert bayes_one_step_error(episodes, context=4)[0] <= one_step
     with pytest.raises(ValueError, match="not among prior_rules"):
         bayes_one_step_error(episodes, prior_rules=[0])
+
+
+def test_persistence_is_exact_for_the_identity_rule_and_not_for_rule_30():
+    from tapebench.episodes.sets import episode_set
+    from tapebench.training.world_model_study import persistence_one_step_error
+
+    assert persistence_one_step_error(episode_set([204], 20, 16, eval_seed=0, side="rules")) == (0.0, 20)
+    assert persistence_one_step_error(episode_set([30], 20, 16, eval_seed=0, side="rules"))[0] > 0.2

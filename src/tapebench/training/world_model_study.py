@@ -11,6 +11,8 @@ Each variant is DreamerV3's `Config` defaults with some fields overridden (`--va
 hidden_size=256" "train_ratio=32" ...`; the baseline, no override, always runs first). Each variant trains for
 `--steps` environment steps per seed and is measured at `--points` evenly spaced points: the one-step error
 (depth 1 of the protocol's probe, context 4, greedy bit per cell) on the ID and the OOD evaluation episodes.
+Two references on the same probe frame the numbers: the Bayes-optimal predictor over all 256 rules (what the
+context leaves unidentified: the floor) and persistence (nothing changes but the flipped cell: no dynamics).
 """
 from __future__ import annotations
 
@@ -117,6 +119,17 @@ def bayes_one_step_error(episodes, context: int = DEFAULT_CONTEXT, prior_rules=r
     return float(errors[valid].mean()), int(valid.sum())
 
 
+def persistence_one_step_error(episodes, context: int = DEFAULT_CONTEXT) -> tuple[float, int]:
+    """The one-step error of predicting that nothing but the flipped cell changes (a model that learned no
+    dynamics; exact for the identity rule 204), on the same probe."""
+    tapes, actions = probe_trajectories(episodes, context + 1)
+    predicted = tapes[:, context].copy()
+    predicted[np.arange(len(tapes)), actions[:, context]] ^= 1
+    errors = (predicted != tapes[:, context + 1]).mean(axis=1)
+    valid = ~(tapes[:, :context + 1] == 0).all(axis=2).any(axis=1)
+    return float(errors[valid].mean()), int(valid.sum())
+
+
 @dataclasses.dataclass
 class _Rollout:
     """The agent contract's `world_model_rollout` of a bare RSSM."""
@@ -199,10 +212,13 @@ def bench_world_model(args) -> dict:
           f"variant) trained on the uniformly random policy's data, split {split.name!r} training rules, L={L}, "
           f"H={H}, {args.steps} env steps per run, {args.seeds} seed(s); one-step error (probe depth 1, context "
           f"{DEFAULT_CONTEXT}) on {args.episodes_per_rule} episodes per ID / OOD rule at {args.points} point(s)")
-    floor = {SIDE_LABELS[protocol.side]: bayes_one_step_error(episodes)[0] for episodes, protocol, _ in side_protocols(
-        L=L, H=H, episodes_per_rule=args.episodes_per_rule, eval_seed=0, split=split)}
-    print(f"floor: the Bayes-optimal predictor over all 256 rules given the same {DEFAULT_CONTEXT} context "
-          f"transitions has one-step error ID {floor['ID']:.4f}, OOD {floor['OOD']:.4f}")
+    references = side_protocols(L=L, H=H, episodes_per_rule=args.episodes_per_rule, eval_seed=0, split=split)
+    floor = {SIDE_LABELS[protocol.side]: bayes_one_step_error(episodes)[0] for episodes, protocol, _ in references}
+    persistence = {SIDE_LABELS[protocol.side]: persistence_one_step_error(episodes)[0]
+                   for episodes, protocol, _ in references}
+    print(f"references on the same probe: the Bayes-optimal predictor over all 256 rules given the same "
+          f"{DEFAULT_CONTEXT} context transitions (the floor) ID {floor['ID']:.4f}, OOD {floor['OOD']:.4f}; "
+          f"'nothing changes but the flipped cell' ID {persistence['ID']:.4f}, OOD {persistence['OOD']:.4f}")
     print(f"{len(runs)} runs in {args.jobs} process(es), 1 torch thread each; load average {load_average()}")
     started = time.perf_counter()
 
@@ -223,6 +239,7 @@ def bench_world_model(args) -> dict:
         print(f"  {row['variant']:<34} {row['updates']:>7} {ci['ID']:>22} {ci['OOD']:>22} "
               f"{row['train_seconds']:>8.0f}  {' '.join(f'{e:.3f}' for e in row['ID_curve'])}")
     print(f"  {'Bayes over 256 rules (floor)':<34} {'':>7} {floor['ID']:>22.4f} {floor['OOD']:>22.4f}")
+    print(f"  {'persistence (no dynamics)':<34} {'':>7} {persistence['ID']:>22.4f} {persistence['OOD']:>22.4f}")
     print(f"wall {time.perf_counter() - started:.0f} s; load average {load_average()}")
     return {"method": STUDIED_METHOD, "split": split.name, "L": L, "H": H, "steps": args.steps, "seeds": args.seeds,
-            "bayes_floor": floor, "rows": rows, "runs": results}
+            "bayes_floor": floor, "persistence": persistence, "rows": rows, "runs": results}
