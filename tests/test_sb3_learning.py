@@ -65,7 +65,8 @@ def test_sb3_policy_plays_our_episodes_like_the_same_function_as_our_policy():
 
 
 def _result(side, agent, task, seed, **success):
-    return {"side": side, "agent": agent, "task": task, "seed": seed, "success": success, "seconds": 1.0}
+    return {"side": side, "agent": agent, "task": task, "seed": seed, "success": success, "seconds": 1.0,
+            "cpu_seconds": 1.0}
 
 
 def test_parity_rows_match_the_bootstrap_of_each_side_and_the_difference():

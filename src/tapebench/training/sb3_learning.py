@@ -99,7 +99,7 @@ def run_one(plan: RunPlan) -> dict:
     torch.set_num_threads(1)
     task, config = plan.task, build_config(plan.agent, {})
     settings = SETTINGS[plan.agent](config, plan.steps)   # the budget rounded up as SB3 runs it, for both sides
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     if plan.side == "ours":
         total = settings["total_steps"]
         spec = TrainSpec(agent=plan.agent, rules=task.rules, seed=plan.seed, L=task.L, H=task.H,
@@ -118,7 +118,7 @@ def run_one(plan: RunPlan) -> dict:
             success[label] = float(run_episodes(policy, episodes, task.H)["success"].mean())
     return {"side": plan.side, "agent": plan.agent, "task": task.name, "seed": plan.seed, "env_steps": int(env_steps),
             "train_seconds": round(train_seconds, 2), "seconds": round(time.perf_counter() - start, 2),
-            "success": success}
+            "cpu_seconds": round(time.process_time() - cpu_start, 2), "success": success}
 
 
 def parity_rows(results: list[dict], seeds: int) -> list[dict]:
@@ -203,7 +203,7 @@ def bench_sb3_learning(args) -> dict:
     for row in sorted(rows, key=lambda r: (r["agent"], r["task"] != "main", r["task"], r["evaluation"])):
         print(f"  {row['agent']:<5} {row['task']:<17} {row['evaluation']:<4} {_ci(row['ours']):>23} "
               f"{_ci(row['sb3']):>23} {_ci(row['difference']):>24}  {row['verdict']}")
-    seconds = {side: sum(r["seconds"] for r in results if r["side"] == side) for side in SIDES}
+    seconds = {side: sum(r["cpu_seconds"] for r in results if r["side"] == side) for side in SIDES}
     print(f"CPU time of the runs (training + evaluation, 1 thread each): ours {seconds['ours'] / 3600:.2f} h, "
           f"SB3 {seconds['sb3'] / 3600:.2f} h; wall {time.perf_counter() - started:.0f} s; load average "
           f"{load_average()}")
