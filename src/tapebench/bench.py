@@ -54,11 +54,11 @@ BENCHMARKS: dict[str, str] = {
     "methods": "tapebench.evaluation.bench:bench_methods",
     "families": "tapebench.bench:bench_families",
     "pipeline": "tapebench.pipeline.projection:bench_pipeline",
-    "world-model": "tapebench.training.world_model_study:bench_world_model",
+    "world-model": "tapebench.training.world_model_bench:bench_world_model",
 }
 # `bench WHAT --learning`: the benchmarks that compare learning instead of throughput
 LEARNING_BENCHMARKS: dict[str, str] = {
-    "sb3": "tapebench.training.sb3_learning:bench_sb3_learning",
+    "sb3": "tapebench.training.sb3_learning_bench:bench_sb3_learning",
 }
 
 KERNEL_GOAL = 2e8        # packed numba kernel, tape-steps/s on one core

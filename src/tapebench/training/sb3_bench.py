@@ -305,7 +305,7 @@ def _rule_set(args) -> tuple[list[int], str]:
 
 def bench_sb3(args) -> dict:
     """Entry point for `tapebench bench sb3` (options: --agents --steps --rules/--split --L --H --threads
-    --repeats --seed); `bench sb3 --learning` is `training.sb3_learning`."""
+    --repeats --seed); `bench sb3 --learning` is `training.sb3_learning_bench`."""
     sb3 = require_sb3()
     # gymnasium: loaded only when the environment is registered
     import gymnasium

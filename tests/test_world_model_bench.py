@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tapebench.cli import main
-from tapebench.training.world_model_study import (DEFAULT_VARIANTS, StudyRun, Variant, parse_variant, run_study,
+from tapebench.training.world_model_bench import (DEFAULT_VARIANTS, StudyRun, Variant, parse_variant, run_study,
                                                   study_rows)
 
 
@@ -50,7 +50,7 @@ def test_a_study_run_is_deterministic_and_measures_each_point(toy_split):
 
 def test_bayes_floor_is_zero_when_the_prior_is_the_true_rule_and_grows_with_the_prior():
     from tapebench.episodes.sets import episode_set
-    from tapebench.training.world_model_study import bayes_one_step_error
+    from tapebench.training.world_model_bench import bayes_one_step_error
 
     for rule in (30, 90, 110):
         episodes = episode_set([rule], 20, 16, eval_seed=0, side="rules")
@@ -68,7 +68,7 @@ def test_bayes_floor_is_zero_when_the_prior_is_the_true_rule_and_grows_with_the_
 
 def test_persistence_is_exact_for_the_identity_rule_and_not_for_rule_30():
     from tapebench.episodes.sets import episode_set
-    from tapebench.training.world_model_study import persistence_one_step_error
+    from tapebench.training.world_model_bench import persistence_one_step_error
 
     assert persistence_one_step_error(episode_set([204], 20, 16, eval_seed=0, side="rules")) == (0.0, 20)
     assert persistence_one_step_error(episode_set([30], 20, 16, eval_seed=0, side="rules"))[0] > 0.2
