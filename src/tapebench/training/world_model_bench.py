@@ -96,7 +96,7 @@ def bayes_one_step_error(episodes, context: int = DEFAULT_CONTEXT, prior_rules=r
     so it assumes nothing about the split): after the `context` probe transitions its posterior is uniform over
     the rules that reproduce them, and it predicts each cell of the next tape by the posterior majority (> 0.5,
     the probe's threshold). Its error is what the context leaves unidentified. Elementary, noise-free episodes."""
-    tapes, actions = probe_trajectories(episodes, context + 1)           # (N, C+2, L), (N, C+1)
+    tapes, actions, valid = _one_step_probe(episodes, context)
     rules = np.asarray(list(prior_rules), dtype=np.int64)
     tables = ((rules[:, None] >> np.arange(8)) & 1).astype(np.uint8)      # (R, 8): bit k = next cell of k
     rows = np.arange(len(tapes))
@@ -115,19 +115,25 @@ def bayes_one_step_error(episodes, context: int = DEFAULT_CONTEXT, prior_rules=r
     votes = (successors(tapes[:, context], actions[:, context]) * consistent[:, :, None]).sum(axis=1)
     predicted = votes / consistent.sum(axis=1, keepdims=True) > 0.5
     errors = (predicted != tapes[:, context + 1].astype(bool)).mean(axis=1)
-    valid = ~(tapes[:, :context + 1] == 0).all(axis=2).any(axis=1)      # the episode has not reached the goal
     return float(errors[valid].mean()), int(valid.sum())
 
 
 def persistence_one_step_error(episodes, context: int = DEFAULT_CONTEXT) -> tuple[float, int]:
     """The one-step error of predicting that nothing but the flipped cell changes (a model that learned no
     dynamics; exact for the identity rule 204), on the same probe."""
-    tapes, actions = probe_trajectories(episodes, context + 1)
+    tapes, actions, valid = _one_step_probe(episodes, context)
     predicted = tapes[:, context].copy()
     predicted[np.arange(len(tapes)), actions[:, context]] ^= 1
     errors = (predicted != tapes[:, context + 1]).mean(axis=1)
-    valid = ~(tapes[:, :context + 1] == 0).all(axis=2).any(axis=1)
     return float(errors[valid].mean()), int(valid.sum())
+
+
+def _one_step_probe(episodes, context: int):
+    """The probe's tapes (N, C+2, L) and actions (N, C+1) for a one-step prediction after `context` transitions,
+    and which episodes count (not at the all-zero goal by the predicted step, as in `rollout_errors`)."""
+    tapes, actions = probe_trajectories(episodes, context + 1)
+    valid = ~(tapes[:, :context + 1] == 0).all(axis=2).any(axis=1)
+    return tapes, actions, valid
 
 
 @dataclasses.dataclass
