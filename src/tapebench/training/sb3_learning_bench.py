@@ -33,7 +33,9 @@ from tapebench.training import checkpoint as ckpt
 from tapebench.training.bench import select_agents
 from tapebench.training.loop import TrainSpec, train
 from tapebench.training.sb3_bench import COUNTERPARTS, SETTINGS, remaining_differences, require_sb3, train_sb3
+from tapebench.training.world_model_bench import SIDE_LABELS
 from tapebench.validation import check_horizon, check_length, parse_rule_list
+from tapebench.vocabulary import RULES_SIDE
 
 # The paper's six representative rules of its fixed-z tasks (Table 6 at L = H = 16); the pipeline's copy is
 # config/config.yaml studies.fixed_z.rules (a test keeps the two equal).
@@ -81,7 +83,7 @@ def evaluation_sets(task: Task, episodes_per_rule: int) -> list[tuple[str, Episo
     """(side label, episodes) of a task: ID and OOD of the split, or the rule itself."""
     sides = side_protocols(L=task.L, H=task.H, episodes_per_rule=episodes_per_rule, eval_seed=0,
                            split=task.split, rules=None if task.split is not None else list(task.rules))
-    label = {"train": "ID", "test": "OOD", "rules": "rule"}
+    label = {**SIDE_LABELS, RULES_SIDE: "rule"}
     return [(label.get(protocol.side, protocol.side), episodes) for episodes, protocol, _ in sides]
 
 

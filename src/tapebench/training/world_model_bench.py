@@ -32,9 +32,10 @@ from tapebench.registry import build_config
 from tapebench.stats.bootstrap import percentile_ci
 from tapebench.training.loop import seed_everything
 from tapebench.validation import check_horizon, check_length
+from tapebench.vocabulary import ID_PROTOCOL, ID_SIDE, OOD_PROTOCOL, OOD_SIDE
 
 STUDIED_METHOD = "dreamer"   # whose Config defaults the variants start from
-SIDE_LABELS = {"train": "ID", "test": "OOD"}
+SIDE_LABELS = {ID_SIDE: ID_PROTOCOL, OOD_SIDE: OOD_PROTOCOL}   # how the benchmarks print a split's sides
 DEFAULT_VARIANTS = (
     "deter_size=64;hidden_size=64", "deter_size=256;hidden_size=256",            # capacity
     "stoch_groups=64",                                                            # more latent bits
