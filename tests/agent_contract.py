@@ -77,7 +77,7 @@ def assert_same_run(reference: Path, resumed: Path) -> None:
 
 KILL_AFTER_CHECKPOINT_2 = (
     "import os, signal, sys\n"
-    "import tapebench.training.cli as training_cli\n"
+    "import tapebench.commands.training as training_cli\n"
     "from tapebench.cli import main\n"
     "real_train = training_cli.train\n"
     "kill = lambda index, steps: os.kill(os.getpid(), signal.SIGKILL) if index == 2 else None\n"

@@ -11,13 +11,13 @@ import pytest
 from torch import nn
 
 from tapebench import registry as methods
+from tapebench.bench.sb3 import (COUNTERPARTS, AnnealedLearningRate, fused_adam_available, require_sb3,
+                                 sb3_dqn_settings, sb3_ppo_settings)
+from tapebench.bench.training import select_agents, trained_methods
 from tapebench.cli import main
 from tapebench.methods import dqn, ppo
 from tapebench.methods.equivariant import NETWORK_FIELDS
 from tapebench.registry import Method, build_config
-from tapebench.training.bench import select_agents, trained_methods
-from tapebench.training.sb3_bench import (COUNTERPARTS, AnnealedLearningRate, fused_adam_available, require_sb3,
-                                          sb3_dqn_settings, sb3_ppo_settings)
 
 
 @pytest.fixture
@@ -150,7 +150,7 @@ def test_old_sb3_is_refused(monkeypatch):
 def test_sb3_side_trains_on_the_gymnasium_tape_env():
     """Only where SB3 happens to be installed (never in CI): a tiny PPO run goes through TapeEnv."""
     pytest.importorskip("stable_baselines3")
-    from tapebench.training.sb3_bench import time_sb3
+    from tapebench.bench.sb3 import time_sb3
 
     settings = sb3_ppo_settings(build_config("ppo", {"num_envs": 2, "num_steps": 8, "num_minibatches": 2,
                                                      "hidden_size": 8}), 16)
@@ -161,8 +161,8 @@ def test_sb3_side_trains_on_the_gymnasium_tape_env():
 def test_sb3_rule_set_from_rules_or_a_split(tmp_path):
     import argparse
 
+    from tapebench.bench.sb3 import _rule_set
     from tapebench.splits.io import save_split
-    from tapebench.training.sb3_bench import _rule_set
 
     path = tmp_path / "toy.json"
     save_split(path, {"name": "toy", "train": [4, 12, 200], "test": [0, 76],

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 
-from tapebench.training.bench import heartbeat
+from tapebench.bench.training import heartbeat
 
 
 def test_heartbeat_prints_while_a_measurement_runs_and_stops_after_it():

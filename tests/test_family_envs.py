@@ -14,7 +14,7 @@ from tapebench.ca import reference
 from tapebench.envs import ENV_ID
 from tapebench.envs.batched import BatchedTapeEnv
 from tapebench.envs.tape_env import TapeEnv
-from tapebench.rules.family import ELEMENTARY, RuleFamily
+from tapebench.rule_family import ELEMENTARY, RuleFamily
 from tapebench.training.checkpoint import env_state, load_env_state
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])

@@ -13,7 +13,7 @@ from tapebench.evaluation.evaluate import evaluate_untrained, side_protocols
 from tapebench.methods.contract import EpisodeBatch
 from tapebench.methods.mpc import MPCConfig, MPCPolicy
 from tapebench.pipeline.config import ConfigError, load_config, validate_config
-from tapebench.rules.family import RuleFamily
+from tapebench.rule_family import RuleFamily
 from tapebench.rules.features import FeatureProtocol, write_features
 from tapebench.rules.sampling import SampleSpec, sample_rule_set
 from tapebench.splits.generate import SplitParams, generate_split
@@ -118,8 +118,8 @@ def test_elementary_train_fingerprint_is_unchanged_by_the_family_field():
     import dataclasses
     body = dataclasses.asdict(spec)
     del body["family"]
+    from tapebench.methods.equivariant import NETWORK_FIELDS  # an MLP run's fingerprint leaves them out too
     from tapebench.utils.io import content_hash
-    from tapebench.methods.equivariant import NETWORK_FIELDS   # an MLP run's fingerprint leaves them out too
     body["hyperparameters"] = {k: v for k, v in dataclasses.asdict(spec.config()).items() if k not in NETWORK_FIELDS}
     assert spec.fingerprint() == content_hash(body)
 

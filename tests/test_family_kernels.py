@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tapebench.ca import packed, reference, table_kernel, torch_table_kernel
-from tapebench.rules.family import RuleFamily
+from tapebench.rule_family import RuleFamily
 
 FAMILIES = [RuleFamily(k, r) for k in (2, 3, 4) for r in (1, 2)]
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from pipeline_helpers import REPO, make_workdir, snakemake
 
-from tapebench.rules.family import RuleFamily
+from tapebench.rule_family import RuleFamily
 from tapebench.rules.sampling import SampleSpec, sample_rule_set
 
 pytestmark = pytest.mark.slow       # a tiny-DAG pipeline build: `python3 -m pytest -m slow` (CI runs it)

@@ -15,7 +15,7 @@ from tapebench.cli import main
 from tapebench.health.checks import CHECKS, FAIL, NOT_APPLICABLE, PASS, WARN, gate_message, reference_oracle, status_of
 from tapebench.pipeline.config import ConfigError, load_config, validate_config
 from tapebench.report.health import render_health
-from tapebench.rules.family import RuleFamily
+from tapebench.rule_family import RuleFamily
 from tapebench.rules.mirror import mirror_rule
 from tapebench.splits.io import save_split
 

@@ -16,7 +16,7 @@ import yaml
 
 from tapebench.evaluation.evaluate import side_protocols
 from tapebench.pipeline.config import ConfigError, validate_config
-from tapebench.rules.family import ELEMENTARY, RuleFamily
+from tapebench.rule_family import ELEMENTARY, RuleFamily
 from tapebench.splits.health import SplitHealthError, check_split_health, split_health
 from tapebench.splits.io import load_split, save_split
 from tapebench.splits.ladder import (LadderError, LadderParams, check_mirror_closed, distances_to, draw_training_set,

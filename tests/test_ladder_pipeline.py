@@ -9,7 +9,7 @@ import pytest
 import yaml
 from pipeline_helpers import copy_workdir, make_workdir, scheduled_jobs, snakemake
 
-from tapebench.rules.family import ELEMENTARY
+from tapebench.rule_family import ELEMENTARY
 from tapebench.splits.ladder import distances_to
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("tiny_build")]      # a tiny-DAG pipeline build: `python3 -m pytest -m slow` (CI runs it)

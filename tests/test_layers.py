@@ -9,22 +9,21 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src"
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
 
-# Bottom to top; a module belongs to the longest prefix listed. Every package's `cli`, `bench` and `*_bench`
-# modules are the command line: they sit on the top floor whatever package holds them.
+# Bottom to top; a module belongs to the longest prefix listed. The command line (`cli`, `commands/`, `bench/`)
+# is the top floor: no library module lives there and no library module imports it.
 LAYERS = (
     ("foundation", ("tapebench", "tapebench.vocabulary", "tapebench.schemas", "tapebench.settings",
-                    "tapebench.layout", "tapebench.utils")),
-    ("kernels and rule families", ("tapebench.ca", "tapebench.rules", "tapebench.validation")),
-    ("environments and splits", ("tapebench.envs", "tapebench.splits")),
+                    "tapebench.layout", "tapebench.utils", "tapebench.rule_family", "tapebench.validation")),
+    ("kernels", ("tapebench.ca",)),
+    ("environments, rule space and splits", ("tapebench.envs", "tapebench.rules", "tapebench.splits")),
     ("episodes and random streams", ("tapebench.episodes",)),
     ("methods", ("tapebench.methods",)),
     ("registry", ("tapebench.registry",)),
     ("evaluation and training", ("tapebench.evaluation", "tapebench.training", "tapebench.oracle")),
     ("statistics and health", ("tapebench.stats", "tapebench.health")),
     ("report", ("tapebench.report",)),
-    ("pipeline and command line", ("tapebench.pipeline", "tapebench.cli", "tapebench.status", "tapebench.bench")),
+    ("pipeline and command line", ("tapebench.pipeline", "tapebench.cli", "tapebench.commands", "tapebench.bench")),
 )
-COMMAND_LINE_MODULES = re.compile(r"^(cli|bench|\w+_bench)$")
 
 
 def module_name(path: Path) -> str:
@@ -36,8 +35,6 @@ MODULES = {module_name(p): p for p in sorted((SRC / "tapebench").rglob("*.py"))}
 
 
 def layer_of(module: str) -> int:
-    if COMMAND_LINE_MODULES.match(module.rsplit(".", 1)[-1]) and module != "tapebench.cli":
-        return len(LAYERS) - 1
     best, index = -1, None
     for i, (_, prefixes) in enumerate(LAYERS):
         for prefix in prefixes:
@@ -123,6 +120,28 @@ def strongly_connected(edges: dict[str, set[str]]) -> list[list[str]]:
 def test_no_import_circle():
     circles = strongly_connected(graph())
     assert not circles, "import circles:\n" + "\n".join(" <-> ".join(c) for c in circles)
+
+
+def package_of(module: str) -> str:
+    """The package a module belongs to: `tapebench.X` for `tapebench.X` and everything under it."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_no_circle_between_packages():
+    """Packages are the rooms of the house: no package imports one that (through others) imports it back,
+    which a command-line module living inside a lower package would do."""
+    packages: dict[str, set[str]] = {}
+    for module, targets in graph().items():
+        here = package_of(module)
+        packages.setdefault(here, set()).update(package_of(t) for t in targets if package_of(t) not in (here, "tapebench"))
+    circles = strongly_connected(packages)
+    assert not circles, "circles between packages:\n" + "\n".join(" <-> ".join(c) for c in circles)
+
+
+def test_library_packages_hold_no_command_line_module():
+    misplaced = [m for m in MODULES if layer_of(m) < len(LAYERS) - 1
+                 and re.fullmatch(r"cli|bench|\w+_bench", m.rsplit(".", 1)[-1])]
+    assert not misplaced, f"command-line modules belong in tapebench.commands or tapebench.bench: {misplaced}"
 
 
 def test_circle_finder_finds_a_circle():

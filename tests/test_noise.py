@@ -26,7 +26,7 @@ from tapebench.pipeline.config import (ConfigError, checkpoint_eval_slice, load_
 from tapebench.registry import get_method
 from tapebench.report import registry
 from tapebench.report.noise import noise_summary, render_noise_figure, render_noise_table
-from tapebench.rules.family import RuleFamily
+from tapebench.rule_family import RuleFamily
 from tapebench.settings import noise_study
 from tapebench.stats.aggregate import aggregate_seeds
 from tapebench.utils.io import read_parquet_meta, write_parquet

@@ -161,7 +161,7 @@ def test_oracle_normalized_score_refuses_mixed_protocols(split_path, tmp_path):
 
 
 def test_oracle_cli_defaults_to_the_agents_evaluation_seed():
-    from tapebench.oracle.cli import DEFAULT_EVAL_SEED
+    from tapebench.commands.oracle import DEFAULT_EVAL_SEED
     from tapebench.training.evaluate import DEFAULT_EVAL_SEED as AGENTS_EVAL_SEED
 
     assert DEFAULT_EVAL_SEED == AGENTS_EVAL_SEED

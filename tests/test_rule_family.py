@@ -4,7 +4,7 @@ import itertools
 import numpy as np
 import pytest
 
-from tapebench.rules.family import ELEMENTARY, RuleFamily, family_from_config
+from tapebench.rule_family import ELEMENTARY, RuleFamily, family_from_config
 
 FAMILIES = [RuleFamily(k, r) for k in (2, 3, 4) for r in (1, 2)]
 

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from tapebench.ca.reference import rollout
-from tapebench.rules.family import ELEMENTARY, RuleFamily
+from tapebench.rule_family import ELEMENTARY, RuleFamily
 from tapebench.rules.features import (FEATURE_NAMES, FeatureProtocol, family_step, read_features, rule_features,
                                       solved_by_any_action, start_tapes, write_features)
 from tapebench.rules.sampling import (SampleSpec, bin_of, lambda_edges, read_rule_set, sample_rule_set,

@@ -8,13 +8,13 @@ import pytest
 import torch
 import yaml
 
+from tapebench.bench.sb3_learning import (FIXED_RULE_L, REPRESENTATIVE_RULES, RunPlan, evaluation_sets, parity_rows,
+                                          parity_tasks, run_one, sb3_greedy_policy)
 from tapebench.cli import main
 from tapebench.episodes.sets import episode_set
 from tapebench.evaluation.runner import run_episodes
 from tapebench.methods.contract import StatelessPolicy
 from tapebench.stats.bootstrap import difference_ci, percentile_ci
-from tapebench.training.sb3_learning_bench import (FIXED_RULE_L, REPRESENTATIVE_RULES, RunPlan, evaluation_sets,
-                                                   parity_rows, parity_tasks, run_one, sb3_greedy_policy)
 
 
 def test_representative_rules_are_the_fixed_z_studys():

@@ -110,7 +110,7 @@ def stop_after_checkpoint_2(index, env_steps):
 
 @pytest.mark.parametrize("agent", sorted(SMALL))
 def test_resume_after_interruption_is_bit_identical(complete_runs, split_file, tmp_path, monkeypatch, agent):
-    import tapebench.training.cli as training_cli
+    import tapebench.commands.training as training_cli
 
     real_train = training_cli.train
     monkeypatch.setattr(training_cli, "train",

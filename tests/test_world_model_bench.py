@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tapebench.bench.world_model import DEFAULT_VARIANTS, StudyRun, Variant, parse_variant, run_study, study_rows
 from tapebench.cli import main
-from tapebench.training.world_model_bench import (DEFAULT_VARIANTS, StudyRun, Variant, parse_variant, run_study,
-                                                  study_rows)
 
 
 def test_variants_parse_into_typed_overrides():
@@ -49,8 +48,8 @@ def test_a_study_run_is_deterministic_and_measures_each_point(toy_split):
 
 
 def test_bayes_floor_is_zero_when_the_prior_is_the_true_rule_and_grows_with_the_prior():
+    from tapebench.bench.world_model import bayes_one_step_error
     from tapebench.episodes.sets import episode_set
-    from tapebench.training.world_model_bench import bayes_one_step_error
 
     for rule in (30, 90, 110):
         episodes = episode_set([rule], 20, 16, eval_seed=0, side="rules")
@@ -67,8 +66,8 @@ def test_bayes_floor_is_zero_when_the_prior_is_the_true_rule_and_grows_with_the_
 
 
 def test_persistence_is_exact_for_the_identity_rule_and_not_for_rule_30():
+    from tapebench.bench.world_model import persistence_one_step_error
     from tapebench.episodes.sets import episode_set
-    from tapebench.training.world_model_bench import persistence_one_step_error
 
     assert persistence_one_step_error(episode_set([204], 20, 16, eval_seed=0, side="rules")) == (0.0, 20)
     assert persistence_one_step_error(episode_set([30], 20, 16, eval_seed=0, side="rules"))[0] > 0.2

@@ -1,4 +1,5 @@
-"""The `tapebench` command line. Each area registers its subcommands from its own `cli` module."""
+"""The `tapebench` command line. Each area registers its commands from its own module in `tapebench.commands`
+(benchmarks: `tapebench.bench`)."""
 from __future__ import annotations
 
 import argparse
@@ -27,34 +28,34 @@ protocol and decisions: docs/protocol.md
 # `func(args) -> int | None`), and its one-line help. A command imports its module only when it runs, so
 # `tapebench --help` and each command start without loading what other commands need.
 COMMANDS = {
-    "train": ("tapebench.training.cli", "train one agent for one seed (resumable checkpoints)"),
-    "evaluate": ("tapebench.training.cli", "evaluate a trained run or a method that does not train"),
-    "model-error": ("tapebench.training.cli", "a world model's open-loop prediction error on ID and OOD rules"),
-    "worldtest": ("tapebench.evaluation.cli", "world test: reward-free interaction with a hidden rule, then derived tasks"),
-    "methods": ("tapebench.methods.cli", "list the registered methods (agents, planners, reference rows)"),
+    "train": ("tapebench.commands.training", "train one agent for one seed (resumable checkpoints)"),
+    "evaluate": ("tapebench.commands.training", "evaluate a trained run or a method that does not train"),
+    "model-error": ("tapebench.commands.training", "a world model's open-loop prediction error on ID and OOD rules"),
+    "worldtest": ("tapebench.commands.worldtest", "world test: reward-free interaction with a hidden rule, then derived tasks"),
+    "methods": ("tapebench.commands.methods", "list the registered methods (agents, planners, reference rows)"),
     "bench": ("tapebench.bench", "measure throughput (CA kernel, environment, MPC, DP, training)"),
-    "features": ("tapebench.rules.cli", "per-rule features and operational types (stable / periodic / chaotic)"),
-    "rule-set": ("tapebench.rules.cli", "sample a rule set of a k-colour radius-r family by Langton's lambda bins"),
-    "identifiability": ("tapebench.rules.cli", "observed transitions until the rule is identified, per episode"),
-    "split": ("tapebench.splits.cli", "build a train/test rule split from the rule features"),
-    "ladder-split": ("tapebench.splits.cli", "build a severity ladder: test rules at exact distance d from a small training set"),
-    "split-health": ("tapebench.splits.cli", "check a split for overlap and mirror leaks (non-zero exit if it fails)"),
-    "aggregate-seed": ("tapebench.stats.cli", "per-episode records -> per-seed values (mean of the last K checkpoints)"),
-    "aggregate": ("tapebench.stats.cli", "per-seed values -> bootstrap means and CIs over seeds, paired drop"),
-    "aggregate-model-error": ("tapebench.stats.cli", "world-model prediction errors -> means and CIs over seeds"),
-    "aggregate-worldtest": ("tapebench.stats.cli", "world-test scores -> means and CIs over seeds per method, task, side, budget"),
-    "protocol-comparison": ("tapebench.stats.cli", "Kendall tau between method rankings across protocols"),
-    "mpc": ("tapebench.oracle.cli", "true-dynamics random-shooting MPC on evaluation episodes -> records"),
-    "exact": ("tapebench.oracle.cli", "exact optimal controller (DP over all 2^L tapes, L <= 20) -> records"),
-    "feasibility": ("tapebench.oracle.cli", "exact per-rule reachability of the goal within H (L <= 20)"),
-    "oracle-gap": ("tapebench.oracle.cli", "MPC vs exact optimum on the same episodes, per rule / type / overall"),
-    "export-mpc-by-type": ("tapebench.oracle.cli", "MPC strict success / mean return / n by rule type -> JSON"),
-    "benchmark-health": ("tapebench.health.cli", "benchmark health report of a split -> JSON + per-rule Parquet"),
-    "health-gate": ("tapebench.health.cli", "stop (non-zero exit) if a split failed a fatal health check"),
-    "render": ("tapebench.report.cli", "render a table or figure from pipeline artifacts"),
-    "report": ("tapebench.report.cli", "the compiled report: every table and figure of a config in one PDF"),
-    "status": ("tapebench.status", "show where a pipeline run stands: each training run's state, progress and ETA"),
-    "config": ("tapebench.pipeline.cli", "check a config (or preset) and show the configuration the pipeline would use"),
+    "features": ("tapebench.commands.rules", "per-rule features and operational types (stable / periodic / chaotic)"),
+    "rule-set": ("tapebench.commands.rules", "sample a rule set of a k-colour radius-r family by Langton's lambda bins"),
+    "identifiability": ("tapebench.commands.rules", "observed transitions until the rule is identified, per episode"),
+    "split": ("tapebench.commands.splits", "build a train/test rule split from the rule features"),
+    "ladder-split": ("tapebench.commands.splits", "build a severity ladder: test rules at exact distance d from a small training set"),
+    "split-health": ("tapebench.commands.splits", "check a split for overlap and mirror leaks (non-zero exit if it fails)"),
+    "aggregate-seed": ("tapebench.commands.stats", "per-episode records -> per-seed values (mean of the last K checkpoints)"),
+    "aggregate": ("tapebench.commands.stats", "per-seed values -> bootstrap means and CIs over seeds, paired drop"),
+    "aggregate-model-error": ("tapebench.commands.stats", "world-model prediction errors -> means and CIs over seeds"),
+    "aggregate-worldtest": ("tapebench.commands.stats", "world-test scores -> means and CIs over seeds per method, task, side, budget"),
+    "protocol-comparison": ("tapebench.commands.stats", "Kendall tau between method rankings across protocols"),
+    "mpc": ("tapebench.commands.oracle", "true-dynamics random-shooting MPC on evaluation episodes -> records"),
+    "exact": ("tapebench.commands.oracle", "exact optimal controller (DP over all 2^L tapes, L <= 20) -> records"),
+    "feasibility": ("tapebench.commands.oracle", "exact per-rule reachability of the goal within H (L <= 20)"),
+    "oracle-gap": ("tapebench.commands.oracle", "MPC vs exact optimum on the same episodes, per rule / type / overall"),
+    "export-mpc-by-type": ("tapebench.commands.oracle", "MPC strict success / mean return / n by rule type -> JSON"),
+    "benchmark-health": ("tapebench.commands.health", "benchmark health report of a split -> JSON + per-rule Parquet"),
+    "health-gate": ("tapebench.commands.health", "stop (non-zero exit) if a split failed a fatal health check"),
+    "render": ("tapebench.commands.report", "render a table or figure from pipeline artifacts"),
+    "report": ("tapebench.commands.report", "the compiled report: every table and figure of a config in one PDF"),
+    "status": ("tapebench.commands.status", "show where a pipeline run stands: each training run's state, progress and ETA"),
+    "config": ("tapebench.commands.pipeline", "check a config (or preset) and show the configuration the pipeline would use"),
 }
 
 

@@ -5,7 +5,7 @@ import json
 
 import numpy as np
 
-from tapebench.rules.family import ELEMENTARY, RuleFamily
+from tapebench.rule_family import ELEMENTARY, RuleFamily
 
 MIN_L, MAX_L = 3, 64
 NUM_RULES = 256

@@ -18,7 +18,7 @@ from tapebench.pipeline.config import (
     worldtest_slice,
 )
 from tapebench.registry import build_config, get_method
-from tapebench.rules.family import config_family
+from tapebench.rule_family import config_family
 from tapebench.settings import noise_study, worldtest_study
 
 validate_config(config, workflow.source_path("../schemas/config.schema.yaml"))

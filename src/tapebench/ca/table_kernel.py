@@ -6,7 +6,7 @@ uint8 with `tables[z, idx]` the new cell for neighbourhood index
 `idx = sum_{j=-r..r} x[i+j] * k^(r-j)` (left neighbour most significant), i.e. `RuleFamily.tables(rules)`.
 Each tape n uses the table `tables[table_index[n]]`; the one-rule forms take a single (K,) table.
 
-    from tapebench.rules.family import RuleFamily
+    from tapebench.rule_family import RuleFamily
     from tapebench.ca import table_kernel
     family = RuleFamily(3, 1)
     tables = family.tables([rule_a, rule_b])              # (2, 27) uint8
@@ -25,7 +25,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from tapebench.rules.family import MAX_COLOURS, MAX_RADIUS, MIN_COLOURS, MIN_RADIUS
+from tapebench.rule_family import MAX_COLOURS, MAX_RADIUS, MIN_COLOURS, MIN_RADIUS
 from tapebench.validation import check_integer, check_length
 
 

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from tapebench.ca import torch_kernel, torch_table_kernel
-from tapebench.rules.family import RuleFamily
+from tapebench.rule_family import RuleFamily
 from tapebench.validation import (DEFAULT_INIT_DENSITY, DEFAULT_NOISE, check_goal, check_horizon, check_init_density,
                                   check_length, check_noise, check_rules, check_success_bonus, resolve_family)
 

@@ -13,7 +13,7 @@ import numpy as np
 from gymnasium import spaces
 
 from tapebench.ca import reference
-from tapebench.rules.family import RuleFamily
+from tapebench.rule_family import RuleFamily
 from tapebench.validation import (DEFAULT_INIT_DENSITY, DEFAULT_NOISE, as_scalar_action, check_action, check_goal,
                                   check_horizon, check_init_density, check_length, check_noise, check_rule, check_rules,
                                   check_success_bonus, resolve_family)

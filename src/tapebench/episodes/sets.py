@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tapebench.episodes.streams import check_side, episode_key, identity, noise_key, noise_uniforms
-from tapebench.rules.family import ELEMENTARY, RuleFamily
+from tapebench.rule_family import ELEMENTARY, RuleFamily
 from tapebench.validation import check_goal, check_length, check_noise, check_rules
 
 

@@ -17,7 +17,7 @@ import pandas as pd
 
 from tapebench.episodes.sets import EpisodeSet, episode_set
 from tapebench.episodes.streams import split_key
-from tapebench.rules.family import ELEMENTARY
+from tapebench.rule_family import ELEMENTARY
 from tapebench.rules.features import read_features
 from tapebench.splits.io import DEFAULT_SPLITS_DIR, Split, resolve_split
 from tapebench.utils.artifacts import read_table

@@ -31,7 +31,7 @@ from tapebench.ca.table_kernel import _step_row
 from tapebench.episodes.accounting import add_step, results_dict
 from tapebench.episodes.sets import EpisodeSet
 from tapebench.episodes.streams import U64, candidate_action, episode_keys, step_key
-from tapebench.rules.family import ELEMENTARY
+from tapebench.rule_family import ELEMENTARY
 from tapebench.validation import check_goal, check_horizon, check_integer
 
 

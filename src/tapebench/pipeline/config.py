@@ -21,7 +21,7 @@ import yaml
 from tapebench.health.checks import CHECKS
 from tapebench.layout import NOISE_DECIMALS, noise_label
 from tapebench.registry import check_hyperparameters, get_method, registry
-from tapebench.rules.family import ELEMENTARY, config_family
+from tapebench.rule_family import ELEMENTARY, config_family
 from tapebench.rules.mirror import mirror_classes
 from tapebench.rules.sampling import sample_rule_set, spec_from_config
 from tapebench.settings import MAX_CHECKPOINTS_PER_RUN, checkpoints_per_run, worldtest_study

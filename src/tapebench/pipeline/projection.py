@@ -200,10 +200,10 @@ def linear_fit(n_small: int, t_small: float, n_big: int, t_big: float) -> tuple[
 def measure(config: dict, methods, *, steps: int, log=print) -> CostModel:
     """Time the config's methods on this machine (short runs at the config's hyperparameters)."""
     # torch and the methods: loaded only when a projection measures them
+    from tapebench.bench.training import heartbeat
     from tapebench.evaluation.evaluate import evaluate_untrained, side_protocols
     from tapebench.evaluation.worldtest import WorldTestSettings, run_world_test
     from tapebench.registry import build_config
-    from tapebench.training.bench import heartbeat
     from tapebench.training.evaluate import evaluate_run
     from tapebench.training.loop import TrainSpec, train
 

@@ -18,7 +18,7 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from tapebench.rules.family import config_family
+from tapebench.rule_family import config_family
 
 TABLE, FIGURE = "table", "figure"
 

@@ -18,7 +18,7 @@ from tapebench import layout
 from tapebench.registry import get_method
 from tapebench.registry import registry as method_registry
 from tapebench.report.output import FIGURE, TABLE, Job, Option, Output, elementary_only
-from tapebench.rules.family import config_family
+from tapebench.rule_family import config_family
 from tapebench.settings import noise_study, worldtest_study
 from tapebench.stats.protocols import protocols
 from tapebench.vocabulary import SPLIT_SIDES

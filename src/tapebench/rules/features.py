@@ -42,7 +42,7 @@ import pandas as pd
 
 from tapebench.ca.packed import pack, step_words_rules
 from tapebench.ca.reference import ca_step
-from tapebench.rules.family import ELEMENTARY, RuleFamily, family_from_config
+from tapebench.rule_family import ELEMENTARY, RuleFamily, family_from_config
 from tapebench.rules.mirror import class_representative, mirror_rule, reflect_tape
 from tapebench.utils.artifacts import CorruptArtifact
 from tapebench.utils.io import provenance, read_parquet_meta, write_parquet

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tapebench.rules.family import ELEMENTARY, RuleFamily
+from tapebench.rule_family import ELEMENTARY, RuleFamily
 from tapebench.validation import NUM_RULES, check_action
 
 

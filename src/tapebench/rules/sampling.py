@@ -24,12 +24,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property
-from itertools import combinations
 from pathlib import Path
 
 import numpy as np
 
-from tapebench.rules.family import RuleFamily, family_from_config
+from tapebench.rule_family import RuleFamily, family_from_config
 from tapebench.utils.artifacts import CorruptArtifact, read_json
 from tapebench.utils.io import provenance, write_json
 from tapebench.validation import check_integer

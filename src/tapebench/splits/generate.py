@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from tapebench.rules.family import ELEMENTARY, RuleFamily
+from tapebench.rule_family import ELEMENTARY, RuleFamily
 from tapebench.rules.features import RULE_TYPES, features_family, read_features
 from tapebench.rules.mirror import mirror_classes
 from tapebench.splits.io import save_split

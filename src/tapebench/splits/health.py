@@ -16,7 +16,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from tapebench.rules.family import RuleFamily, family_from_config
+from tapebench.rule_family import RuleFamily, family_from_config
 from tapebench.rules.features import RULE_TYPES
 from tapebench.rules.mirror import mirror_leaks
 from tapebench.splits.io import load_split

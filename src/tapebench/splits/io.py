@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tapebench.layout import SPLITS_DIR
-from tapebench.rules.family import family_from_config
+from tapebench.rule_family import family_from_config
 from tapebench.utils.artifacts import CorruptArtifact, read_json
 from tapebench.utils.io import content_hash, write_json
 from tapebench.vocabulary import ID_SIDE, SPLIT_SIDES, ladder_level, ladder_side

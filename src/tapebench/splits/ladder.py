@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from tapebench.rules.family import ELEMENTARY, RuleFamily
+from tapebench.rule_family import ELEMENTARY, RuleFamily
 from tapebench.rules.features import RULE_TYPES, read_features
 from tapebench.splits.generate import SPLIT_NAME_PATTERN
 from tapebench.splits.io import save_split

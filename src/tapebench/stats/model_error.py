@@ -7,7 +7,6 @@ over seeds, like every other value. Rows with type "all" pool the rule types.
 """
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from tapebench.schemas import MODEL_ERROR_COLUMNS, MODEL_ERROR_RUN_COLUMNS

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Mapping
 
 from tapebench import layout
-from tapebench.rules.family import config_family
+from tapebench.rule_family import config_family
 from tapebench.settings import noise_study
 from tapebench.vocabulary import ID_PROTOCOL, ID_SIDE, OOD_PROTOCOL, OOD_SIDE, ladder_side
 

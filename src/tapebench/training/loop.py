@@ -44,7 +44,7 @@ from tapebench.layout import TENSORBOARD_DIR
 from tapebench.methods.contract import EnvSpec
 from tapebench.methods.equivariant import fingerprint_hyperparameters
 from tapebench.registry import build_config, check_rule_family, get_method
-from tapebench.rules.family import RuleFamily, family_from_config
+from tapebench.rule_family import RuleFamily, family_from_config
 from tapebench.settings import MAX_CHECKPOINTS_PER_RUN, checkpoints_per_run
 from tapebench.training import checkpoint as ckpt
 from tapebench.training.tensorboard import TensorBoardLog, summary_writer_class

@@ -23,6 +23,9 @@ import numpy as np
 import torch
 
 from tapebench.bench import load_average, run_parallel
+from tapebench.bench.sb3 import COUNTERPARTS, SETTINGS, remaining_differences, require_sb3, train_sb3
+from tapebench.bench.training import select_agents
+from tapebench.bench.world_model import SIDE_LABELS
 from tapebench.episodes.sets import EpisodeSet
 from tapebench.evaluation.evaluate import side_protocols
 from tapebench.evaluation.runner import run_episodes
@@ -30,10 +33,7 @@ from tapebench.methods.contract import StatelessPolicy, greedy_policy
 from tapebench.registry import build_config
 from tapebench.stats.bootstrap import difference_ci, percentile_ci
 from tapebench.training import checkpoint as ckpt
-from tapebench.training.bench import select_agents
 from tapebench.training.loop import TrainSpec, train
-from tapebench.training.sb3_bench import COUNTERPARTS, SETTINGS, remaining_differences, require_sb3, train_sb3
-from tapebench.training.world_model_bench import SIDE_LABELS
 from tapebench.validation import check_horizon, check_length, parse_rule_list
 from tapebench.vocabulary import RULES_SIDE
 

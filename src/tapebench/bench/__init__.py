@@ -47,18 +47,18 @@ Each figure is the median of --repeats timed runs of --seconds each.
 
 BENCHMARKS: dict[str, str] = {
     "ca": "tapebench.bench:bench_ca",
-    "train": "tapebench.training.bench:bench_train",
-    "mpc": "tapebench.oracle.bench:bench_mpc",
-    "dp": "tapebench.oracle.bench:bench_dp",
-    "sb3": "tapebench.training.sb3_bench:bench_sb3",
-    "methods": "tapebench.evaluation.bench:bench_methods",
+    "train": "tapebench.bench.training:bench_train",
+    "mpc": "tapebench.bench.oracle:bench_mpc",
+    "dp": "tapebench.bench.oracle:bench_dp",
+    "sb3": "tapebench.bench.sb3:bench_sb3",
+    "methods": "tapebench.bench.methods:bench_methods",
     "families": "tapebench.bench:bench_families",
     "pipeline": "tapebench.pipeline.projection:bench_pipeline",
-    "world-model": "tapebench.training.world_model_bench:bench_world_model",
+    "world-model": "tapebench.bench.world_model:bench_world_model",
 }
 # `bench WHAT --learning`: the benchmarks that compare learning instead of throughput
 LEARNING_BENCHMARKS: dict[str, str] = {
-    "sb3": "tapebench.training.sb3_learning_bench:bench_sb3_learning",
+    "sb3": "tapebench.bench.sb3_learning:bench_sb3_learning",
 }
 
 KERNEL_GOAL = 2e8        # packed numba kernel, tape-steps/s on one core
@@ -384,7 +384,7 @@ def bench_families(args) -> dict:
     # lazy: a command loads only the modules it runs
     from tapebench.ca import packed, table_kernel
     from tapebench.envs.batched import BatchedTapeEnv
-    from tapebench.rules.family import ELEMENTARY, RuleFamily
+    from tapebench.rule_family import ELEMENTARY, RuleFamily
 
     L, H, seconds, repeats = check_length(args.L), args.H, args.seconds, args.repeats
     n = args.num_envs or FAMILY_ENVS

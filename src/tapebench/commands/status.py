@@ -17,8 +17,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tapebench.pipeline.integrity import scan_results
 from tapebench.layout import LOG_FILE, MANIFEST_FILE, RESUME_FILE
+from tapebench.pipeline.integrity import scan_results
 from tapebench.utils.artifacts import CorruptArtifact, recovery
 
 RUNNING_WITHIN_S = 90.0      # a running job writes a progress line at least every 30 s (training.loop)

@@ -76,7 +76,7 @@ def run(args) -> int:
 
 def _rule_set(args) -> int:
     # lazy: a command loads only the modules it runs
-    from tapebench.rules.family import RuleFamily
+    from tapebench.rule_family import RuleFamily
     from tapebench.rules.sampling import SampleSpec, write_rule_set
 
     text = str(args.lambda_bins).strip()

@@ -30,9 +30,9 @@ import torch
 from torch import nn
 
 from tapebench.bench import load_average as _load
+from tapebench.bench.training import select_agents
 from tapebench.envs.registration import ENV_ID
 from tapebench.registry import build_config
-from tapebench.training.bench import select_agents
 from tapebench.training.loop import TrainSpec, torch_settings, train
 from tapebench.validation import check_horizon, check_length, parse_rule_list
 
@@ -305,7 +305,7 @@ def _rule_set(args) -> tuple[list[int], str]:
 
 def bench_sb3(args) -> dict:
     """Entry point for `tapebench bench sb3` (options: --agents --steps --rules/--split --L --H --threads
-    --repeats --seed); `bench sb3 --learning` is `training.sb3_learning_bench`."""
+    --repeats --seed); `bench sb3 --learning` is `bench.sb3_learning`."""
     sb3 = require_sb3()
     # gymnasium: loaded only when the environment is registered
     import gymnasium
