@@ -41,6 +41,9 @@ Each figure is the median of --repeats timed runs of --seconds each.
   pipeline  the projected CPU-hours and wall time on --cores of a config's whole DAG (--configfile,
          --target): each method the config uses timed in short runs (--steps), combined with the DAG's
          jobs; the top cost centres; --json PATH keeps cpu_hours, wall_hours and the measurements
+  flops  each --agents' (default dqn ppo dreamer) training loop beside its arithmetic ceiling: the same short run
+         (--steps) timed and with its matrix-product FLOPs counted; ceiling = those FLOPs alone at this core's
+         best GEMM rate, the most env steps/s any implementation at the same hyperparameters could reach
   world-model  DreamerV3's world model alone, trained on random-policy data of the main split: its one-step
          error (ID / OOD) for the defaults and each --variants override set, at --points points of --steps
 """
@@ -53,6 +56,7 @@ BENCHMARKS: dict[str, str] = {
     "sb3": "tapebench.bench.sb3:bench_sb3",
     "methods": "tapebench.bench.methods:bench_methods",
     "families": "tapebench.bench:bench_families",
+    "flops": "tapebench.bench.flops:bench_flops",
     "pipeline": "tapebench.pipeline.projection:bench_pipeline",
     "world-model": "tapebench.bench.world_model:bench_world_model",
 }
@@ -87,10 +91,10 @@ def register(sub) -> None:
                    help="torch CPU threads for environment figures (default: torch's own setting)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random tapes and actions (default 0)")
     p.add_argument("--agents", nargs="+", default=None, metavar="ID",
-                   help="methods to bench (train: any that train, default all of them; sb3: dqn and/or ppo, "
-                        "default both); put the benchmark name first: `bench train --agents dqn`")
+                   help="methods to bench (train: any that train, default all of them; flops: any that train, "
+                        "default dqn ppo dreamer; sb3: dqn and/or ppo, default both); put the benchmark name first: `bench train --agents dqn`")
     p.add_argument("--steps", type=int, default=20_000,
-                   help="training env steps per agent for train and sb3 (default 20000)")
+                   help="training env steps per agent for train, flops and sb3 (default 20000)")
     p.add_argument("--split", default=None, metavar="PATH",
                    help="sb3: train on this split file's train rules instead of --rules; sb3 --learning: the "
                         "split of the main task (a path or a name in results/splits, default main)")

@@ -1,0 +1,42 @@
+"""`tapebench bench flops`: the FLOP count it relies on matches closed forms, the ceiling is the closed form of
+its definition, and a tiny run reports a loop no faster than its own ceiling (a ceiling below the measured rate
+would mean FLOPs were counted that the loop did not do, or a GEMM rate below what the core reaches)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from tapebench.bench.flops import ceiling_steps_per_s, count_flops
+from tapebench.cli import main
+
+
+def test_counted_flops_of_a_linear_layer_and_its_backward_match_the_closed_form():
+    layer, x = nn.Linear(33, 64), torch.randn(10, 33)
+    assert count_flops(lambda: layer(x)) == 2 * 10 * 33 * 64
+    # backward: the weight gradient only (x needs no gradient), as many FLOPs again
+    assert count_flops(lambda: layer(x).sum().backward()) == 2 * (2 * 10 * 33 * 64)
+
+
+def test_ceiling_is_steps_times_rate_over_flops():
+    assert ceiling_steps_per_s(1000, 2_000_000, 1e9) == pytest.approx(500_000.0)
+    assert ceiling_steps_per_s(1000, 0, 1e9) == float("inf")
+
+
+@pytest.mark.slow
+def test_bench_flops_runs_and_no_loop_beats_its_ceiling(tmp_path, capsys):
+    out = tmp_path / "flops.json"
+    assert main(["bench", "flops", "--agents", "dqn", "--steps", "600", "--L", "8", "--H", "8", "--rules", "30,90",
+                 "--seconds", "0.3", "--repeats", "1", "--json", str(out)]) == 0
+    figures = json.loads(out.read_text())["figures"]
+    dqn = figures["agents"]["dqn"]
+    assert dqn["env_steps"] >= 600 and dqn["flops"] > 0
+    assert 0 < dqn["steps_per_s"] <= dqn["ceiling_steps_per_s"]
+    assert "ceiling" in capsys.readouterr().out
+
+
+def test_bench_flops_refuses_a_method_that_does_not_train(capsys):
+    assert main(["bench", "flops", "--agents", "random"]) == 2
+    assert "do not train" in capsys.readouterr().err
