@@ -33,9 +33,10 @@ def _config(*overlays) -> dict:
 
 
 def test_no_stage_imports_the_report_layer():
+    """Only the report itself and the command line above it (`tapebench render`, `tapebench report`) import it."""
     offenders = []
     for path in SRC.rglob("*.py"):
-        if path.is_relative_to(SRC / "report"):
+        if path.is_relative_to(SRC / "report") or path.is_relative_to(SRC / "commands"):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom):
