@@ -3,6 +3,8 @@ and its own mechanics: the RSSM state of a row resets exactly when its episode e
 percentile return normalisation, the deterministic evaluation policy."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from agent_contract import assert_per_episode_policy, assert_sigkill_resume_bit_identical, learned_success
@@ -34,6 +36,19 @@ def test_registered_as_a_world_model_that_evaluates_every_checkpoint():
     assert config.imagination_horizon == 15
     for horizon in (5, 10, 15, 20):   # the pipeline's imagination-horizon sweep
         assert build_config("dreamer", {"imagination_horizon": horizon}).imagination_horizon == horizon
+
+
+def test_large_row_differs_from_the_defaults_only_in_widths_and_train_ratio():
+    """`dreamer_large` is the defaults with the world-model settings the one-step-error study found to matter."""
+    method = get_method("dreamer_large")
+    assert method.trains and method.world_model and method.family == "world_model"
+    assert method.display_name == "DreamerV3 (large)" and method.world_test is get_method("dreamer").world_test
+    base, large = dataclasses.asdict(build_config("dreamer", {})), dataclasses.asdict(build_config("dreamer_large", {}))
+    assert {k: v for k, v in large.items() if base[k] != v} == {"deter_size": 256, "hidden_size": 256, "train_ratio": 64}
+    config = build_config("dreamer_large", {})
+    assert config.update_every == 8    # one update every 8 env steps (defaults: 32)
+    agent = make_agent("dreamer_large", config, EnvSpec.for_tape(32, 32), 10_000, "cpu")
+    assert agent.model.deter_size == 256 and agent.actor[0].out_features == 256
 
 
 @pytest.mark.parametrize("overrides,needle", [
