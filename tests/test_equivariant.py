@@ -1,4 +1,5 @@
-"""The shift-equivariant networks (`methods/equivariant.py`) of DQN, PPO and PEARL-DQN and their registry rows.
+"""The shift-equivariant networks (`methods/equivariant.py`) of DQN, PPO, PEARL-DQN and the ensemble MPC's next-tape
+model, and their registry rows.
 
 * equivariance: rolling the tape by k rolls the Q-values / policy logits by exactly k, for every k in 0..L-1
   (t/H and PEARL's latent unchanged), and leaves PPO's value unchanged; the MLP networks are not equivariant
@@ -6,7 +7,9 @@
 * learning: the equivariant DQN learns rule 4 at L = H = 16, clearly above the random policy;
 * the rows `dqn_equivariant`, `ppo_equivariant`, `pearl_dqn_equivariant` exist with their base method's defaults
   except `network`, train, resume bit-identically after SIGKILL and keep to the evaluation-policy contract;
-* an MLP run's fingerprint is the one it had before the network fields existed.
+* an MLP run's fingerprint is the one it had before the network fields existed;
+* the ensemble MPC's equivariant members: rolling the context transition and the post-action tape by k rolls every
+  member's prediction by k; the row `ensemble_mpc_equivariant` resumes bit-identically and learns rule 4.
 """
 from __future__ import annotations
 
@@ -154,15 +157,16 @@ def test_rows_are_their_base_method_with_the_equivariant_network(row):
     assert build_config(row, {"network": "mlp"}).network == "mlp"
 
 
-def test_mlp_fingerprint_leaves_out_the_network_fields():
-    spec = TrainSpec(agent="dqn", rules=(4,), seed=0, hyperparameters={"conv_channels": 64})
+@pytest.mark.parametrize("base,row", [("dqn", "dqn_equivariant"), ("ensemble_mpc", "ensemble_mpc_equivariant")])
+def test_mlp_fingerprint_leaves_out_the_network_fields(base, row):
+    spec = TrainSpec(agent=base, rules=(4,), seed=0, hyperparameters={"conv_channels": 64})
     body = dataclasses.asdict(spec)
     del body["family"]
     hyperparameters = dataclasses.asdict(spec.config())
     body["hyperparameters"] = {k: v for k, v in hyperparameters.items() if k not in equivariant.NETWORK_FIELDS}
-    assert spec.fingerprint() == content_hash(body) == TrainSpec(agent="dqn", rules=(4,), seed=0).fingerprint()
-    equi = TrainSpec(agent="dqn_equivariant", rules=(4,), seed=0)
-    assert equi.fingerprint() != TrainSpec(agent="dqn_equivariant", rules=(4,), seed=0,
+    assert spec.fingerprint() == content_hash(body) == TrainSpec(agent=base, rules=(4,), seed=0).fingerprint()
+    equi = TrainSpec(agent=row, rules=(4,), seed=0)
+    assert equi.fingerprint() != TrainSpec(agent=row, rules=(4,), seed=0,
                                            hyperparameters={"conv_channels": 64}).fingerprint()
 
 
@@ -214,3 +218,66 @@ def test_equivariant_dqn_learns_fixed_rule_4(tmp_path):
     untrained, trained = learned_success("dqn_equivariant", 4, 16, 16, 4_000, tmp_path, seed=1)
     assert untrained < 0.9 and trained >= 0.9, (untrained, trained)
     assert trained >= random_success + 0.3, (random_success, trained)
+
+
+# --- the ensemble MPC's next-tape model --------------------------------------------------------------
+ENSEMBLE_SMALL = {**SMALL, "num_envs": 4, "ensemble_size": 2, "batch_size": 16, "learning_starts": 200,
+                  "buffer_size": 2000, "plan_horizon": 3, "candidates": 16}
+
+
+def ensemble_inputs(tapes, flags):
+    """model_inputs of (context post-action tape, its successor, flag, post-action tape) in float64."""
+    from tapebench.methods.ensemble_mpc import model_inputs
+    return model_inputs(*tapes[:2], flags, tapes[2]).double()
+
+
+@pytest.mark.parametrize("L", [7, 16])
+@pytest.mark.parametrize("global_pool", [True, False])
+def test_equivariant_next_tape_model_shifts_its_prediction_with_the_tapes(L, global_pool):
+    torch.manual_seed(1)
+    overrides = {"global_pool": global_pool, "conv_layers": 3 if global_pool else 4}
+    agent = make_agent("ensemble_mpc_equivariant", build_config("ensemble_mpc_equivariant", overrides),
+                       EnvSpec.for_tape(L, L), 1000, "cpu")
+    agent.ensemble.double()
+    g = torch.Generator().manual_seed(L)
+    tapes = [torch.randint(0, 2, (6, L), generator=g).double() for _ in range(3)]
+    flags = torch.tensor([0.0, 1, 1, 1, 0, 1], dtype=torch.float64)
+    out = agent.ensemble.probs(ensemble_inputs(tapes, flags))                      # (members, rows, L)
+    assert out.shape == (agent.config.ensemble_size, 6, L)
+    for k in range(L):
+        shifted = agent.ensemble.probs(ensemble_inputs([torch.roll(t, k, dims=1) for t in tapes], flags))
+        assert float((shifted - torch.roll(out, k, dims=2)).abs().max()) < 1e-10, k
+    # not vacuous: cells, rows and members differ, and the context reaches the prediction
+    assert float(out.std(dim=2).min()) > 1e-4 and float(out.std(dim=1).max()) > 1e-6
+    assert float((out[0] - out[1]).abs().max()) > 1e-3
+    other_context = agent.ensemble.probs(ensemble_inputs([1 - tapes[0], tapes[1], tapes[2]], flags))
+    assert float((other_context - out).abs().max()) > 1e-4
+    # forward (training: each member its own minibatch) is the same map as probs
+    x = ensemble_inputs(tapes, flags)
+    assert torch.allclose(torch.sigmoid(agent.ensemble(x.expand(len(out), -1, -1))), out)
+
+
+def test_the_ensemble_row_is_the_ensemble_mpc_with_equivariant_members():
+    method, base = get_method("ensemble_mpc_equivariant"), get_method("ensemble_mpc")
+    assert (method.display_name, method.family, method.world_model, method.every_checkpoint) == \
+        ("Ensemble MPC (equivariant)", "world_model", True, False)
+    assert method.make_agent is base.make_agent
+    config, base_config = build_config("ensemble_mpc_equivariant", {}), build_config("ensemble_mpc", {})
+    assert dataclasses.asdict(config) == {**dataclasses.asdict(base_config), "network": "equivariant"}
+    torch.manual_seed(0)
+    members = make_agent("ensemble_mpc_equivariant", config, EnvSpec.for_tape(16, 16), 100, "cpu").ensemble.members
+    assert len(members) == config.ensemble_size
+    assert members[0].trunk.inp.in_channels == 4 and len(members[0].trunk.convs) == config.conv_layers
+    with pytest.raises(ValueError, match="Ensemble MPC hyperparameter network must be one of.*got 'cnn'"):
+        build_config("ensemble_mpc", {"network": "cnn"})
+
+
+def test_equivariant_ensemble_resume_after_sigkill_is_bit_identical(tmp_path):
+    params = {"agent": ENSEMBLE_SMALL, "env": {"L": 8, "H": 8}, "training": {"total_steps": 1200, "eval_every": 300}}
+    assert_sigkill_resume_bit_identical("ensemble_mpc_equivariant", params, tmp_path)
+
+
+def test_equivariant_ensemble_mpc_learns_fixed_rule_4(tmp_path):
+    hyperparameters = {"conv_channels": 16, "conv_layers": 3, "ensemble_size": 3, "plan_horizon": 4, "candidates": 64}
+    before, after = learned_success("ensemble_mpc_equivariant", 4, 16, 16, 2_000, tmp_path, hyperparameters)
+    assert before < 0.9 and after >= 0.9, (before, after)

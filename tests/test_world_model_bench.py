@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tapebench.bench.world_model import DEFAULT_VARIANTS, StudyRun, Variant, parse_variant, run_study, study_rows
+from tapebench.bench.world_model import (DEFAULT_VARIANTS, StudyRun, Variant, bayes_one_step_error,
+                                         check_world_model_agents, parse_variant, run_study, study_rows)
 from tapebench.cli import main
 
 
@@ -48,7 +49,6 @@ def test_a_study_run_is_deterministic_and_measures_each_point(toy_split):
 
 
 def test_bayes_floor_is_zero_when_the_prior_is_the_true_rule_and_grows_with_the_prior():
-    from tapebench.bench.world_model import bayes_one_step_error
     from tapebench.episodes.sets import episode_set
 
     for rule in (30, 90, 110):
@@ -71,3 +71,40 @@ def test_persistence_is_exact_for_the_identity_rule_and_not_for_rule_30():
 
     assert persistence_one_step_error(episode_set([204], 20, 16, eval_seed=0, side="rules")) == (0.0, 20)
     assert persistence_one_step_error(episode_set([30], 20, 16, eval_seed=0, side="rules"))[0] > 0.2
+
+
+@pytest.mark.parametrize("agent", ["ensemble_mpc", "ensemble_mpc_equivariant"])
+def test_an_agent_study_run_trains_the_whole_method_deterministically(toy_split, agent):
+    small = (("learning_starts", 64), ("batch_size", 16), ("ensemble_size", 2), ("hidden_size", 16),
+             ("conv_channels", 8), ("conv_layers", 2))
+    run = StudyRun(Variant(agent, small), seed=3, steps=512, points=2, split=toy_split, L=8, H=8, episodes_per_rule=6,
+                   agent=agent)
+    first, second = run_study(run), run_study(run)
+    assert first["variant"] == agent and first["curve"] == second["curve"]
+    assert [p["env_steps"] for p in first["curve"]] == [256, 512]
+    assert first["curve"][-1]["updates"] > first["curve"][0]["updates"] > 0
+    for point in first["curve"]:
+        assert 0.0 <= point["ID"] <= 1.0 and 0.0 <= point["OOD"] <= 1.0 and point["ID_n"] > 0
+
+
+def test_agents_must_have_a_world_model_and_exclude_variants(capsys):
+    assert check_world_model_agents(["ensemble_mpc_equivariant", "dreamer", "dreamer"]) == \
+        ["ensemble_mpc_equivariant", "dreamer"]
+    with pytest.raises(ValueError, match=r"\['dqn'\].*studies methods with a world model; allowed: \[.*'dreamer'"):
+        check_world_model_agents(["dqn"])
+    assert main(["bench", "world-model", "--agents", "dqn"]) == 2
+    assert "'dqn'" in capsys.readouterr().err
+    assert main(["bench", "world-model", "--agents", "dreamer", "--variants", "train_ratio=4"]) == 2
+    assert "exclude each other" in capsys.readouterr().err
+
+
+def test_bayes_floor_from_the_last_transitions_only_is_between_all_and_none():
+    from tapebench.episodes.sets import episode_set
+
+    episodes = episode_set([30, 110, 90, 54], 30, 8, eval_seed=0, side="rules")
+    full, n = bayes_one_step_error(episodes, context=4)
+    last, n_last = bayes_one_step_error(episodes, context=4, seen=1)
+    none, _ = bayes_one_step_error(episodes, context=4, seen=0)
+    assert n == n_last and full <= last <= none and full < none
+    assert bayes_one_step_error(episodes, context=4, seen=4) == (full, n)
+    assert bayes_one_step_error(episodes, context=1) == bayes_one_step_error(episodes, context=1, seen=1)

@@ -45,7 +45,8 @@ Each figure is the median of --repeats timed runs of --seconds each.
          (--steps) timed and with its matrix-product FLOPs counted; ceiling = those FLOPs alone at this core's
          best GEMM rate, the most env steps/s any implementation at the same hyperparameters could reach
   world-model  DreamerV3's world model alone, trained on random-policy data of the main split: its one-step
-         error (ID / OOD) for the defaults and each --variants override set, at --points points of --steps
+         error (ID / OOD) for the defaults and each --variants override set, at --points points of --steps;
+         --agents ID ... studies whole world-model methods instead (e.g. ensemble_mpc ensemble_mpc_equivariant)
 """
 
 BENCHMARKS: dict[str, str] = {
@@ -92,7 +93,8 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the random tapes and actions (default 0)")
     p.add_argument("--agents", nargs="+", default=None, metavar="ID",
                    help="methods to bench (train: any that train, default all of them; flops: any that train, "
-                        "default dqn ppo dreamer; sb3: dqn and/or ppo, default both); put the benchmark name first: `bench train --agents dqn`")
+                        "default dqn ppo dreamer; sb3: dqn and/or ppo, default both; world-model: methods with a "
+                        "world model, instead of --variants); put the benchmark name first: `bench train --agents dqn`")
     p.add_argument("--steps", type=int, default=20_000,
                    help="training env steps per agent for train, flops and sb3 (default 20000)")
     p.add_argument("--split", default=None, metavar="PATH",

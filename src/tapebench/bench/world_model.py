@@ -7,6 +7,10 @@ training rules, with no actor-critic. Uniformly random actions are also what the
 (`evaluation.model_error`), so the training data matches the probe's action distribution; whatever error remains
 comes from the model, its training budget or its losses, not from the agent's exploration.
 
+`--agents ID ...` studies whole world-model methods instead (e.g. `ensemble_mpc ensemble_mpc_equivariant`: the
+ensemble MPC's next-tape model with MLP or shift-equivariant members): each agent, at its `Config` defaults, is fed
+the same uniformly random transitions through its `observe` / `update` and probed through its `world_model_rollout`.
+
 Each variant is DreamerV3's `Config` defaults with some fields overridden (`--variants "deter_size=256;
 hidden_size=256" "train_ratio=32" ...`; the baseline, no override, always runs first). Each variant trains for
 `--steps` environment steps per seed and is measured at `--points` evenly spaced points: the one-step error
@@ -28,7 +32,7 @@ from tapebench.evaluation.evaluate import side_protocols
 from tapebench.evaluation.model_error import DEFAULT_CONTEXT, probe_trajectories, rollout_errors
 from tapebench.methods.contract import EnvSpec
 from tapebench.methods.world_model import WorldModelConfig, WorldModelLearner, world_model_rollout
-from tapebench.registry import build_config
+from tapebench.registry import build_config, make_agent, registry
 from tapebench.stats.bootstrap import percentile_ci
 from tapebench.training.loop import seed_everything
 from tapebench.validation import check_horizon, check_length
@@ -74,7 +78,7 @@ def parse_variant(text: str) -> Variant:
 
 @dataclasses.dataclass(frozen=True)
 class StudyRun:
-    variant: Variant
+    variant: Variant               # a DreamerV3 world-model variant, or Variant(agent id, ()) with `agent`
     seed: int
     steps: int
     points: int
@@ -82,19 +86,35 @@ class StudyRun:
     L: int
     H: int
     episodes_per_rule: int
+    agent: str | None = None       # a world-model method trained whole (its defaults + the variant's overrides)
+
+
+def check_world_model_agents(requested) -> list[str]:
+    """`--agents` of the study: registered methods that learn a world model (order kept, duplicates dropped)."""
+    methods = registry()
+    allowed = [m for m, method in methods.items() if method.world_model]
+    requested = list(dict.fromkeys(requested))
+    bad = [a for a in requested if a not in allowed]
+    if bad or not requested:
+        raise ValueError(f"--agents: {bad or 'none given'}: `tapebench bench world-model` studies methods with a "
+                         f"world model; allowed: {allowed}")
+    return requested
 
 
 def one_step_error(model, episodes, H: int) -> tuple[float, int]:
-    """Episode-weighted one-step error of the model on the probe of `episodes` and how many episodes count."""
-    errors, valid = rollout_errors(_Rollout(model), episodes, H, context=DEFAULT_CONTEXT, depth=1)
+    """Episode-weighted one-step error on the probe of `episodes` and how many episodes count; `model` has the
+    agent contract's `world_model_rollout`."""
+    errors, valid = rollout_errors(model, episodes, H, context=DEFAULT_CONTEXT, depth=1)
     return float(errors[valid].mean()), int(valid.sum())
 
 
-def bayes_one_step_error(episodes, context: int = DEFAULT_CONTEXT, prior_rules=range(256)) -> tuple[float, int]:
+def bayes_one_step_error(episodes, context: int = DEFAULT_CONTEXT, prior_rules=range(256),
+                         seen: int | None = None) -> tuple[float, int]:
     """The one-step error of the Bayes-optimal predictor on the same probe, a floor for any learned model.
 
     The predictor knows the CA family and a uniform prior over `prior_rules` (default all 256 elementary rules,
-    so it assumes nothing about the split): after the `context` probe transitions its posterior is uniform over
+    so it assumes nothing about the split): after the `context` probe transitions (or only the last `seen` of
+    them: the floor of a model that reads no more, as the ensemble MPC's reads one) its posterior is uniform over
     the rules that reproduce them, and it predicts each cell of the next tape by the posterior majority (> 0.5,
     the probe's threshold). Its error is what the context leaves unidentified. Elementary, noise-free episodes."""
     tapes, actions, valid = _one_step_probe(episodes, context)
@@ -109,7 +129,7 @@ def bayes_one_step_error(episodes, context: int = DEFAULT_CONTEXT, prior_rules=r
         return tables[:, index].transpose(1, 0, 2)
 
     consistent = np.ones((len(tapes), len(rules)), dtype=bool)
-    for t in range(context):
+    for t in range(context - (context if seen is None else min(seen, context)), context):
         consistent &= (successors(tapes[:, t], actions[:, t]) == tapes[:, t + 1, None, :]).all(axis=2)
     if not consistent.any(axis=1).all():
         raise ValueError("a probe episode's rule is not among prior_rules: no rule reproduces its context")
@@ -147,12 +167,28 @@ class _Rollout:
 
 
 def run_study(run: StudyRun) -> dict:
-    """Train one variant's world model on random-policy data; its one-step error at each measuring point."""
+    """Train one variant's world model (or one agent) on random-policy data; its one-step error at each point."""
     torch.set_num_threads(1)
-    config = build_config(STUDIED_METHOD, dict(run.variant.overrides))
     env_seed = seed_everything(run.seed)
+    spec = EnvSpec.for_tape(run.L, run.H)
+    if run.agent is None:
+        config = build_config(STUDIED_METHOD, dict(run.variant.overrides))
+        learner = WorldModelLearner(config, spec, "cpu")
+        model, updates = _Rollout(learner.model), lambda: learner.updates
+
+        def learn(*transition):
+            learner.add(*transition)
+            for _ in range(learner.due()):
+                learner.update()
+    else:
+        config = build_config(run.agent, dict(run.variant.overrides))
+        model = make_agent(run.agent, config, spec, run.steps, "cpu")
+        updates = lambda: getattr(model, "gradient_steps", None) or model.learner.updates   # noqa: E731
+
+        def learn(*transition):
+            model.observe(*transition)
+            model.update()
     env = BatchedTapeEnv(config.num_envs, L=run.L, H=run.H, rules=run.split.train, seed=env_seed)
-    learner = WorldModelLearner(config, EnvSpec.for_tape(run.L, run.H), "cpu")
     actions_gen = torch.Generator().manual_seed(env_seed)
     sides = [(SIDE_LABELS[protocol.side], episodes) for episodes, protocol, _ in side_protocols(
         L=run.L, H=run.H, episodes_per_rule=run.episodes_per_rule, eval_seed=0, split=run.split)]
@@ -164,16 +200,14 @@ def run_study(run: StudyRun) -> dict:
         tick = time.perf_counter()
         actions = torch.randint(0, run.L, (config.num_envs,), generator=actions_gen)
         next_obs, rewards, terminated, truncated, info = env.step(actions)
-        learner.add(obs, actions, rewards, info["final_obs"], terminated, truncated)
-        for _ in range(learner.due()):
-            learner.update()
+        learn(obs, actions, rewards, info["final_obs"], terminated, truncated)
         obs = next_obs
         train_seconds += time.perf_counter() - tick
         if iteration in measure_at:
-            point = {"env_steps": iteration * config.num_envs, "updates": learner.updates}
+            point = {"env_steps": iteration * config.num_envs, "updates": updates()}
             with torch.no_grad():
                 for label, episodes in sides:
-                    point[label], point[f"{label}_n"] = one_step_error(learner.model, episodes, run.H)
+                    point[label], point[f"{label}_n"] = one_step_error(model, episodes, run.H)
             curve.append(point)
     return {"variant": run.variant.name, "seed": run.seed, "curve": curve, "train_seconds": round(train_seconds, 2),
             "seconds": round(time.perf_counter() - start, 2)}
@@ -207,25 +241,37 @@ def bench_world_model(args) -> dict:
     if args.seeds < 1 or args.jobs < 1 or args.points < 1 or args.episodes_per_rule < 1:
         raise ValueError(f"--seeds, --jobs, --points and --episodes-per-rule must be >= 1, got {args.seeds}, "
                          f"{args.jobs}, {args.points}, {args.episodes_per_rule}")
-    variants = [Variant("defaults", ())] + [parse_variant(v) for v in (args.variants or DEFAULT_VARIANTS)]
+    if args.agents and args.variants:
+        raise ValueError("--agents and --variants exclude each other: --variants overrides DreamerV3's world model, "
+                         "--agents studies whole methods at their defaults")
+    agents = check_world_model_agents(args.agents) if args.agents else []
+    variants = [Variant(a, ()) for a in agents] or \
+        [Variant("defaults", ())] + [parse_variant(v) for v in (args.variants or DEFAULT_VARIANTS)]
     try:
         split = resolve_split(args.split or "main")
     except ValueError as exc:
         raise ValueError(f"{exc}; build the main split first (`snakemake --cores 1 results/splits/main.json`) or "
                          f"pass --split PATH") from None
-    runs = [StudyRun(v, seed, args.steps, args.points, split, L, H, args.episodes_per_rule)
+    runs = [StudyRun(v, seed, args.steps, args.points, split, L, H, args.episodes_per_rule,
+                     agent=v.name if agents else None)
             for v in variants for seed in range(args.seeds)]
-    print(f"tapebench bench world-model: the RSSM of {STUDIED_METHOD} (its Config defaults, one override set per "
-          f"variant) trained on the uniformly random policy's data, split {split.name!r} training rules, L={L}, "
+    studied = (f"the methods {agents} (their Config defaults, world model and its updates as in training)" if agents
+               else f"the RSSM of {STUDIED_METHOD} (its Config defaults, one override set per variant)")
+    print(f"tapebench bench world-model: {studied} trained on the uniformly random policy's data, split "
+          f"{split.name!r} training rules, L={L}, "
           f"H={H}, {args.steps} env steps per run, {args.seeds} seed(s); one-step error (probe depth 1, context "
           f"{DEFAULT_CONTEXT}) on {args.episodes_per_rule} episodes per ID / OOD rule at {args.points} point(s)")
     references = side_protocols(L=L, H=H, episodes_per_rule=args.episodes_per_rule, eval_seed=0, split=split)
     floor = {SIDE_LABELS[protocol.side]: bayes_one_step_error(episodes)[0] for episodes, protocol, _ in references}
+    floor_last = {SIDE_LABELS[protocol.side]: bayes_one_step_error(episodes, seen=1)[0]
+                  for episodes, protocol, _ in references}
     persistence = {SIDE_LABELS[protocol.side]: persistence_one_step_error(episodes)[0]
                    for episodes, protocol, _ in references}
     print(f"references on the same probe: the Bayes-optimal predictor over all 256 rules given the same "
           f"{DEFAULT_CONTEXT} context transitions (the floor) ID {floor['ID']:.4f}, OOD {floor['OOD']:.4f}; "
-          f"'nothing changes but the flipped cell' ID {persistence['ID']:.4f}, OOD {persistence['OOD']:.4f}")
+          f"given the last of them only (the ensemble MPC's models read one) ID {floor_last['ID']:.4f}, OOD "
+          f"{floor_last['OOD']:.4f}; 'nothing changes but the flipped cell' ID {persistence['ID']:.4f}, OOD "
+          f"{persistence['OOD']:.4f}")
     print(f"{len(runs)} runs in {args.jobs} process(es), 1 torch thread each; load average {load_average()}")
     started = time.perf_counter()
 
@@ -246,7 +292,10 @@ def bench_world_model(args) -> dict:
         print(f"  {row['variant']:<34} {row['updates']:>7} {ci['ID']:>22} {ci['OOD']:>22} "
               f"{row['train_seconds']:>8.0f}  {' '.join(f'{e:.3f}' for e in row['ID_curve'])}")
     print(f"  {'Bayes over 256 rules (floor)':<34} {'':>7} {floor['ID']:>22.4f} {floor['OOD']:>22.4f}")
+    print(f"  {'Bayes, last transition only':<34} {'':>7} {floor_last['ID']:>22.4f} {floor_last['OOD']:>22.4f}")
     print(f"  {'persistence (no dynamics)':<34} {'':>7} {persistence['ID']:>22.4f} {persistence['OOD']:>22.4f}")
     print(f"wall {time.perf_counter() - started:.0f} s; load average {load_average()}")
-    return {"method": STUDIED_METHOD, "split": split.name, "L": L, "H": H, "steps": args.steps, "seeds": args.seeds,
-            "bayes_floor": floor, "persistence": persistence, "rows": rows, "runs": results}
+    return {"method": agents or STUDIED_METHOD, "split": split.name, "L": L, "H": H, "steps": args.steps,
+            "seeds": args.seeds,
+            "bayes_floor": floor, "bayes_floor_last_transition": floor_last, "persistence": persistence,
+            "rows": rows, "runs": results}

@@ -14,6 +14,12 @@ context pair is the previous post-action tape and its observed successor (which 
 s_t); at t = 0 there is none: zeros and flag 0 (flag 1 once a transition has been seen). In open-loop
 rollouts the model's own (thresholded) prediction becomes the next step's context.
 
+`network = "equivariant"` (row `ensemble_mpc_equivariant`) makes every member the shift-equivariant network
+of `equivariant.py` on the same inputs read as four channels per cell (context post-action tape, its
+successor, the flag, the post-action tape) with a per-cell head: the CA step commutes with shifts, and the
+trunk's pooling over cells lets every cell read the rule's neighbourhood -> successor pairs out of the
+context transition anywhere on the tape.
+
 Training (through the shared loop): data are collected with uniformly random actions (planning at
 every training step would cost orders of magnitude more than the training itself); every transition
 (with its context) goes into one replay; every `train_frequency` environment steps (once
@@ -47,6 +53,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tapebench.episodes.streams import candidate_action, episode_keys, step_key
+from tapebench.methods import equivariant
 from tapebench.methods.common import adam
 
 
@@ -80,8 +87,20 @@ class Config:
     """seed of the planner's counter-based candidate sequences (with the episode identity)"""
     plan_rows: int = 32_768
     """episodes x candidates evaluated per forward pass (bounds the planner's memory)"""
+    network: str = "mlp"
+    """each member: "mlp" (hidden_size x hidden_layers on the 3L + 1 inputs) or "equivariant" (circular convolutions
+    over the cells, cell i's prediction read from cell i's features; docs/methods.md, "Equivariant networks")"""
+    conv_channels: int = equivariant.CHANNELS
+    """equivariant network: feature channels per cell"""
+    conv_layers: int = equivariant.LAYERS
+    """equivariant network: residual circular-convolution blocks, dilations 1, 2, 4, ..., 2^(conv_layers - 1)"""
+    conv_kernel: int = equivariant.KERNEL
+    """equivariant network: kernel size of each circular convolution (odd)"""
+    global_pool: bool = equivariant.GLOBAL_POOL
+    """equivariant network: each block adds a linear map of the mean over cells to every cell (whole tape in view)"""
 
     def check(self) -> None:
+        equivariant.check_network(self, "Ensemble MPC")
         positive = ("ensemble_size", "hidden_size", "hidden_layers", "buffer_size", "batch_size", "train_frequency",
                     "plan_horizon", "candidates", "plan_rows")
         for name in positive:
@@ -103,6 +122,15 @@ class Config:
 class IGConfig(Config):
     ig_weight: float = 0.25
     """beta: weight of the ensemble disagreement (nats) added to each scored step (0.25, the Bayes filter's)"""
+
+
+@dataclass
+class EquivariantConfig(Config):
+    """The ensemble MPC's Config with shift-equivariant members (registry row `ensemble_mpc_equivariant`)."""
+
+    network: str = "equivariant"
+    """each member: "mlp" (hidden_size x hidden_layers on the 3L + 1 inputs) or "equivariant" (circular convolutions
+    over the cells, cell i's prediction read from cell i's features; docs/methods.md, "Equivariant networks")"""
 
 
 # --- the model ----------------------------------------------------------------------------------
@@ -166,6 +194,40 @@ class Ensemble(nn.Module):
             return torch.stack(out)
 
 
+class EquivariantEnsemble(nn.Module):
+    """E shift-equivariant next-tape models with the MLP ensemble's interface: inputs (E, B, 3L + 1) -> logits
+    (E, B, L), `probs` (B, 3L + 1) -> (E, B, L). The inputs are read as four channels per cell (context post-action
+    tape, its successor, the context flag at every cell, the post-action tape); rolling the three tapes by k rolls
+    every member's prediction by k."""
+
+    def __init__(self, members: int, config: Config, env_spec):
+        super().__init__()
+        self.L = env_spec.L
+        self.members = nn.ModuleList(equivariant.per_cell_network(config, env_spec, in_channels=4)
+                                     for _ in range(members))
+
+    def per_cell_inputs(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, 3L + 1) -> (B, 4, L)."""
+        L = self.L
+        return torch.stack([x[:, :L], x[:, L:2 * L], x[:, 2 * L:2 * L + 1].expand(-1, L), x[:, 2 * L + 1:]], dim=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.stack([member.cells(self.per_cell_inputs(x[e])) for e, member in enumerate(self.members)])
+
+    def probs(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, 3L + 1) inputs shared by every member -> (E, B, L) member probabilities (no gradient)."""
+        with torch.no_grad():
+            cells = self.per_cell_inputs(x)
+            return torch.stack([member.cells(cells).sigmoid_() for member in self.members])
+
+
+def next_tape_model(config: Config, env_spec) -> nn.Module:
+    """The ensemble `config.network` asks for: MLP members or shift-equivariant ones."""
+    if config.network == "equivariant":
+        return EquivariantEnsemble(config.ensemble_size, config, env_spec)
+    return Ensemble(config.ensemble_size, env_spec.L, config.hidden_size, config.hidden_layers)
+
+
 def bernoulli_entropy(p: torch.Tensor) -> torch.Tensor:
     """Entropy in nats of Bernoulli(p), elementwise (0 at p = 0 and p = 1)."""
     return -(torch.special.xlogy(p, p) + torch.special.xlogy(1 - p, 1 - p))
@@ -227,7 +289,7 @@ class EnsembleMPCAgent:
     def __init__(self, config: Config, env_spec, total_steps: int, device):
         self.config, self.device = config, torch.device(device)
         self.L = env_spec.L
-        self.ensemble = Ensemble(config.ensemble_size, self.L, config.hidden_size, config.hidden_layers).to(self.device)
+        self.ensemble = next_tape_model(config, env_spec).to(self.device)
         self.optimizer = adam(self.ensemble.parameters(), lr=config.learning_rate)
         self.replay = Replay(config.buffer_size, self.L, self.device)
         # per-row context of the training environments: the last post-action tape and whether there is one

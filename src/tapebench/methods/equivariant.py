@@ -1,11 +1,14 @@
-"""Shift-equivariant networks on the circular tape, shared by DQN, PPO and PEARL-DQN (`network = "equivariant"`).
+"""Shift-equivariant networks on the circular tape, shared by DQN, PPO, PEARL-DQN and the ensemble MPC's next-tape
+model (`network = "equivariant"`).
 
 The CA step commutes with circular shifts of the tape, the goal (all zeros) and the initial tapes are
 shift invariant, and an action is a cell: rolling the tape by k moves the best cell by k. A network that
 respects this reads every cell with the same weights:
 
 * **input**: two channels per cell, the cell's value and the time feature t/H (the same for every cell);
-  PEARL-DQN adds its task latent z as `extra` channels, likewise broadcast to every cell;
+  PEARL-DQN adds its task latent z as `extra` channels, likewise broadcast to every cell; the ensemble MPC's
+  next-tape model reads four channels per cell instead (`EquivariantTrunk.cells`: the context transition's two
+  tapes, the context flag, the post-action tape);
 * **trunk** (`EquivariantTrunk`): a 1x1 convolution to `channels`, then `layers` residual blocks
   h <- h + act(conv_d(h) + W·mean_cells(h)), conv_d a circular convolution of kernel `kernel_size` and
   dilation d = 1, 2, 4, ..., 2^(layers-1); the pooled term (`global_pool`) mixes a summary of the whole tape
@@ -85,14 +88,16 @@ class CircularConv(nn.Module):
 class EquivariantTrunk(nn.Module):
     """Observations (N, L+1) [+ per-row features (N, extra)] -> cell features (N, channels, L).
 
-    Rolling the tape by k rolls the output along the cells by k; t/H and `extra` are per row.
+    Rolling the tape by k rolls the output along the cells by k; t/H and `extra` are per row. `cells` is the
+    same trunk on per-cell inputs a caller builds itself (N, in_channels, L): the ensemble MPC's next-tape model
+    feeds it the context transition and the post-action tape (`in_channels` then replaces 2 + extra).
     """
 
     def __init__(self, L: int, channels: int, layers: int, kernel_size: int = 3, global_pool: bool = True,
-                 extra: int = 0, activation: type[nn.Module] = nn.ReLU):
+                 extra: int = 0, activation: type[nn.Module] = nn.ReLU, in_channels: int | None = None):
         super().__init__()
         self.L, self.extra, self.global_pool = L, extra, global_pool
-        self.inp = nn.Conv1d(2 + extra, channels, 1)
+        self.inp = nn.Conv1d(2 + extra if in_channels is None else in_channels, channels, 1)
         self.convs = nn.ModuleList(CircularConv(channels, channels, kernel_size, 2 ** i) for i in range(layers))
         self.pools = nn.ModuleList(nn.Linear(channels, channels) for _ in range(layers)) if global_pool else None
         self.act = activation()
@@ -103,6 +108,10 @@ class EquivariantTrunk(nn.Module):
         x = torch.stack(channels, dim=1)
         if self.extra:
             x = torch.cat([x, extra.unsqueeze(-1).expand(-1, -1, L)], dim=1)
+        return self.cells(x)
+
+    def cells(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, in_channels, L) per-cell inputs -> (N, channels, L) cell features."""
         h = self.act(self.inp(x))
         for i, conv in enumerate(self.convs):
             u = conv(h)
@@ -123,6 +132,10 @@ class PerCellNetwork(nn.Module):
     def forward(self, obs: torch.Tensor, extra: torch.Tensor | None = None) -> torch.Tensor:
         return self.head(self.trunk(obs, extra)).squeeze(1)
 
+    def cells(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, in_channels, L) per-cell inputs -> (N, L): output i read from cell i's features only."""
+        return self.head(self.trunk.cells(x)).squeeze(1)
+
 
 class PooledNetwork(nn.Module):
     """Trunk + pooled head: (N, L+1) -> (N, 1), a linear map of the mean over cells (shift invariant)."""
@@ -136,7 +149,8 @@ class PooledNetwork(nn.Module):
         return self.head(self.trunk(obs, extra).mean(dim=-1))
 
 
-def trunk(config, env_spec, extra: int = 0, activation: type[nn.Module] = nn.ReLU) -> EquivariantTrunk:
+def trunk(config, env_spec, extra: int = 0, activation: type[nn.Module] = nn.ReLU,
+          in_channels: int | None = None) -> EquivariantTrunk:
     """The trunk a Config with the network fields asks for (its actions must be the cells)."""
     if env_spec.num_actions != env_spec.L:
         raise ValueError(f"the equivariant network needs one action per cell, got {env_spec.num_actions} actions "
@@ -147,11 +161,12 @@ def trunk(config, env_spec, extra: int = 0, activation: type[nn.Module] = nn.ReL
                          f"{config.conv_layers}, conv_kernel = {config.conv_kernel}), fewer than the tape's "
                          f"L = {env_spec.L}: raise conv_layers or set global_pool = true")
     return EquivariantTrunk(env_spec.L, config.conv_channels, config.conv_layers, config.conv_kernel,
-                            config.global_pool, extra=extra, activation=activation)
+                            config.global_pool, extra=extra, activation=activation, in_channels=in_channels)
 
 
-def per_cell_network(config, env_spec, extra: int = 0, activation: type[nn.Module] = nn.ReLU) -> PerCellNetwork:
-    return PerCellNetwork(trunk(config, env_spec, extra, activation), config.conv_channels)
+def per_cell_network(config, env_spec, extra: int = 0, activation: type[nn.Module] = nn.ReLU,
+                     in_channels: int | None = None) -> PerCellNetwork:
+    return PerCellNetwork(trunk(config, env_spec, extra, activation, in_channels), config.conv_channels)
 
 
 def pooled_network(config, env_spec, extra: int = 0, activation: type[nn.Module] = nn.ReLU) -> PooledNetwork:
