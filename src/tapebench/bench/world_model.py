@@ -183,7 +183,10 @@ def run_study(run: StudyRun) -> dict:
     else:
         config = build_config(run.agent, dict(run.variant.overrides))
         model = make_agent(run.agent, config, spec, run.steps, "cpu")
-        updates = lambda: getattr(model, "gradient_steps", None) or model.learner.updates   # noqa: E731
+        if hasattr(model, "gradient_steps"):
+            updates = lambda: model.gradient_steps            # noqa: E731
+        else:                                                 # DreamerV3, PlaNet: their RSSM learner's count
+            updates = lambda: model.learner.updates           # noqa: E731
 
         def learn(*transition):
             model.observe(*transition)
@@ -296,6 +299,5 @@ def bench_world_model(args) -> dict:
     print(f"  {'persistence (no dynamics)':<34} {'':>7} {persistence['ID']:>22.4f} {persistence['OOD']:>22.4f}")
     print(f"wall {time.perf_counter() - started:.0f} s; load average {load_average()}")
     return {"method": agents or STUDIED_METHOD, "split": split.name, "L": L, "H": H, "steps": args.steps,
-            "seeds": args.seeds,
-            "bayes_floor": floor, "bayes_floor_last_transition": floor_last, "persistence": persistence,
-            "rows": rows, "runs": results}
+            "seeds": args.seeds, "bayes_floor": floor, "bayes_floor_last_transition": floor_last,
+            "persistence": persistence, "rows": rows, "runs": results}
