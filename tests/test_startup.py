@@ -60,3 +60,19 @@ def test_numba_kernels_load_from_the_cache_in_a_second_process(tmp_path):
         runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
     second = runs[1]
     assert second["_plan_episodes"][0] >= 1 and second["_plan_episodes"][1] == 0, second
+
+
+def test_deterministic_cpu_settings_do_not_load_the_compiler_stack():
+    """`torch_settings` turns on deterministic algorithms on CPU (and restores them) without importing
+    torch._inductor, which `torch.use_deterministic_algorithms` imports only for compiled graphs (~1.3 s a job)."""
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import json, sys, torch
+        from tapebench.training.loop import torch_settings
+        before = torch.are_deterministic_algorithms_enabled()
+        with torch_settings(torch.device("cpu"), 1):
+            inside = torch.are_deterministic_algorithms_enabled()
+        print(json.dumps([before, inside, torch.are_deterministic_algorithms_enabled(),
+                          "torch._inductor" in sys.modules]))
+    """)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [False, True, False, False]

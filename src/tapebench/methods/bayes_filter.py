@@ -78,6 +78,9 @@ def _weights(M, log_r):
     return w / w.sum()
 
 
+GROUP_TABLE_BITS = 10   # open-addressing table of the predicted tapes of one action: 1024 slots >= 4 x 256 rules
+
+
 @nb.njit(cache=True)
 def _action_scores(s, b, rules, L, goal, beta, scores, igs):
     """scores[a] and IG[a] for every action from tape s under posterior b over candidate `rules`."""
@@ -88,25 +91,30 @@ def _action_scores(s, b, rules, L, goal, beta, scores, igs):
     k = live.shape[0]
     wl = b[live]
     rl = rules[live]
-    preds = np.empty(k, dtype=np.uint64)
     gp = np.empty(k, dtype=np.float64)
     gm = np.empty(k, dtype=np.float64)
+    # candidates are grouped by predicted tape through a hash table whose slots are stamped with the action, so
+    # it is never cleared; a group's weights are summed in ascending candidate order (ascending weight)
+    size = 1 << GROUP_TABLE_BITS
+    slot_key = np.zeros(size, dtype=np.uint64)
+    slot_group = np.zeros(size, dtype=np.int64)
+    slot_stamp = np.full(size, -1, dtype=np.int64)
+    shift = U64(64 - GROUP_TABLE_BITS)
     for a in range(L):
         x = s ^ (U64(1) << U64(a))
-        for j in range(k):
-            preds[j] = step_word_rule(x, rl[j], L, mask)
-        by_pred = np.argsort(preds, kind="mergesort")   # stable: ascending weight within a group
         n_groups = 0
-        j = 0
-        while j < k:
-            p = preds[by_pred[j]]
-            acc = 0.0
-            while j < k and preds[by_pred[j]] == p:
-                acc += wl[by_pred[j]]
-                j += 1
-            gp[n_groups] = acc
-            gm[n_groups] = np.float64(popcount(p ^ goal))
-            n_groups += 1
+        for j in range(k):
+            p = step_word_rule(x, rl[j], L, mask)
+            h = np.int64((p * U64(0x9E3779B97F4A7C15)) >> shift)
+            while slot_stamp[h] == a and slot_key[h] != p:
+                h = (h + 1) & (size - 1)
+            if slot_stamp[h] != a:
+                slot_stamp[h], slot_key[h], slot_group[h] = a, p, n_groups
+                gp[n_groups] = 0.0
+                gm[n_groups] = np.float64(popcount(p ^ goal))
+                n_groups += 1
+            gp[slot_group[h]] += wl[j]
+        # groups in ascending (weight, mismatch) order; groups equal in both add equal terms in any order
         o1 = np.argsort(gm[:n_groups], kind="mergesort")
         o2 = np.argsort(gp[:n_groups][o1], kind="mergesort")
         expected = 0.0
