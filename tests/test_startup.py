@@ -76,3 +76,21 @@ def test_deterministic_cpu_settings_do_not_load_the_compiler_stack():
     """)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.strip().splitlines()[-1]) == [False, True, False, False]
+
+
+def test_an_agent_built_to_be_evaluated_builds_no_optimiser():
+    """Agents build their Adam at its first use (`methods.common.LazyAdam`): evaluating a policy never imports
+    torch._dynamo (which building a torch optimiser does, ~1.8 s a job); the first update builds it."""
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import json, sys, torch
+        from tapebench.methods.contract import EnvSpec
+        from tapebench.registry import build_config, make_agent
+        spec = EnvSpec.for_tape(8, 8)
+        agent = make_agent("dqn", build_config("dqn", {}), spec, 0, "cpu")
+        agent.act(torch.zeros(2, spec.obs_dim), greedy=True)
+        evaluated = "torch._dynamo" in sys.modules
+        agent.optimizer.state_dict()
+        print(json.dumps([evaluated, "torch._dynamo" in sys.modules, type(agent.optimizer.built).__name__]))
+    """)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [False, True, "Adam"]
