@@ -52,6 +52,25 @@ def test_trained_method_needs_num_envs():
         Method(id="x", display_name="X", family="value_based", Config=NoEnvs, make_agent=lambda *a: None)
 
 
+def test_every_builtin_part_named_by_reference_resolves_and_is_checked_at_its_first_use():
+    for method in methods.registry().values():
+        assert dataclasses.is_dataclass(method.Config), method.id
+        assert isinstance(method.summary, str) and method.summary, method.id
+        if method.trains:
+            assert callable(method.make_agent) and "num_envs" in {f.name for f in dataclasses.fields(method.Config)}
+        elif method.plays_episodes:
+            assert callable(method.make_policy), method.id
+        assert method.world_test is None or callable(method.world_test), method.id
+    assert get_method("rad_dqn").training_env is None and callable(get_method("ppo_dr").training_env)
+    assert get_method("dqn_equivariant").Config.__name__ == "EquivariantConfig"
+    # a Config named by reference is checked when it is read, with the same message
+    lazy = Method(id="lazy", display_name="Lazy", family="value_based",
+                  Config=methods.Ref("tapebench.methods.random_policy", "Config"), make_agent=lambda *a: None)
+    assert lazy.trains
+    with pytest.raises(ValueError, match="'lazy' trains, so its Config needs a num_envs field"):
+        lazy.Config
+
+
 def test_unknown_method_and_hyperparameters_are_named():
     with pytest.raises(ValueError, match="unknown method 'nope'; registered methods: .*'dqn'"):
         get_method("nope")

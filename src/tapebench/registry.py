@@ -48,6 +48,29 @@ class PolicyContext:
 
 
 @dataclass(frozen=True)
+class Ref:
+    """A part of a method named by where it lives, `module` and `attribute`, imported at its first use: listing
+    methods by name, family and kind (tables, figures, the Snakefile's DAG) then imports no agent module, hence
+    no torch. `optional`: an absent attribute is None. The attribute `__doc__` stands for its first line."""
+
+    module: str
+    attribute: str
+    optional: bool = False
+
+    def load(self):
+        module = importlib.import_module(self.module)
+        if self.attribute == "__doc__":
+            lines = (module.__doc__ or "").strip().splitlines()
+            return lines[0] if lines else ""
+        if self.optional:
+            return getattr(module, self.attribute, None)
+        return getattr(module, self.attribute)
+
+
+LAZY_PARTS = ("Config", "make_agent", "make_policy", "training_env", "world_test", "summary")
+
+
+@dataclass(frozen=True)
 class Method:
     """One registry entry.
 
@@ -76,6 +99,9 @@ class Method:
                      methods that train get their final checkpoint's agent in `context.agent`. A method with
                      only `world_test` (no make_agent, no make_policy) exists for the world test alone
     summary          one line for `tapebench methods`
+
+    Config, make_agent, make_policy, training_env, world_test and summary may be given as a `Ref`: the part is
+    imported when it is first read (and checked then), never by reading the other fields or `trains`.
     """
 
     id: str
@@ -100,29 +126,47 @@ class Method:
                              f"wildcard), got {self.id!r}")
         if self.family not in FAMILIES:
             raise ValueError(f"method {self.id!r}: family must be one of {list(FAMILIES)}, got {self.family!r}")
-        if self.make_agent is not None and self.make_policy is not None:
+        make_policy = self._part("make_policy")
+        if self.trains and make_policy is not None:
             raise ValueError(f"method {self.id!r} needs one of make_agent (it trains) or make_policy "
                              f"(it does not), not both")
-        if self.make_agent is None and self.make_policy is None and self.world_test is None:
+        if not self.trains and make_policy is None and self._part("world_test") is None:
             raise ValueError(f"method {self.id!r} needs make_agent (it trains), make_policy (it does not) or "
                              f"world_test (it takes part in the world test only)")
-        if not dataclasses.is_dataclass(self.Config):
-            raise ValueError(f"method {self.id!r}: Config must be a dataclass, got {self.Config!r}")
-        if self.trains and "num_envs" not in {f.name for f in dataclasses.fields(self.Config)}:
-            raise ValueError(f"method {self.id!r} trains, so its Config needs a num_envs field")
-        if self.training_env is not None and not self.trains:
+        if not isinstance(self._part("Config"), Ref):
+            self._check_config(self.Config)
+        if self._part("training_env") is not None and not self.trains:
             raise ValueError(f"method {self.id!r}: training_env is only for methods that train")
         if (self.world_model or not self.every_checkpoint) and not self.trains:
             raise ValueError(f"method {self.id!r}: world_model and every_checkpoint are only for methods that train")
 
+    def _part(self, name: str):
+        """A field as given (a `Ref` stays unresolved)."""
+        return object.__getattribute__(self, name)
+
+    def __getattribute__(self, name: str):
+        value = object.__getattribute__(self, name)
+        if name in LAZY_PARTS and isinstance(value, Ref):
+            value = value.load()
+            if name == "Config":
+                self._check_config(value)
+            object.__setattr__(self, name, value)
+        return value
+
+    def _check_config(self, config) -> None:
+        if not dataclasses.is_dataclass(config):
+            raise ValueError(f"method {self.id!r}: Config must be a dataclass, got {config!r}")
+        if self.trains and "num_envs" not in {f.name for f in dataclasses.fields(config)}:
+            raise ValueError(f"method {self.id!r} trains, so its Config needs a num_envs field")
+
     @property
     def trains(self) -> bool:
-        return self.make_agent is not None
+        return self._part("make_agent") is not None
 
     @property
     def plays_episodes(self) -> bool:
         """It has TAPE episodes to evaluate (trains, or has an evaluation policy); False: world test only."""
-        return self.make_agent is not None or self.make_policy is not None
+        return self.trains or self._part("make_policy") is not None
 
     @property
     def family_name(self) -> str:
@@ -131,9 +175,13 @@ class Method:
     @classmethod
     def from_agent_module(cls, id: str, display_name: str, family: str, module, **kwargs) -> "Method":
         """A method that trains, from a CleanRL-style module with `Config`, `make` and optional `training_env`
-        (`Config=` another dataclass of the module: a row with other defaults, e.g. a larger preset)."""
+        (`Config=` another dataclass of the module: a row with other defaults, e.g. a larger preset). `module`
+        given by name is imported at the first use of one of its parts (`Config=` then names an attribute)."""
         if isinstance(module, str):
-            module = importlib.import_module(module)
+            config = Ref(module, kwargs.pop("Config", "Config"))
+            return cls(id=id, display_name=display_name, family=family, Config=config, make_agent=Ref(module, "make"),
+                       training_env=Ref(module, "training_env", optional=True),
+                       summary=kwargs.pop("summary", Ref(module, "__doc__")), **kwargs)
         doc = (module.__doc__ or "").strip().splitlines()
         config = kwargs.pop("Config", module.Config)
         return cls(id=id, display_name=display_name, family=family, Config=config, make_agent=module.make,
@@ -142,66 +190,73 @@ class Method:
 
 
 def _builtin() -> list[Method]:
-    # lazy: a command loads only the modules it runs
-    from tapebench.methods import (bayes_filter, curl_dqn, dqn, dreamer, ensemble_mpc, exact, identify_then_plan, mpc,
-                                   pearl_dqn, planet, ppo, ppo_dr, rad_dqn, rainbow, random_policy, rl2_a2c, world_test)
+    # Every part by name (`Ref`): a command imports only the method modules it runs.
+    def module(name: str) -> str:
+        return f"tapebench.methods.{name}"
 
-    def agent(*args, **kwargs):
+    def part(name: str, attribute: str) -> Ref:
+        return Ref(module(name), attribute)
+
+    def agent(id, display_name, family, name, **kwargs):
         if kwargs.get("world_model"):   # a learned world model answers the world test through its rollouts
-            kwargs.setdefault("world_test", world_test.learned_model_tester)
-        return Method.from_agent_module(*args, **kwargs)
+            kwargs.setdefault("world_test", part("world_test", "learned_model_tester"))
+        return Method.from_agent_module(id, display_name, family, module(name), **kwargs)
 
     return [
-        agent("dqn", "DQN", "value_based", dqn, any_rule_family=True),
-        agent("ppo", "PPO", "actor_critic", ppo, any_rule_family=True),
-        agent("dqn_equivariant", "DQN (equivariant)", "value_based", dqn, Config=dqn.EquivariantConfig,
+        agent("dqn", "DQN", "value_based", "dqn", any_rule_family=True),
+        agent("ppo", "PPO", "actor_critic", "ppo", any_rule_family=True),
+        agent("dqn_equivariant", "DQN (equivariant)", "value_based", "dqn", Config="EquivariantConfig",
               any_rule_family=True, every_checkpoint=False,
               summary="DQN with a shift-equivariant Q-network: circular convolutions over the cells, Q(s, a) read "
                       "from cell a"),
-        agent("ppo_equivariant", "PPO (equivariant)", "actor_critic", ppo, Config=ppo.EquivariantConfig,
+        agent("ppo_equivariant", "PPO (equivariant)", "actor_critic", "ppo", Config="EquivariantConfig",
               any_rule_family=True, every_checkpoint=False,
               summary="PPO with shift-equivariant actor and critic: cell a's logit from cell a, the value pooled "
                       "over cells"),
-        agent("rainbow", "Rainbow", "value_based", rainbow),
-        agent("ppo_dr", "PPO + DR", "actor_critic", ppo_dr),
-        agent("rad_dqn", "DQN + RAD", "augmentation", rad_dqn),
-        agent("curl_dqn", "DQN + CURL", "augmentation", curl_dqn),
-        agent("pearl_dqn", "PEARL-DQN", "task_inference", pearl_dqn),
-        agent("pearl_dqn_equivariant", "PEARL-DQN (equivariant)", "task_inference", pearl_dqn,
-              Config=pearl_dqn.EquivariantConfig, every_checkpoint=False,
+        agent("rainbow", "Rainbow", "value_based", "rainbow"),
+        agent("ppo_dr", "PPO + DR", "actor_critic", "ppo_dr"),
+        agent("rad_dqn", "DQN + RAD", "augmentation", "rad_dqn"),
+        agent("curl_dqn", "DQN + CURL", "augmentation", "curl_dqn"),
+        agent("pearl_dqn", "PEARL-DQN", "task_inference", "pearl_dqn"),
+        agent("pearl_dqn_equivariant", "PEARL-DQN (equivariant)", "task_inference", "pearl_dqn",
+              Config="EquivariantConfig", every_checkpoint=False,
               summary="PEARL-DQN with a shift-equivariant Q-network, the task latent broadcast to every cell"),
-        agent("rl2_a2c", "RL2-A2C", "task_inference", rl2_a2c),
-        agent("dreamer", "DreamerV3", "world_model", dreamer, world_model=True),
-        agent("dreamer_large", "DreamerV3 (large)", "world_model", dreamer, Config=dreamer.LargeConfig, world_model=True,
+        agent("rl2_a2c", "RL2-A2C", "task_inference", "rl2_a2c"),
+        agent("dreamer", "DreamerV3", "world_model", "dreamer", world_model=True),
+        agent("dreamer_large", "DreamerV3 (large)", "world_model", "dreamer", Config="LargeConfig", world_model=True,
               summary="DreamerV3 with world-model widths x2 and train ratio 64: a more accurate world model at ~8x "
                       "the CPU"),
-        agent("planet", "PlaNet-MPC", "world_model", planet, world_model=True, every_checkpoint=False),
-        agent("ensemble_mpc", "Ensemble MPC", "world_model", ensemble_mpc, world_model=True, every_checkpoint=False),
-        agent("ensemble_mpc_equivariant", "Ensemble MPC (equivariant)", "world_model", ensemble_mpc,
-              Config=ensemble_mpc.EquivariantConfig, world_model=True, every_checkpoint=False,
+        agent("planet", "PlaNet-MPC", "world_model", "planet", world_model=True, every_checkpoint=False),
+        agent("ensemble_mpc", "Ensemble MPC", "world_model", "ensemble_mpc", world_model=True, every_checkpoint=False),
+        agent("ensemble_mpc_equivariant", "Ensemble MPC (equivariant)", "world_model", "ensemble_mpc",
+              Config="EquivariantConfig", world_model=True, every_checkpoint=False,
               summary="ensemble MPC whose next-tape models are shift-equivariant: circular convolutions over the "
                       "cells, the context transition read through pooling"),
-        agent("ensemble_mpc_ig", "Ensemble MPC + IG", "world_model", ensemble_mpc, Config=ensemble_mpc.IGConfig,
+        agent("ensemble_mpc_ig", "Ensemble MPC + IG", "world_model", "ensemble_mpc", Config="IGConfig",
               world_model=True, every_checkpoint=False,
               summary="ensemble MPC with beta x ensemble disagreement (nats) added to each planned step"),
-        Method("bayes_filter", "Bayes filter (train)", "belief", bayes_filter.Config,
-               make_policy=bayes_filter.make_policy,
+        Method("bayes_filter", "Bayes filter (train)", "belief", part("bayes_filter", "Config"),
+               make_policy=part("bayes_filter", "make_policy"),
                summary="posterior over the training rules, one-step greedy on expected distance + 0.25 x IG"),
-        Method("bayes_filter_full", "Bayes filter (full)", "belief", bayes_filter.Config,
-               make_policy=bayes_filter.make_policy_full,
+        Method("bayes_filter_full", "Bayes filter (full)", "belief", part("bayes_filter", "Config"),
+               make_policy=part("bayes_filter", "make_policy_full"),
                summary="posterior over all 256 rules, one-step greedy on expected distance + 0.25 x IG"),
-        Method("identify_then_plan", "Identify-then-plan", "belief", identify_then_plan.Config,
-               make_policy=identify_then_plan.make_policy, world_test=world_test.random_exploration_tester,
+        Method("identify_then_plan", "Identify-then-plan", "belief", part("identify_then_plan", "Config"),
+               make_policy=part("identify_then_plan", "make_policy"),
+               world_test=part("world_test", "random_exploration_tester"),
                summary="rule tables consistent with the transitions seen, MPC (8 x 512) averaged over them"),
-        Method("active_identify", "Active identification", "belief", world_test.ActiveConfig,
-               world_test=world_test.active_exploration_tester,
+        Method("active_identify", "Active identification", "belief", part("world_test", "ActiveConfig"),
+               world_test=part("world_test", "active_exploration_tester"),
                summary="world test only: flips that pin the most unknown rule-table bits, then exact reasoning"),
-        Method("random", "Random policy", "reference", random_policy.Config, make_policy=random_policy.make_policy,
-               any_rule_family=True, world_test=world_test.chance_tester, summary="a uniformly random cell each step: the floor"),
-        Method("mpc", "True-dynamics MPC", "reference", mpc.MPCMethodConfig, make_policy=mpc.make_policy,
-               sees_true_rule=True, any_rule_family=True, world_test=world_test.true_rule_tester,
+        Method("random", "Random policy", "reference", part("random_policy", "Config"),
+               make_policy=part("random_policy", "make_policy"), any_rule_family=True,
+               world_test=part("world_test", "chance_tester"), summary="a uniformly random cell each step: the floor"),
+        Method("mpc", "True-dynamics MPC", "reference", part("mpc", "MPCMethodConfig"),
+               make_policy=part("mpc", "make_policy"),
+               sees_true_rule=True, any_rule_family=True, world_test=part("world_test", "true_rule_tester"),
                summary="random-shooting MPC with the episode's true rule (8 x 512)"),
-        Method("exact", "Exact optimum", "reference", exact.ExactConfig, make_policy=exact.make_policy,
+        Method("exact", "Exact optimum", "reference", part("exact", "ExactConfig"),
+               make_policy=part("exact", "make_policy"),
                sees_true_rule=True, deterministic=True, by_rule=True,
                summary="exact finite-horizon optimum by dynamic programming over all 2^L tapes (L <= 20)"),
     ]
