@@ -16,7 +16,8 @@ Small preset for L = 32 (the Config defaults): h 128, z 32 x 4 categoricals, MLP
 layer of 128, batch 16 chunks x 32 steps, train ratio 16 replayed steps per environment step (one
 world-model and one actor-critic update every 32 environment steps), imagination from 256 of the 512
 replayed posterior states. DreamerV3's own presets are far larger (h >= 512, train ratio 32-1024);
-this one trains at ~400 environment steps/s on one CPU thread (200k steps in about 8.5 minutes).
+this one trained at ~400 environment steps/s on one CPU thread in one session and at ~240 in a later one on
+the same code (200k steps in 8.5-14 minutes; docs/methods.md).
 
 Acting in training samples the posterior and the actor; each row keeps its deterministic state h,
 reset to zeros when its episode ends. Evaluation (`evaluation_policy()`) keeps h per row (reset in
