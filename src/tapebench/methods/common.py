@@ -2,40 +2,85 @@
 from __future__ import annotations
 
 import torch
+from torch.optim.adam import adam as adam_update
+
+FUSED_ADAM_DEVICES = ("cpu", "cuda")   # where torch 2.x has the fused Adam kernel
 
 
-def adam(parameters, lr: float, eps: float = 1e-8) -> "LazyAdam":
-    """Adam, using the fused kernel where this torch build has it (about 20% faster per update on CPU), built at its
-    first use (`LazyAdam`).
+def adam(parameters, lr: float, eps: float = 1e-8) -> "Adam":
+    """Adam, using the fused kernel where this torch build has it (about 20% faster per update on CPU).
 
     Fused and unfused Adam agree to rounding, not bit for bit; a run always uses the same one.
     """
-    return LazyAdam(parameters, lr, eps)
+    return Adam(parameters, lr, eps)
 
 
-class LazyAdam:
-    """A `torch.optim.Adam` that is built the first time anything of it is used; every attribute is that optimiser's.
+class Adam:
+    """`torch.optim.Adam(parameters, lr=lr, eps=eps, fused=True)` (unfused where the parameters' device has no fused
+    kernel), bit for bit, without `torch.optim.Optimizer`: it calls torch's own update, `torch.optim.adam.adam`, on
+    state kept in torch's layout, and its `state_dict` is interchangeable with torch's. Constructing or stepping a
+    torch optimiser imports torch._dynamo (~1.3 CPU-seconds in every training job, which compiles nothing).
 
-    Building a torch optimiser imports torch._dynamo (~1.8 CPU-seconds); a job that only evaluates a trained policy
-    builds the agent but never updates it, so it never pays that.
+    Used as agents use an optimiser: `zero_grad()`, `step()`, `param_groups[0]["lr"]` (annealing), `state_dict()`,
+    `load_state_dict()`; one parameter group, no weight decay, no AMSGrad.
     """
 
     def __init__(self, parameters, lr: float, eps: float):
-        self._parameters, self._lr, self._eps, self._built = list(parameters), lr, eps, None
+        params = list(parameters)
+        fused = all(p.is_floating_point() and p.device.type in FUSED_ADAM_DEVICES for p in params)
+        self.param_groups = [{"params": params, "lr": lr, "betas": (0.9, 0.999), "eps": eps, "weight_decay": 0,
+                              "amsgrad": False, "maximize": False, "foreach": None, "capturable": False,
+                              "differentiable": False, "fused": True if fused else None,
+                              "decoupled_weight_decay": False}]
+        self.state: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
 
-    @property
-    def built(self) -> torch.optim.Adam:
-        if self._built is None:
-            try:
-                self._built = torch.optim.Adam(self._parameters, lr=self._lr, eps=self._eps, fused=True)
-            except (RuntimeError, TypeError):  # torch builds without fused Adam for this device
-                self._built = torch.optim.Adam(self._parameters, lr=self._lr, eps=self._eps)
-        return self._built
+    def zero_grad(self) -> None:
+        for p in self.param_groups[0]["params"]:
+            p.grad = None
 
-    def __getattr__(self, name: str):
-        if name.startswith("_"):   # copy/pickle probes and a half-initialised object: no optimiser to ask
-            raise AttributeError(name)
-        return getattr(self.built, name)
+    @torch.no_grad()
+    def step(self) -> None:
+        group = self.param_groups[0]
+        params, grads, exp_avgs, exp_avg_sqs, steps = [], [], [], [], []
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            state = self.state.get(p)
+            if state is None:   # torch's first-step state: the step count on the device when fused, else on the CPU
+                state = self.state[p] = {
+                    "step": torch.zeros((), dtype=torch.float32, device=p.device if group["fused"] else "cpu"),
+                    "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
+                    "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format)}
+            params.append(p)
+            grads.append(p.grad)
+            exp_avgs.append(state["exp_avg"])
+            exp_avg_sqs.append(state["exp_avg_sq"])
+            steps.append(state["step"])
+        beta1, beta2 = group["betas"]
+        adam_update(params, grads, exp_avgs, exp_avg_sqs, [], steps, foreach=group["foreach"], fused=group["fused"],
+                    amsgrad=False, beta1=beta1, beta2=beta2, lr=group["lr"], weight_decay=group["weight_decay"],
+                    eps=group["eps"], maximize=False)
+
+    def state_dict(self) -> dict:
+        group = self.param_groups[0]
+        index = {id(p): i for i, p in enumerate(group["params"])}
+        return {"state": {index[id(p)]: dict(state) for p, state in self.state.items()},
+                "param_groups": [{**{k: v for k, v in group.items() if k != "params"},
+                                  "params": list(range(len(group["params"])))}]}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        (saved,) = state_dict["param_groups"]
+        params = self.param_groups[0]["params"]
+        if len(saved["params"]) != len(params):
+            raise ValueError(f"optimiser state for {len(saved['params'])} parameters, this optimiser has {len(params)}")
+        fused = bool(saved.get("fused"))
+        self.state = {}
+        for i, state in state_dict["state"].items():
+            p = params[int(i)]
+            self.state[p] = {k: (v.to(dtype=torch.float32, device=p.device if fused else "cpu") if k == "step"
+                                 else v.to(dtype=p.dtype, device=p.device)) for k, v in state.items()}
+        self.param_groups[0].update({k: v for k, v in saved.items() if k != "params"})
+
 
 
 @torch.no_grad()
