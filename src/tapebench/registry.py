@@ -176,16 +176,17 @@ class Method:
     def from_agent_module(cls, id: str, display_name: str, family: str, module, **kwargs) -> "Method":
         """A method that trains, from a CleanRL-style module with `Config`, `make` and optional `training_env`
         (`Config=` another dataclass of the module: a row with other defaults, e.g. a larger preset). `module`
-        given by name is imported at the first use of one of its parts (`Config=` then names an attribute)."""
-        if isinstance(module, str):
-            config = Ref(module, kwargs.pop("Config", "Config"))
-            return cls(id=id, display_name=display_name, family=family, Config=config, make_agent=Ref(module, "make"),
-                       training_env=Ref(module, "training_env", optional=True),
-                       summary=kwargs.pop("summary", Ref(module, "__doc__")), **kwargs)
-        doc = (module.__doc__ or "").strip().splitlines()
-        config = kwargs.pop("Config", module.Config)
-        return cls(id=id, display_name=display_name, family=family, Config=config, make_agent=module.make,
-                   training_env=getattr(module, "training_env", None), summary=kwargs.pop("summary", doc[0] if doc else ""),
+        given by name is imported at the first use of one of its parts; `Config=` may name an attribute of it."""
+        name = module if isinstance(module, str) else module.__name__
+
+        def part(attribute: str, optional: bool = False):
+            ref = Ref(name, attribute, optional)
+            return ref if isinstance(module, str) else ref.load()
+
+        config = kwargs.pop("Config", "Config")
+        return cls(id=id, display_name=display_name, family=family,
+                   Config=part(config) if isinstance(config, str) else config, make_agent=part("make"),
+                   training_env=part("training_env", optional=True), summary=kwargs.pop("summary", part("__doc__")),
                    **kwargs)
 
 

@@ -82,7 +82,6 @@ class Adam:
         self.param_groups[0].update({k: v for k, v in saved.items() if k != "params"})
 
 
-
 @torch.no_grad()
 def gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, next_value: torch.Tensor,
         gamma: float, gae_lambda: float) -> tuple[torch.Tensor, torch.Tensor]:
