@@ -9,8 +9,9 @@ import pytest
 import torch
 from torch import nn
 
-from tapebench.bench.flops import ceiling_steps_per_s, count_flops
+from tapebench.bench.flops import ceiling_steps_per_s, count_flops, counted_run_flops, steady_flops_per_step
 from tapebench.cli import main
+from tapebench.training.loop import TrainSpec
 
 
 def test_counted_flops_of_a_linear_layer_and_its_backward_match_the_closed_form():
@@ -40,3 +41,24 @@ def test_bench_flops_runs_and_no_loop_beats_its_ceiling(tmp_path, capsys):
 def test_bench_flops_refuses_a_method_that_does_not_train(capsys):
     assert main(["bench", "flops", "--agents", "random"]) == 2
     assert "do not train" in capsys.readouterr().err
+
+
+def test_steady_flops_per_step_is_the_learning_phase_rate_in_closed_form():
+    # DQN at L = 8: Q-network 9 -> 32 -> 32 -> 8, batch 16, learning from step 64, so both counted runs (128 and
+    # 256 env steps) end in the learning phase and their difference is 32 batched steps of 4 env steps, each one
+    # act on 4 rows and one gradient step: online and target forward on the batch, the weight gradients of every
+    # layer and the input gradients of the two layers after the first
+    width = 9 * 32 + 32 * 32 + 32 * 8
+    batch = 16
+    per_batched_step = 2 * 4 * width + 3 * (2 * batch * width) + 2 * batch * (32 * 32 + 32 * 8)
+    spec = TrainSpec(agent="dqn", rules=(30, 90), seed=0, L=8, H=8, total_steps=256, eval_every=256,
+                     hyperparameters={"hidden_size": 32, "batch_size": batch, "learning_starts": 64})
+    assert steady_flops_per_step(spec) == per_batched_step / 4
+    # the average over a whole run from step 0 counts the warm-up's act-only steps: lower
+    steps, flops = counted_run_flops(spec)
+    assert flops / steps < per_batched_step / 4
+
+
+def test_bench_floor_is_an_option_of_bench_pipeline_only(capsys):
+    assert main(["bench", "flops", "--agents", "dqn", "--floor", "100"]) == 2
+    assert "--floor is an option of bench pipeline" in capsys.readouterr().err

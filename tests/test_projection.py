@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tapebench.pipeline.projection import (CostModel, DagJob, dependencies, job_seconds, linear_fit, parse_dry_run,
-                                           schedule_wall)
+from tapebench.pipeline.projection import (CostModel, DagJob, arithmetic_shape, dependencies, job_seconds, linear_fit,
+                                           parse_dry_run, schedule_wall, training_floor, training_job)
 
 DRY_RUN = """\
 Building DAG of jobs...
@@ -74,3 +74,23 @@ def test_job_costs_from_the_config():
 def test_linear_fit_separates_fixed_and_per_unit_cost():
     assert linear_fit(10, 3.0, 20, 5.0) == pytest.approx((1.0, 0.2))
     assert linear_fit(10, 3.0, 20, 2.9) == pytest.approx((0.0, 2.9 / 20))     # noise: the big run's mean
+
+
+def test_training_floor_charges_each_training_job_its_own_runs_flops_at_the_gemm_rate():
+    config = {"env": {"L": 32, "H": 32}, "main_split": "main", "agents": {"dreamer": {"train_ratio": 4}},
+              "training": {"total_steps": 1000, "eval_every": 500},
+              "diagnostics": {"sweep": {"method": "dreamer", "hyperparameter": "imagination_horizon"}},
+              "studies": {"fixed_z": {"total_steps": 400, "eval_every": 200}}}
+    jobs = [DagJob(1, "train", {"agent": "dqn", "split": "main", "seed": "0"}),
+            DagJob(2, "train", {"agent": "dqn", "split": "main", "seed": "1"}),
+            DagJob(3, "train_fixed_z", {"agent": "dqn", "L": "16", "H": "16", "rule": "4", "seed": "0"}),
+            DagJob(4, "train_sweep", {"split": "main", "method": "dreamer", "field": "imagination_horizon",
+                                      "value": "5", "seed": "0"}),
+            DagJob(5, "render_table3")]
+    shapes = [arithmetic_shape(*training_job(job, config)) for job in jobs[:4]]
+    assert shapes[0] == shapes[1] and len(set(shapes)) == 3          # L = 16 and the sweep value are runs of their own
+    assert training_job(jobs[4], config) is None
+    assert '"imagination_horizon":5' in shapes[3] and '"train_ratio":4' in shapes[3]
+    floor = {"gemm_flops_per_s": 1e9, "flops_per_env_step": {shapes[0]: 2e6, shapes[2]: 1e6, shapes[3]: 5e6}}
+    assert training_floor(jobs, config, floor) == pytest.approx({"dqn": (2 * 1000 * 2e6 + 400 * 1e6) / 1e9,
+                                                                 "dreamer": 1000 * 5e6 / 1e9})

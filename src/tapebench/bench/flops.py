@@ -12,6 +12,7 @@ the ceiling of a short run is above a long run's: a conservative bound.
 """
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 
 import torch
@@ -47,6 +48,26 @@ def gemm_rate(shapes=GEMM_SHAPES, seconds: float = 0.3, repeats: int = 3) -> dic
 def ceiling_steps_per_s(steps: int, flops: int, flops_per_s: float) -> float:
     """Env steps/s if the run did nothing but its FLOPs at `flops_per_s`."""
     return float("inf") if flops == 0 else steps * flops_per_s / flops
+
+
+def counted_run_flops(spec: TrainSpec, threads: int = 1) -> tuple[int, int]:
+    """(env steps, FLOPs) of training `spec` once from scratch under the counter."""
+    with tempfile.TemporaryDirectory(prefix=f"tapebench-flops-{spec.agent}-") as run_dir:
+        result = {}
+        flops = count_flops(lambda: result.update(train(spec, run_dir, device="cpu", threads=threads, quiet=True)))
+    return int(result["training"]["env_steps"]), flops
+
+
+def steady_flops_per_step(spec: TrainSpec, threads: int = 1) -> float:
+    """FLOPs per env step once learning runs: two counted runs of `spec`, of total_steps / 2 and total_steps
+    env steps, and the difference of their FLOPs over the difference of their steps. The warm-up before
+    learning starts (few FLOPs) cancels, so a run of any length is charged the rate of its learning phase."""
+    half = dataclasses.replace(spec, total_steps=max(1, spec.total_steps // 2), eval_every=max(1, spec.total_steps // 2))
+    whole = dataclasses.replace(spec, eval_every=spec.total_steps)
+    (steps_a, flops_a), (steps_b, flops_b) = counted_run_flops(half, threads), counted_run_flops(whole, threads)
+    if steps_b <= steps_a:
+        raise ValueError(f"steady_flops_per_step needs total_steps >= 2 batched steps, got {spec.total_steps}")
+    return (flops_b - flops_a) / (steps_b - steps_a)
 
 
 def measure_agent(agent: str, *, rules, L: int, H: int, steps: int, seed: int, threads: int) -> dict:

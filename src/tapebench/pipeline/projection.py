@@ -11,7 +11,9 @@ One run measures what the config's jobs cost on this machine and combines it wit
 4. each job's CPU-seconds from its rule and wildcards (`job_seconds`: a training job's steps over the method's
    steps/s, an evaluation's checkpoints x episodes x H x cost per episode step, plus its start-up; every other
    job a start-up), then the wall time on N cores by list scheduling of the dependency graph (longest job first
-   among the ready ones).
+   among the ready ones);
+5. with `--floor`, the training jobs' arithmetic floor: each distinct training run's matrix-product FLOPs per env
+   step (counted, `measure_floor`) at this core's best GEMM rate (`training_floor`).
 
 Every timing is CPU time (the process's, or its children's for start-ups), so a loaded machine slows the
 measurement but hardly moves the figures; the wall time assumes idle cores. What is estimated rather than
@@ -35,7 +37,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tapebench.pipeline.config import load_config, split_rule_space, validate_config
+from tapebench.pipeline.config import (dumps, fixed_z_train_slice, load_config, split_rule_space, sweep_train_slice,
+                                       train_slice, validate_config)
 from tapebench.registry import get_method
 from tapebench.schemas import WORLDTEST_AGGREGATE_COLUMNS
 from tapebench.settings import checkpoints_per_run, worldtest_study
@@ -285,6 +288,54 @@ def measure(config: dict, methods, *, steps: int, log=print) -> CostModel:
     return model
 
 
+def measure_floor(jobs: list[DagJob], config: dict, *, steps: int, log=print) -> dict:
+    """FLOPs per env step of every distinct training run of the DAG (method, hyperparameters, L, H), counted in
+    its learning phase (`bench.flops.steady_flops_per_step`, runs of steps / 2 and steps), and this core's best
+    GEMM rate: what `training_floor` needs."""
+    # torch: loaded only when the floor is measured
+    import torch
+
+    # the methods and the FLOP counter: likewise
+    from tapebench.bench.flops import gemm_rate, steady_flops_per_step
+    from tapebench.bench.training import heartbeat
+    from tapebench.training.loop import TrainSpec
+
+    torch.set_num_threads(1)   # the rate of the one core a training job runs on
+
+    rules = tuple(split_rule_space(config, config["main_split"]))
+    shapes = {}
+    for job in jobs:
+        training = training_job(job, config)
+        if training is not None:
+            shapes.setdefault(arithmetic_shape(*training), training)
+    rate = gemm_rate()["best"]
+    log(f"arithmetic floor: {len(shapes)} distinct training runs, FLOPs counted over {steps // 2} and {steps} env "
+        f"steps each; best GEMM rate of this core {rate / 1e9:.1f} GFLOP/s", flush=True)
+    flops = {}
+    for key, (method, train) in sorted(shapes.items()):
+        L, H = int(train["env"]["L"]), int(train["env"]["H"])
+        spec = TrainSpec(agent=method, rules=rules, seed=0, hyperparameters=train["agent"], L=L, H=H,
+                         total_steps=steps, eval_every=steps)
+        with heartbeat(f"{method}: counting FLOPs at L={L}, H={H}"):
+            flops[key] = steady_flops_per_step(spec)
+        overrides = f", {dumps(train['agent'])}" if train["agent"] else ""
+        log(f"  {method} at L={L}, H={H}{overrides}: {flops[key] / 1e6:.2f} MFLOP per env step", flush=True)
+    return {"gemm_flops_per_s": rate, "flops_per_env_step": flops}
+
+
+def training_floor(jobs: list[DagJob], config: dict, floor: dict) -> dict[str, float]:
+    """CPU-seconds per method of the DAG's training jobs if they did nothing but their matrix products at the
+    best GEMM rate: no implementation at the same hyperparameters trains faster on this core."""
+    seconds = Counter()
+    for job in jobs:
+        training = training_job(job, config)
+        if training is not None:
+            method, train = training
+            flops = int(train["training"]["total_steps"]) * floor["flops_per_env_step"][arithmetic_shape(*training)]
+            seconds[method] += flops / floor["gemm_flops_per_s"]
+    return dict(seconds)
+
+
 def _rule_count(config: dict, split: str) -> int:
     if split in config["splits"]:
         return len(split_rule_space(config, split))
@@ -300,16 +351,35 @@ def _schedule(config: dict, rule: str) -> tuple[int, int]:
     return int(config["training"]["total_steps"]), int(config["training"]["eval_every"])
 
 
+def training_job(job: DagJob, config: dict) -> tuple[str, dict] | None:
+    """(method, config slice) of a training job, the slice the workflow passes to `tapebench train --params`;
+    None for any other job."""
+    rule, w = job.rule, job.wildcards
+    if rule == "train":
+        return w["agent"], train_slice(config, w["agent"])
+    if rule in ("train_fixed_z", "train_multi_rule"):
+        return w["agent"], fixed_z_train_slice(config, w["agent"], w["L"], w["H"])
+    if rule == "train_sweep":
+        return config["diagnostics"]["sweep"]["method"], sweep_train_slice(config, w["value"])
+    if rule in TRAIN_RULES:
+        raise ValueError(f"training rule {rule!r} has no config slice in training_job")
+    return None
+
+
+def arithmetic_shape(method: str, train: dict) -> str:
+    """What a training run's FLOPs per env step depend on: the method, its hyperparameters, L and H."""
+    return dumps({"method": method, "agent": train["agent"], "L": int(train["env"]["L"]), "H": int(train["env"]["H"])})
+
+
 def job_seconds(job: DagJob, config: dict, model: CostModel) -> tuple[float, str]:
     """(CPU-seconds, cost centre) of one job."""
     rule, w = job.rule, job.wildcards
     agent = w.get("agent") or w.get("method")
-    if rule == "train_sweep":
-        agent = config["diagnostics"]["sweep"]["method"]
     episodes_per_rule = int(config["evaluation"]["episodes_per_rule"])
-    if rule in TRAIN_RULES:
-        steps, _ = _schedule(config, rule)
-        return model.train_s + steps / model.train_steps_per_s[agent], f"train {agent}"
+    training = training_job(job, config)
+    if training is not None:
+        agent, train = training
+        return model.train_s + int(train["training"]["total_steps"]) / model.train_steps_per_s[agent], f"train {agent}"
     if rule in EVAL_RULES or rule in METHOD_EVAL_RULES:
         if rule == "evaluate_sweep":
             agent = config["diagnostics"]["sweep"]["method"]
@@ -356,7 +426,7 @@ def methods_of(jobs: list[DagJob], config: dict) -> list[str]:
 
 
 def bench_pipeline(args) -> dict:
-    """Entry point of `tapebench bench pipeline` (options: --configfile, --cores, --target, --steps, --json)."""
+    """Entry point of `tapebench bench pipeline` (options: --configfile, --cores, --target, --steps, --json, --floor)."""
     configfiles = list(args.configfile or [])
     cores = int(args.cores)
     if cores < 1:
@@ -391,8 +461,25 @@ def bench_pipeline(args) -> dict:
     print("top cost centres (CPU-hours, share):")
     for name, s in by_centre.most_common(12):
         print(f"  {name:<32} {s / 3600:8.3f}  {100 * s / cpu:5.1f}%")
+    floor = None
+    if args.floor:
+        floor = measure_floor(jobs, config, steps=args.floor, log=print)
+        floor["training_cpu_hours"] = {m: s / 3600 for m, s in training_floor(jobs, config, floor).items()}
+        projected = Counter()
+        for job in jobs:
+            if training_job(job, config) is not None:
+                projected[job_seconds(job, config, model)[1].removeprefix("train ")] += seconds[job.jobid]
+        floor_s, projected_s = 3600 * sum(floor["training_cpu_hours"].values()), sum(projected.values())
+        floor["dag_cpu_hours"] = (cpu - projected_s + floor_s) / 3600
+        print(f"\narithmetic floor of the training jobs (their matrix products alone at "
+              f"{floor['gemm_flops_per_s'] / 1e9:.1f} GFLOP/s): {floor_s / 3600:.2f} CPU-hours, projected "
+              f"{projected_s / 3600:.2f}; the whole DAG with its training at that floor and every other job as "
+              f"projected: {floor['dag_cpu_hours']:.2f} CPU-hours")
+        print("  per method (CPU-hours): floor, projected, projected / floor")
+        for method, hours in sorted(floor["training_cpu_hours"].items(), key=lambda kv: -projected[kv[0]]):
+            print(f"  {method:<30} {hours:8.3f} {projected[method] / 3600:8.3f} {projected[method] / 3600 / hours:6.1f}x")
     print(f"estimated, not measured: {'; '.join(model.estimated)}; measurement took {time.perf_counter() - start:.0f} s")
-    return {"cpu_hours": cpu / 3600, "wall_hours": wall / 3600, "cores": cores, "jobs": len(jobs),
+    return {"cpu_hours": cpu / 3600, "wall_hours": wall / 3600, "cores": cores, "jobs": len(jobs), "floor": floor,
             "jobs_per_rule": dict(rules), "cost_centres_cpu_hours": {k: v / 3600 for k, v in by_centre.items()},
             "measured": {"light_s": model.light_s, "figure_s": model.figure_s, "evaluation_s": model.torch_s,
                          "train_s": model.train_s,
