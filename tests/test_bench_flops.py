@@ -59,6 +59,9 @@ def test_steady_flops_per_step_is_the_learning_phase_rate_in_closed_form():
     assert flops / steps < per_batched_step / 4
 
 
-def test_bench_floor_is_an_option_of_bench_pipeline_only(capsys):
-    assert main(["bench", "flops", "--agents", "dqn", "--floor", "100"]) == 2
+def test_bench_floor_is_an_option_of_bench_pipeline_only_and_a_power_of_two(capsys):
+    assert main(["bench", "flops", "--agents", "dqn", "--floor", "4096"]) == 2
     assert "--floor is an option of bench pipeline" in capsys.readouterr().err
+    for steps in ("2048", "6000"):
+        assert main(["bench", "pipeline", "--floor", steps]) == 2
+        assert "power of two >= 4096" in capsys.readouterr().err

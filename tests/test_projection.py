@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tapebench.pipeline.projection import (CostModel, DagJob, arithmetic_shape, dependencies, job_seconds, linear_fit,
-                                           parse_dry_run, schedule_wall, training_floor, training_job)
+from tapebench.pipeline.projection import (CostModel, DagJob, arithmetic_shape, dependencies, floor_seconds,
+                                           job_seconds, linear_fit, parse_dry_run, schedule_wall, training_job)
 
 DRY_RUN = """\
 Building DAG of jobs...
@@ -76,9 +76,10 @@ def test_linear_fit_separates_fixed_and_per_unit_cost():
     assert linear_fit(10, 3.0, 20, 2.9) == pytest.approx((0.0, 2.9 / 20))     # noise: the big run's mean
 
 
-def test_training_floor_charges_each_training_job_its_own_runs_flops_at_the_gemm_rate():
-    config = {"env": {"L": 32, "H": 32}, "main_split": "main", "agents": {"dreamer": {"train_ratio": 4}},
-              "training": {"total_steps": 1000, "eval_every": 500},
+def test_floor_charges_each_training_job_its_runs_flops_and_each_evaluation_its_episodes_flops():
+    config = {"env": {"L": 32, "H": 32}, "main_split": "main", "splits": {"main": {"rules": "0-255"}},
+              "agents": {"dreamer": {"train_ratio": 4}}, "training": {"total_steps": 1000, "eval_every": 500},
+              "evaluation": {"episodes_per_rule": 5, "last_k": 2},
               "diagnostics": {"sweep": {"method": "dreamer", "hyperparameter": "imagination_horizon"}},
               "studies": {"fixed_z": {"total_steps": 400, "eval_every": 200}}}
     jobs = [DagJob(1, "train", {"agent": "dqn", "split": "main", "seed": "0"}),
@@ -86,11 +87,17 @@ def test_training_floor_charges_each_training_job_its_own_runs_flops_at_the_gemm
             DagJob(3, "train_fixed_z", {"agent": "dqn", "L": "16", "H": "16", "rule": "4", "seed": "0"}),
             DagJob(4, "train_sweep", {"split": "main", "method": "dreamer", "field": "imagination_horizon",
                                       "value": "5", "seed": "0"}),
-            DagJob(5, "render_table3")]
+            DagJob(5, "render_table3"),
+            DagJob(6, "evaluate", {"agent": "dqn", "split": "main", "seed": "0", "H": "64"}),
+            DagJob(7, "evaluate_fixed_z", {"agent": "dqn", "L": "16", "H": "16", "rule": "4", "seed": "0"})]
     shapes = [arithmetic_shape(*training_job(job, config)) for job in jobs[:4]]
     assert shapes[0] == shapes[1] and len(set(shapes)) == 3          # L = 16 and the sweep value are runs of their own
-    assert training_job(jobs[4], config) is None
+    assert training_job(jobs[4], config) is None and training_job(jobs[5], config) is None
     assert '"imagination_horizon":5' in shapes[3] and '"train_ratio":4' in shapes[3]
     floor = {"gemm_flops_per_s": 1e9, "flops_per_env_step": {shapes[0]: 2e6, shapes[2]: 1e6, shapes[3]: 5e6}}
-    assert training_floor(jobs, config, floor) == pytest.approx({"dqn": (2 * 1000 * 2e6 + 400 * 1e6) / 1e9,
-                                                                 "dreamer": 1000 * 5e6 / 1e9})
+    model = CostModel(light_s=1.0, figure_s=2.0, torch_s=3.0, H=32, eval_flops_per_episode={"dqn": 4e5})
+    seconds = [floor_seconds(job, config, model, floor) for job in jobs]
+    assert seconds[:5] == pytest.approx([1000 * 2e6 / 1e9, 1000 * 2e6 / 1e9, 400 * 1e6 / 1e9, 1000 * 5e6 / 1e9, None])
+    # 2 checkpoints x 256 rules x 5 episodes, each twice the measured horizon's FLOPs; another L: not counted
+    assert seconds[5] == pytest.approx(2 * 256 * 5 * 4e5 * 2 / 1e9)
+    assert seconds[6] == 0.0

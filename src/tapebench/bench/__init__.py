@@ -41,8 +41,9 @@ Each figure is the median of --repeats timed runs of --seconds each.
   pipeline  the projected CPU-hours and wall time on --cores of a config's whole DAG (--configfile,
          --target): each method the config uses timed in short runs (--steps), combined with the DAG's
          jobs; the top cost centres; --json PATH keeps cpu_hours, wall_hours and the measurements;
-         --floor [STEPS] adds the arithmetic floor of the training jobs: each distinct training run's
-         FLOPs per env step counted (runs of STEPS / 2 and STEPS, default 4096) at this core's best GEMM rate
+         --floor [STEPS] adds the arithmetic floor of the training and evaluation jobs: each distinct
+         training run's FLOPs per env step counted (runs of STEPS / 2 and STEPS, default 4096) and each
+         method's FLOPs per evaluated episode, at this core's best GEMM rate; per method and per main-study row
   flops  each --agents' (default dqn ppo dreamer) training loop beside its arithmetic ceiling: the same short run
          (--steps) timed and with its matrix-product FLOPs counted; ceiling = those FLOPs alone at this core's
          best GEMM rate, the most env steps/s any implementation at the same hyperparameters could reach
@@ -132,8 +133,9 @@ def register(sub) -> None:
     p.add_argument("--target", nargs="+", default=None, metavar="PATH",
                    help="pipeline: project only what these targets need (default: the whole DAG)")
     p.add_argument("--floor", type=int, nargs="?", const=FLOOR_STEPS, default=None, metavar="STEPS",
-                   help="pipeline: also the arithmetic floor of the training jobs, from counted runs of STEPS / 2 "
-                        f"and STEPS env steps per distinct training run (default {FLOOR_STEPS})")
+                   help="pipeline: also the arithmetic floor of the training and evaluation jobs, from counted runs "
+                        f"of STEPS / 2 and STEPS env steps per distinct training run (default {FLOOR_STEPS}) and "
+                        "each method's evaluation played again under the FLOP counter")
     p.set_defaults(func=run)
 
 
@@ -166,9 +168,11 @@ def check_options(args) -> None:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
     if args.steps < 1:
         raise ValueError(f"--steps must be >= 1 (environment steps), got {args.steps}")
-    if args.floor is not None and (args.what != "pipeline" or args.floor < 2):
-        raise ValueError(f"--floor is an option of bench pipeline and must be >= 2 environment steps, got "
-                         f"--floor {args.floor} for bench {args.what}")
+    if args.floor is not None and args.what != "pipeline":
+        raise ValueError(f"--floor is an option of bench pipeline, not of bench {args.what}")
+    if args.floor is not None and (args.floor < FLOOR_STEPS or args.floor & (args.floor - 1)):
+        raise ValueError(f"--floor STEPS must be a power of two >= {FLOOR_STEPS} (so that both counted runs end on an "
+                         f"update of every built-in method: PPO updates every 2,048 steps), got {args.floor}")
     if args.figure is not None and os.path.splitext(args.figure)[1].lower() not in (".png", ".pdf"):
         raise ValueError(f"--figure must end in .png or .pdf, got {args.figure!r}")
     check_length(args.L)

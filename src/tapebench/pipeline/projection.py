@@ -12,8 +12,9 @@ One run measures what the config's jobs cost on this machine and combines it wit
    steps/s, an evaluation's checkpoints x episodes x H x cost per episode step, plus its start-up; every other
    job a start-up), then the wall time on N cores by list scheduling of the dependency graph (longest job first
    among the ready ones);
-5. with `--floor`, the training jobs' arithmetic floor: each distinct training run's matrix-product FLOPs per env
-   step (counted, `measure_floor`) at this core's best GEMM rate (`training_floor`).
+5. with `--floor`, the arithmetic floor of the training and evaluation jobs: each distinct training run's
+   matrix-product FLOPs per env step (counted, `measure_floor`) and each method's FLOPs per evaluated episode
+   (counted in `measure`), at this core's best GEMM rate (`floor_seconds`).
 
 Every timing is CPU time (the process's, or its children's for start-ups), so a loaded machine slows the
 measurement but hardly moves the figures; the wall time assumes idle cores. What is estimated rather than
@@ -54,6 +55,7 @@ WORLDTEST_RULES = ("worldtest_method", "worldtest_trained")
 ORACLE_RULES = ("mpc_split", "mpc_by_type", "fixed_z_oracle", "oracle_multi_rule")
 TORCH_RULES = ("model_error", "model_error_sweep")
 LATEX_RULES = ("report_pdf", "latex_check")
+MAIN_ROW_RULES = ("train", "evaluate", "evaluate_method")   # a method's row of the main study (Table 3)
 LATEX_ESTIMATE_S = 20.0      # a LaTeX compile: estimated, not measured (LaTeX may be absent)
 
 
@@ -185,6 +187,7 @@ class CostModel:
     batch_s: dict = field(default_factory=dict)               # method -> fixed seconds per evaluated batch (at H)
     problem_s: dict = field(default_factory=dict)             # method -> world-test seconds per problem
     side_s: dict = field(default_factory=dict)                # method -> fixed world-test seconds per side
+    eval_flops_per_episode: dict = field(default_factory=dict)  # method -> matrix-product FLOPs per episode (at H)
     estimated: list = field(default_factory=list)             # what is not measured
 
     def evaluation(self, method: str, batches: int, episodes: int, H: int) -> float:
@@ -200,9 +203,12 @@ def linear_fit(n_small: int, t_small: float, n_big: int, t_big: float) -> tuple[
     return max(t_small - per * n_small, 0.0), per
 
 
-def measure(config: dict, methods, *, steps: int, log=print) -> CostModel:
-    """Time the config's methods on this machine (short runs at the config's hyperparameters)."""
+def measure(config: dict, methods, *, steps: int, count_evaluation_flops: bool = False, log=print) -> CostModel:
+    """Time the config's methods on this machine (short runs at the config's hyperparameters); with
+    `count_evaluation_flops`, also count the matrix-product FLOPs per evaluated episode (the smaller timed rule
+    set played again under the counter)."""
     # torch and the methods: loaded only when a projection measures them
+    from tapebench.bench.flops import count_flops
     from tapebench.bench.training import heartbeat
     from tapebench.evaluation.evaluate import evaluate_untrained, side_protocols
     from tapebench.evaluation.worldtest import WorldTestSettings, run_world_test
@@ -244,9 +250,11 @@ def measure(config: dict, methods, *, steps: int, log=print) -> CostModel:
                     manifest = train(spec, run_dir, quiet=True)
                 model.train_steps_per_s[method_id] = manifest["training"]["env_steps"] / manifest["cpu_time_s"]
                 evaluate_run(run_dir, H, rules=sample[:1], episodes_per_rule=1, checkpoints=1)   # warm-up
+
+                def evaluate(rules_):
+                    return evaluate_run(run_dir, H, rules=rules_, checkpoints=1, **eval_kwargs)[1]
                 with heartbeat(f"{method_id}: evaluating {len(half)} and {len(sample)} rules"):
-                    timings = [evaluate_run(run_dir, H, rules=r, checkpoints=1, **eval_kwargs)[1]["cpu_seconds"]
-                               for r in (half, sample)]
+                    timings = [evaluate(r)["cpu_seconds"] for r in (half, sample)]
                 if settings is not None and method_id in study["methods"]:
                     # torch is heavy: loaded only when a trained method's world test is timed
                     from tapebench.training import checkpoint as ckpt
@@ -259,12 +267,18 @@ def measure(config: dict, methods, *, steps: int, log=print) -> CostModel:
                                                                            episodes_per_rule=1,
                                                                            eval_seed=eval_kwargs["eval_seed"]),
                                    train_rules=rules)                                  # warm-up (numba caches)
+
+                def evaluate(rules_):
+                    return evaluate_untrained(method_id, overrides, 0, protocols(rules_), train_rules=rules)[1]
                 with heartbeat(f"{method_id}: evaluating {len(half)} and {len(sample)} rules"):
-                    timings = [evaluate_untrained(method_id, overrides, 0, protocols(r), train_rules=rules)[1][
-                        "cpu_seconds"] for r in (half, sample)]
+                    timings = [evaluate(r)["cpu_seconds"] for r in (half, sample)]
             if method.plays_episodes:
                 model.batch_s[method_id], model.episode_s[method_id] = linear_fit(
                     len(half) * E, timings[0], len(sample) * E, timings[1])
+                if count_evaluation_flops:
+                    with heartbeat(f"{method_id}: counting the FLOPs of {len(half)} rules' evaluation"):
+                        flops = count_flops(lambda: evaluate(half))
+                    model.eval_flops_per_episode[method_id] = flops / (len(half) * E)
             if settings is not None and method_id in study["methods"]:
                 config_m = build_config(method_id, overrides)
                 run_world_test(method, config_m, settings, sides={"train": sample[:1]}, L=L, H=H, seed=0,
@@ -282,7 +296,9 @@ def measure(config: dict, methods, *, steps: int, log=print) -> CostModel:
                  else "", f"eval {1e3 * model.episode_s[method_id]:.2f} ms/episode + {model.batch_s[method_id]:.2f} s/batch"
                  f" at H={H}" if method_id in model.episode_s else "",
                  f"world test {1e3 * model.problem_s[method_id]:.2f} ms/problem + {model.side_s[method_id]:.2f} s/side"
-                 if method_id in model.problem_s else ""]
+                 if method_id in model.problem_s else "",
+                 f"{model.eval_flops_per_episode[method_id] / 1e6:.1f} MFLOP per evaluated episode"
+                 if method_id in model.eval_flops_per_episode else ""]
         log(f"  {method_id}: " + ", ".join(s for s in shown if s), flush=True)
     model.estimated.append(f"a LaTeX compile: {LATEX_ESTIMATE_S:.0f} s")
     return model
@@ -323,19 +339,6 @@ def measure_floor(jobs: list[DagJob], config: dict, *, steps: int, log=print) ->
     return {"gemm_flops_per_s": rate, "flops_per_env_step": flops}
 
 
-def training_floor(jobs: list[DagJob], config: dict, floor: dict) -> dict[str, float]:
-    """CPU-seconds per method of the DAG's training jobs if they did nothing but their matrix products at the
-    best GEMM rate: no implementation at the same hyperparameters trains faster on this core."""
-    seconds = Counter()
-    for job in jobs:
-        training = training_job(job, config)
-        if training is not None:
-            method, train = training
-            flops = int(train["training"]["total_steps"]) * floor["flops_per_env_step"][arithmetic_shape(*training)]
-            seconds[method] += flops / floor["gemm_flops_per_s"]
-    return dict(seconds)
-
-
 def _rule_count(config: dict, split: str) -> int:
     if split in config["splits"]:
         return len(split_rule_space(config, split))
@@ -371,6 +374,41 @@ def arithmetic_shape(method: str, train: dict) -> str:
     return dumps({"method": method, "agent": train["agent"], "L": int(train["env"]["L"]), "H": int(train["env"]["H"])})
 
 
+def evaluation_job(job: DagJob, config: dict) -> tuple[str, int, int, int] | None:
+    """(method, evaluated batches, episodes, H) of an evaluation job; None for any other job."""
+    rule, w = job.rule, job.wildcards
+    if rule not in EVAL_RULES and rule not in METHOD_EVAL_RULES:
+        return None
+    agent = config["diagnostics"]["sweep"]["method"] if rule == "evaluate_sweep" else w.get("agent") or w.get("method")
+    H = int(w.get("H", config["env"]["H"]))
+    if rule in METHOD_EVAL_RULES:
+        checkpoints = 1
+    else:
+        total, every = _schedule(config, rule)
+        every_checkpoint = get_method(agent).every_checkpoint and rule != "evaluate_noise"
+        checkpoints = checkpoints_per_run(total, every) if every_checkpoint else int(config["evaluation"]["last_k"])
+    n_rules = 1 if rule == "evaluate_fixed_z" else _rule_count(config, w.get("split", config["main_split"]))
+    sides = 1 if rule == "evaluate_fixed_z" else 2
+    return agent, checkpoints * sides, checkpoints * n_rules * int(config["evaluation"]["episodes_per_rule"]), H
+
+
+def floor_seconds(job: DagJob, config: dict, model: CostModel, floor: dict) -> float | None:
+    """The arithmetic floor of a training or evaluation job: its matrix products alone at the best GEMM rate
+    (no start-up); None for any other job. An evaluation at another L than the one measured is charged nothing
+    (its FLOPs were not counted), which keeps the figure a floor."""
+    training = training_job(job, config)
+    if training is not None:
+        steps = int(training[1]["training"]["total_steps"])
+        return steps * floor["flops_per_env_step"][arithmetic_shape(*training)] / floor["gemm_flops_per_s"]
+    evaluation = evaluation_job(job, config)
+    if evaluation is None:
+        return None
+    if int(job.wildcards.get("L", config["env"]["L"])) != int(config["env"]["L"]):
+        return 0.0
+    method, _, episodes, H = evaluation
+    return episodes * model.eval_flops_per_episode.get(method, 0.0) * H / model.H / floor["gemm_flops_per_s"]
+
+
 def job_seconds(job: DagJob, config: dict, model: CostModel) -> tuple[float, str]:
     """(CPU-seconds, cost centre) of one job."""
     rule, w = job.rule, job.wildcards
@@ -380,20 +418,10 @@ def job_seconds(job: DagJob, config: dict, model: CostModel) -> tuple[float, str
     if training is not None:
         agent, train = training
         return model.train_s + int(train["training"]["total_steps"]) / model.train_steps_per_s[agent], f"train {agent}"
-    if rule in EVAL_RULES or rule in METHOD_EVAL_RULES:
-        if rule == "evaluate_sweep":
-            agent = config["diagnostics"]["sweep"]["method"]
-        H = int(w.get("H", config["env"]["H"]))
-        if rule in METHOD_EVAL_RULES:
-            checkpoints = 1
-        else:
-            total, every = _schedule(config, rule)
-            every_checkpoint = get_method(agent).every_checkpoint and rule != "evaluate_noise"
-            checkpoints = checkpoints_per_run(total, every) if every_checkpoint else int(config["evaluation"]["last_k"])
-        n_rules = 1 if rule == "evaluate_fixed_z" else _rule_count(config, w.get("split", config["main_split"]))
-        sides = 1 if rule in ("evaluate_fixed_z",) else 2
-        return (model.torch_s + model.evaluation(agent, checkpoints * sides, checkpoints * n_rules * episodes_per_rule,
-                                                 H), f"evaluate {agent}")
+    evaluation = evaluation_job(job, config)
+    if evaluation is not None:
+        agent, batches, episodes, H = evaluation
+        return model.torch_s + model.evaluation(agent, batches, episodes, H), f"evaluate {agent}"
     if rule in WORLDTEST_RULES:
         study = worldtest_study(config)
         settings = study["worldtest"]
@@ -446,7 +474,7 @@ def bench_pipeline(args) -> dict:
     print(f"tapebench bench pipeline: {len(jobs)} jobs ({', '.join(configfiles) or 'config/config.yaml'}"
           f"{'; targets ' + ' '.join(args.target) if args.target else ''}); measuring {len(methods)} methods "
           f"({args.steps} training steps each, evaluation on <= {SAMPLE_RULES} rules), one thread", flush=True)
-    model = measure(config, methods, steps=args.steps, log=print)
+    model = measure(config, methods, steps=args.steps, count_evaluation_flops=bool(args.floor), log=print)
     seconds, centre = {}, {}
     for job in jobs:
         seconds[job.jobid], centre[job.jobid] = job_seconds(job, config, model)
@@ -464,20 +492,32 @@ def bench_pipeline(args) -> dict:
     floor = None
     if args.floor:
         floor = measure_floor(jobs, config, steps=args.floor, log=print)
-        floor["training_cpu_hours"] = {m: s / 3600 for m, s in training_floor(jobs, config, floor).items()}
-        projected = Counter()
+        floored, projected, row = Counter(), Counter(), defaultdict(lambda: [0.0, 0.0])
         for job in jobs:
-            if training_job(job, config) is not None:
-                projected[job_seconds(job, config, model)[1].removeprefix("train ")] += seconds[job.jobid]
-        floor_s, projected_s = 3600 * sum(floor["training_cpu_hours"].values()), sum(projected.values())
-        floor["dag_cpu_hours"] = (cpu - projected_s + floor_s) / 3600
-        print(f"\narithmetic floor of the training jobs (their matrix products alone at "
-              f"{floor['gemm_flops_per_s'] / 1e9:.1f} GFLOP/s): {floor_s / 3600:.2f} CPU-hours, projected "
-              f"{projected_s / 3600:.2f}; the whole DAG with its training at that floor and every other job as "
-              f"projected: {floor['dag_cpu_hours']:.2f} CPU-hours")
-        print("  per method (CPU-hours): floor, projected, projected / floor")
-        for method, hours in sorted(floor["training_cpu_hours"].items(), key=lambda kv: -projected[kv[0]]):
-            print(f"  {method:<30} {hours:8.3f} {projected[method] / 3600:8.3f} {projected[method] / 3600 / hours:6.1f}x")
+            job_floor = floor_seconds(job, config, model, floor)
+            if job_floor is None:
+                continue
+            seconds_, what = job_seconds(job, config, model)
+            method = what.split(" ", 1)[1]
+            floored[method] += job_floor
+            projected[method] += seconds_
+            if job.rule in MAIN_ROW_RULES and job.wildcards.get("split") == config["main_split"]:
+                row[method][0] += job_floor
+                row[method][1] += seconds_
+        floor["eval_flops_per_episode"] = dict(model.eval_flops_per_episode)
+        floor["cpu_hours"] = {m: v / 3600 for m, v in floored.items()}
+        floor["row_cpu_hours"] = {m: {"floor": f / 3600, "projected": p / 3600} for m, (f, p) in row.items()}
+        floor["dag_cpu_hours"] = (cpu - sum(projected.values()) + sum(floored.values())) / 3600
+        print(f"\narithmetic floor of the training and evaluation jobs (their matrix products alone at "
+              f"{floor['gemm_flops_per_s'] / 1e9:.1f} GFLOP/s, no start-up): {sum(floored.values()) / 3600:.2f} "
+              f"CPU-hours, projected {sum(projected.values()) / 3600:.2f}; the whole DAG with them at that floor and "
+              f"every other job as projected: {floor['dag_cpu_hours']:.2f} CPU-hours")
+        print(f"  per method (CPU-hours): the DAG's training and evaluation, floor and projected; the main-study row "
+              f"({config['seeds']} seeds on {config['main_split']}: training and evaluation), floor and projected")
+        for method in sorted(floored, key=lambda m: -projected[m]):
+            f, p = row.get(method, (0.0, 0.0))
+            print(f"  {method:<30} {floored[method] / 3600:8.3f} {projected[method] / 3600:8.3f}   "
+                  f"row {f / 3600:8.3f} {p / 3600:8.3f}")
     print(f"estimated, not measured: {'; '.join(model.estimated)}; measurement took {time.perf_counter() - start:.0f} s")
     return {"cpu_hours": cpu / 3600, "wall_hours": wall / 3600, "cores": cores, "jobs": len(jobs), "floor": floor,
             "jobs_per_rule": dict(rules), "cost_centres_cpu_hours": {k: v / 3600 for k, v in by_centre.items()},
