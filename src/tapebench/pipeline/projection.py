@@ -307,7 +307,7 @@ def measure(config: dict, methods, *, steps: int, count_evaluation_flops: bool =
 def measure_floor(jobs: list[DagJob], config: dict, *, steps: int, log=print) -> dict:
     """FLOPs per env step of every distinct training run of the DAG (method, hyperparameters, L, H), counted in
     its learning phase (`bench.flops.steady_flops_per_step`, runs of steps / 2 and steps), and this core's best
-    GEMM rate: what `training_floor` needs."""
+    GEMM rate: what `floor_seconds` needs."""
     # torch: loaded only when the floor is measured
     import torch
 
@@ -497,13 +497,12 @@ def bench_pipeline(args) -> dict:
             job_floor = floor_seconds(job, config, model, floor)
             if job_floor is None:
                 continue
-            seconds_, what = job_seconds(job, config, model)
-            method = what.split(" ", 1)[1]
+            method = centre[job.jobid].split(" ", 1)[1]     # "train <method>" or "evaluate <method>"
             floored[method] += job_floor
-            projected[method] += seconds_
+            projected[method] += seconds[job.jobid]
             if job.rule in MAIN_ROW_RULES and job.wildcards.get("split") == config["main_split"]:
                 row[method][0] += job_floor
-                row[method][1] += seconds_
+                row[method][1] += seconds[job.jobid]
         floor["eval_flops_per_episode"] = dict(model.eval_flops_per_episode)
         floor["cpu_hours"] = {m: v / 3600 for m, v in floored.items()}
         floor["row_cpu_hours"] = {m: {"floor": f / 3600, "projected": p / 3600} for m, (f, p) in row.items()}
