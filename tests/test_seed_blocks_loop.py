@@ -150,3 +150,17 @@ def test_the_cli_trains_a_block_into_each_seeds_folder_and_records_it(tmp_path, 
     assert main(["train", "--agent", "dqn", "--rules", "30", "--seeds", "a-b", "--out", str(tmp_path / "s{seed}")]) == 2
     assert "cannot parse seed list item 'a-b'" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def test_bench_seeds_times_one_process_beside_separate_processes(tmp_path, capsys):
+    from tapebench.cli import main
+
+    out = tmp_path / "seeds.json"
+    assert main(["bench", "seeds", "--agents", "dqn", "--seeds", "2", "--steps", "128", "--L", "8", "--H", "8",
+                 "--rules", "30,90", "--json", str(out)]) == 0
+    row = read_json(out, "bench figures")["figures"]["agents"]["dqn"]["2"]
+    assert row["env_steps"] == 256
+    assert row["speedup"] == pytest.approx(row["one_process"] / row["separate"], rel=1e-2)
+    assert row["separate_startup_s"] > row["one_process_startup_s"] > 0   # two start-ups against one
+    assert main(["bench", "seeds", "--seeds", "0"]) == 2
+    assert main(["bench", "sb3", "--seeds", "2", "3"]) == 2

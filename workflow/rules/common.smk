@@ -102,6 +102,24 @@ def run_dir(split, agent, seed):
     return layout.run_dir(split, agent, seed)
 
 
+SEEDS_PER_JOB = config["training"]["seeds_per_job"]
+
+
+def seed_block(split, seed):
+    """(first, last): the seed block that trains `seed` on `split`, blocks of training.seeds_per_job consecutive
+    seeds from 0 (adding seeds adds blocks; the last block of a split may be shorter)."""
+    seed = int(seed)
+    first = seed // SEEDS_PER_JOB * SEEDS_PER_JOB
+    return first, min(first + SEEDS_PER_JOB, max(len(split_seeds(split)), seed + 1)) - 1
+
+
+def trained_run(wildcards):
+    """What a job that reads a trained run needs: its train.json, or its seed block's record (seeds_per_job > 1)."""
+    if SEEDS_PER_JOB == 1:
+        return layout.manifest(run_dir(wildcards.split, wildcards.agent, wildcards.seed))
+    return layout.seed_block(wildcards.split, wildcards.agent, *seed_block(wildcards.split, wildcards.seed))
+
+
 def split_params(wildcards):
     return dumps(config["splits"][wildcards.split])
 
