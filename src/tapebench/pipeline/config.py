@@ -506,21 +506,7 @@ def _refuse(key: str, job: str, estimate: resources.Estimate, limit: int) -> Non
 
 
 def _culprit(config: dict, method: str, keys: tuple, estimate_with) -> str:
-    """Of the `keys` of an estimate's largest term, the one of `method`'s `agents` entry whose return to its
-    default shrinks the estimate most (the first key when none is set)."""
-    given = config["agents"].get(method) or {}
-    defaults = get_method(method).Config()
-    best, best_mb = keys[0], None
-    for key in keys:
-        if key not in given or not hasattr(defaults, key):
-            continue
-        try:
-            mb = estimate_with({key: getattr(defaults, key)}).mb
-        except ValueError:      # the default does not combine with the other values given
-            continue
-        if best_mb is None or mb < best_mb:
-            best, best_mb = key, mb
-    return best
+    return resources.culprit(keys, config["agents"].get(method) or {}, get_method(method).Config(), estimate_with)
 
 
 def _check_resources(config: dict) -> None:

@@ -22,6 +22,8 @@ import math
 import os
 from dataclasses import dataclass
 
+from tapebench.registry import build_config, get_method
+
 BASE_MB = 500                # a torch process before it allocates anything (measured ~300 MB RSS, with margin)
 PARAMETER_COPIES = 8         # weights, target / slow copies, gradients, two Adam moments, actor and critic heads
 ACTIVATION_COPIES = 3        # forward activations, their gradients, one temporary
@@ -61,6 +63,39 @@ class Estimate:
         parts = [f"{t.what} {math.ceil(t.bytes / MB):,} MB ({', '.join(t.keys)})"
                  for t in sorted(self.terms, key=lambda t: -t.bytes) if t.bytes >= MB]
         return f"about {self.mb:,} MB" + (f": {'; '.join(parts)}" if parts else "")
+
+
+def culprit(keys: tuple, given: dict, defaults, estimate_with) -> str:
+    """Of the `keys` of an estimate's largest term, the one `given` sets whose return to its value in `defaults`
+    (the method's default Config) shrinks `estimate_with({key: default})` most; the first key when none is set."""
+    best, best_mb = keys[0], None
+    for key in keys:
+        if key not in given or not hasattr(defaults, key):
+            continue
+        try:
+            mb = estimate_with({key: getattr(defaults, key)}).mb
+        except ValueError:      # the default does not combine with the other values given
+            continue
+        if best_mb is None or mb < best_mb:
+            best, best_mb = key, mb
+    return best
+
+
+def check_training(method: str, hyperparameters: dict, L: int, H: int, seeds: int = 1,
+                   limit_mb: int | None = None) -> Estimate:
+    """A hand-run training job's estimate, refused (ValueError naming the hyperparameter) above `limit_mb`
+    (default: this machine's memory), before anything is allocated."""
+    def estimate_with(change: dict) -> Estimate:
+        return training_memory(build_config(method, {**hyperparameters, **change}), L, H, seeds)
+
+    estimate = estimate_with({})
+    limit = machine_mem_mb() if limit_mb is None else int(limit_mb)
+    if estimate.mb > limit:
+        key = culprit(estimate.largest.keys, hyperparameters, get_method(method).Config(), estimate_with)
+        raise ValueError(f"--params agent.{key}: a training run of {method!r} at L = {L}, H = {H} ({seeds} seed(s)) "
+                         f"needs {estimate.describe()}; this machine has {limit:,} MB. Lower {key} (or the other "
+                         f"keys named)")
+    return estimate
 
 
 def machine_mem_mb() -> int:
