@@ -11,7 +11,7 @@ from pipeline_helpers import REPO, make_workdir, snakemake
 
 from tapebench.cli import main
 from tapebench.pipeline import resources
-from tapebench.pipeline.config import (ConfigError, load_config, training_job, validate_config)
+from tapebench.pipeline.config import ConfigError, load_config, max_mem_mb, training_job, validate_config
 from tapebench.registry import build_config
 
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
@@ -69,7 +69,8 @@ def test_the_world_test_planner_is_bounded():
 def test_max_mem_mb_defaults_to_this_machines_memory_and_bounds_the_tiny_jobs():
     config = load_config([REPO / "tests" / "data" / "tiny.yaml"], root=REPO)
     validate_config(config, SCHEMA)
-    assert config["resources"]["max_mem_mb"] == resources.machine_mem_mb() > 1000
+    assert max_mem_mb(config) == resources.machine_mem_mb() > 1000
+    assert "max_mem_mb" not in config["resources"]      # not written into the config: job params stay machine-free
     config = tiny()
     config["resources"]["max_mem_mb"] = 500      # below any torch process
     with pytest.raises(ConfigError, match=r"config key 'agents\.dqn\..*resources.max_mem_mb = 500 MB"):

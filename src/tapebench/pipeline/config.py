@@ -512,8 +512,7 @@ def _culprit(config: dict, method: str, keys: tuple, estimate_with) -> str:
 def _check_resources(config: dict) -> None:
     """Refuse a config one of whose training, evaluation or world-test jobs would need more memory than
     `resources.max_mem_mb` (default: this machine's), naming the key that makes it large."""
-    config.setdefault("resources", {}).setdefault("max_mem_mb", resources.machine_mem_mb())
-    limit = max_mem_mb(config)
+    limit = max_mem_mb(config)     # the machine's memory is not written into the config: params stay machine-free
     seeds = seeds_per_job(config)
     ladder, fixed = config["studies"]["ladder"], config["studies"]["fixed_z"]
     L, H = _env_LH(config)
