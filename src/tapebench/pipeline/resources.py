@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 from tapebench.registry import build_config, get_method
 
-BASE_MB = 500                # a torch process before it allocates anything (measured ~300 MB RSS, with margin)
+BASE_MB = 800                # a job's process besides the terms below: a short default DQN / DreamerV3 training at
+                             # L = 32 peaks at 410-460 MB RSS; the rest is margin (a job over mem_mb is killed)
 PARAMETER_COPIES = 8         # weights, target / slow copies, gradients, two Adam moments, actor and critic heads
 ACTIVATION_COPIES = 3        # forward activations, their gradients, one temporary
 FLOAT = 4                    # bytes of a float32
