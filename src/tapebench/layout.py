@@ -39,6 +39,11 @@ def run_dir(split: str, agent: str, seed) -> str:
     return f"results/runs/{split}/{agent}/seed{seed}"
 
 
+def seed_block(split: str, agent: str, first, last) -> str:
+    """The record of a seed block (seeds first..last trained in one job, each in its own `run_dir`)."""
+    return f"results/runs/{split}/{agent}/seeds{first}-{last}.json"
+
+
 # --- the files in a run folder: `run_dir`, `sweep_run_dir`, `fixed_z_run_dir`, `multi_rule_run_dir` ----------
 def manifest(run: str) -> str:
     """A finished training run's manifest."""

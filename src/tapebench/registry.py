@@ -67,7 +67,7 @@ class Ref:
         return getattr(module, self.attribute)
 
 
-LAZY_PARTS = ("Config", "make_agent", "make_policy", "training_env", "world_test", "summary")
+LAZY_PARTS = ("Config", "make_agent", "make_block", "make_policy", "training_env", "world_test", "summary")
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,9 @@ class Method:
     sees_true_rule   reference methods (MPC, exact optimum) are given each episode's true rule
     deterministic    its evaluation does not depend on the seed: one seed is evaluated, not `seeds`
     by_rule          evaluate one rule per batch (the exact optimum builds value tables per rule)
+    make_block       optional, for methods that train: `make_block(agents, generators) -> block`, many seeds of
+                     the method trained as one stacked model (the seed-block contract in `methods.contract`);
+                     without it a seed block trains its seeds one after another in one process
     training_env     for methods that train: `config -> dict` of extra `BatchedTapeEnv` arguments for the
                      *training* environment only (e.g. domain randomisation); evaluation never sees them
     world_model      for methods that train: the agent learns a next-tape model and provides
@@ -109,6 +112,7 @@ class Method:
     family: str
     Config: type
     make_agent: Callable | None = None
+    make_block: Callable | None = None
     make_policy: Callable | None = None
     sees_true_rule: bool = False
     deterministic: bool = False
@@ -135,8 +139,9 @@ class Method:
                              f"world_test (it takes part in the world test only)")
         if not isinstance(self._part("Config"), Ref):
             self._check_config(self.Config)
-        if self._part("training_env") is not None and not self.trains:
-            raise ValueError(f"method {self.id!r}: training_env is only for methods that train")
+        for name in ("training_env", "make_block"):
+            if self._part(name) is not None and not self.trains:
+                raise ValueError(f"method {self.id!r}: {name} is only for methods that train")
         if (self.world_model or not self.every_checkpoint) and not self.trains:
             raise ValueError(f"method {self.id!r}: world_model and every_checkpoint are only for methods that train")
 
@@ -186,7 +191,8 @@ class Method:
         config = kwargs.pop("Config", "Config")
         return cls(id=id, display_name=display_name, family=family,
                    Config=part(config) if isinstance(config, str) else config, make_agent=part("make"),
-                   training_env=part("training_env", optional=True), summary=kwargs.pop("summary", part("__doc__")),
+                   make_block=part("make_block", optional=True), training_env=part("training_env", optional=True),
+                   summary=kwargs.pop("summary", part("__doc__")),
                    **kwargs)
 
 

@@ -105,7 +105,21 @@ def as_scalar_action(action):
 
 def parse_rule_list(text: str) -> list[int]:
     """Parse '0-255', '30,110', '0-3,90' into a sorted list of unique rules."""
-    rules: set[int] = set()
+    return sorted(check_rules(_parse_ranges(text, "rule list", "'0-255' or '30,110'")))
+
+
+def parse_seed_list(text: str) -> list[int]:
+    """Parse '0-3', '0,5,7' into a sorted list of unique seeds (integers >= 0)."""
+    seeds = _parse_ranges(text, "seed list", "'0-3' or '0,5,7'")
+    if not seeds:
+        raise ValueError(f"the seed list {text!r} names no seed; use e.g. '0-3' or '0,5,7'")
+    for seed in seeds:
+        check_integer(seed, "seed", minimum=0)
+    return seeds
+
+
+def _parse_ranges(text: str, what: str, example: str) -> list[int]:
+    values: set[int] = set()
     for part in str(text).split(","):
         part = part.strip()
         if not part:
@@ -115,14 +129,12 @@ def parse_rule_list(text: str) -> list[int]:
                 lo, hi = (int(x) for x in part.split("-", 1))
                 if lo > hi:
                     raise ValueError
-                rules.update(range(lo, hi + 1))
+                values.update(range(lo, hi + 1))
             else:
-                rules.add(int(part))
+                values.add(int(part))
         except ValueError:
-            raise ValueError(
-                f"cannot parse rule list item {part!r} in {text!r}; use e.g. '0-255' or '30,110'"
-            ) from None
-    return sorted(check_rules(sorted(rules)))
+            raise ValueError(f"cannot parse {what} item {part!r} in {text!r}; use e.g. {example}") from None
+    return sorted(values)
 
 
 DEFAULT_INIT_DENSITY = 0.5

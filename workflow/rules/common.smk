@@ -105,6 +105,24 @@ def run_dir(split, agent, seed):
     return layout.run_dir(split, agent, seed)
 
 
+SEEDS_PER_JOB = config["training"]["seeds_per_job"]
+
+
+def seed_block(split, seed):
+    """(first, last): the seed block that trains `seed` on `split`, blocks of training.seeds_per_job consecutive
+    seeds from 0 (adding seeds adds blocks; the last block of a split may be shorter)."""
+    seed = int(seed)
+    first = seed // SEEDS_PER_JOB * SEEDS_PER_JOB
+    return first, min(first + SEEDS_PER_JOB, max(len(split_seeds(split)), seed + 1)) - 1
+
+
+def trained_run(wildcards):
+    """What a job that reads a trained run needs: its train.json, or its seed block's record (seeds_per_job > 1)."""
+    if SEEDS_PER_JOB == 1:
+        return layout.manifest(run_dir(wildcards.split, wildcards.agent, wildcards.seed))
+    return layout.seed_block(wildcards.split, wildcards.agent, *seed_block(wildcards.split, wildcards.seed))
+
+
 # What a job declares to the scheduler (`resources: mem_mb, runtime`), estimated from its config slice
 # (tapebench.pipeline.resources); validate_config has refused any config whose job would exceed resources.max_mem_mb
 def _job_of(wildcards):
@@ -122,8 +140,13 @@ def _schedule_of(wildcards):
 
 
 def _training(wildcards):
+    """A training job's estimate: one seed, or the seeds of its block (`train_block`: first..last)."""
     method, L, H, overrides = _job_of(wildcards)
-    return training_job(config, method, L=L, H=H, overrides=overrides, total_steps=_schedule_of(wildcards)[0])
+    w = dict(wildcards.items())
+    seeds = int(w["last"]) - int(w["first"]) + 1 if "first" in w else 1
+    return training_job(
+        config, method, L=L, H=H, overrides=overrides, total_steps=_schedule_of(wildcards)[0], seeds=seeds
+    )
 
 
 def _evaluation(wildcards):

@@ -6,7 +6,7 @@
 rule model_error:
     input:
         split=layout.split_file("{split}"),
-        manifest=layout.manifest(layout.run_dir("{split}", "{agent}", "{seed}")),
+        trained=trained_run,
     output:
         layout.model_error(layout.run_dir("{split}", "{agent}", "{seed}")),
     log:

@@ -5,7 +5,7 @@
 rule evaluate:
     input:
         split=layout.split_file("{split}"),
-        manifest=layout.manifest(layout.run_dir("{split}", "{agent}", "{seed}")),
+        trained=trained_run,
     output:
         layout.evaluation(layout.run_dir("{split}", "{agent}", "{seed}"), "{H}"),
     log:

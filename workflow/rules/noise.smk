@@ -8,7 +8,7 @@
 rule evaluate_noise:
     input:
         split=layout.split_file("{split}"),
-        manifest=layout.manifest(layout.run_dir("{split}", "{agent}", "{seed}")),
+        trained=trained_run,
     output:
         layout.noise_eval("{split}", "{eps}", "{agent}", "{seed}", "{H}"),
     log:

@@ -6,7 +6,7 @@
 rule worldtest_trained:
     input:
         split=layout.split_file("{split}"),
-        manifest=layout.manifest(layout.run_dir("{split}", "{agent}", "{seed}")),
+        trained=trained_run,
     output:
         layout.worldtest_records("{split}", "{agent}", "{seed}", "{budget}"),
     log:

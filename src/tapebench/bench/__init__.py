@@ -47,6 +47,10 @@ Each figure is the median of --repeats timed runs of --seconds each.
   flops  each --agents' (default dqn ppo dreamer) training loop beside its arithmetic ceiling: the same short run
          (--steps) timed and with its matrix-product FLOPs counted; ceiling = those FLOPs alone at this core's
          best GEMM rate, the most env steps/s any implementation at the same hyperparameters could reach
+  seeds  seed blocks (docs/protocol.md#seed-blocks): for each --agents (default dqn ppo dreamer) and each N of
+         --seeds (default 1 4 20), N seeds trained for --steps env steps each in ONE process (`tapebench train
+         --seeds`, on --device) beside N one-seed processes one after another on the same core (on the CPU);
+         whole processes, start-up included; env steps/s per core and their ratio (speedup)
   world-model  DreamerV3's world model alone, trained on random-policy data of the main split: its one-step
          error (ID / OOD) for the defaults and each --variants override set, at --points points of --steps;
          --agents ID ... studies whole world-model methods instead (e.g. ensemble_mpc ensemble_mpc_equivariant)
@@ -63,6 +67,7 @@ BENCHMARKS: dict[str, str] = {
     "flops": "tapebench.bench.flops:bench_flops",
     "pipeline": "tapebench.pipeline.projection:bench_pipeline",
     "world-model": "tapebench.bench.world_model:bench_world_model",
+    "seeds": "tapebench.bench.seeds:bench_seeds",
 }
 # `bench WHAT --learning`: the benchmarks that compare learning instead of throughput
 LEARNING_BENCHMARKS: dict[str, str] = {
@@ -76,6 +81,8 @@ EVOLVE_STEPS = 64
 ACTION_POOL = 64         # pre-drawn action batches cycled through, so the RNG is not timed
 CA_ENVS = 4096           # default tapes of the `ca` environment figures
 FAMILY_ENVS = 256        # default tapes of the `families` environment figures
+DEFAULT_SEEDS = 5        # sb3 --learning and world-model: seeds per side / variant
+SEED_BLOCK_SIZES = (1, 4, 20)   # bench seeds: seeds per process measured
 FLOOR_STEPS = 4096       # pipeline --floor: env steps of the longer counted run per training shape; with a power
                          # of two both runs end on an update of every built-in method (PPO's every 2,048 steps)
 
@@ -109,8 +116,10 @@ def register(sub) -> None:
                    help="sb3: compare learning instead of throughput: both sides train --seeds seeds on each "
                         "--fixed-rules rule (L = H = 16) and on the main split (--L, --H), evaluated on the same "
                         "episodes; success with bootstrap CIs side by side")
-    p.add_argument("--seeds", type=int, default=5,
-                   help="sb3 --learning: seeds per side and task; world-model: seeds per variant (default 5)")
+    p.add_argument("--seeds", type=int, nargs="+", default=None, metavar="N",
+                   help="sb3 --learning: seeds per side and task; world-model: seeds per variant (one value, "
+                        f"default {DEFAULT_SEEDS}); seeds: the block sizes to measure (default "
+                        f"{' '.join(map(str, SEED_BLOCK_SIZES))})")
     p.add_argument("--tasks", nargs="+", default=["fixed", "main"], choices=["fixed", "main"],
                    help="sb3 --learning: the fixed-rule tasks and/or the main split (default both)")
     p.add_argument("--fixed-rules", default=None,
@@ -156,6 +165,14 @@ def run(args) -> int:
 
 
 def check_options(args) -> None:
+    if args.what == "seeds":
+        args.seeds = args.seeds or list(SEED_BLOCK_SIZES)
+        if min(args.seeds) < 1:
+            raise ValueError(f"--seeds (seeds per process) must be >= 1, got {args.seeds}")
+    elif args.seeds is not None and len(args.seeds) != 1:
+        raise ValueError(f"bench {args.what} takes one --seeds value, got {args.seeds}")
+    else:
+        args.seeds = args.seeds[0] if args.seeds else DEFAULT_SEEDS
     if args.learning and args.what not in LEARNING_BENCHMARKS:
         raise ValueError(f"--learning is an option of {sorted(LEARNING_BENCHMARKS)}, not of bench {args.what}")
     if args.num_envs is not None and args.num_envs < 1:

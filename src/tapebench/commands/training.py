@@ -2,6 +2,8 @@
 
   tapebench train --agent dqn --split results/splits/main.json --seed 3 --params '<JSON>' \\
       --out results/runs/main/dqn/seed3 [--device auto|cpu|cuda] [--threads 1]
+  tapebench train --agent dqn --split results/splits/main.json --seeds 0-3 --params '<JSON>' \\
+      --out 'results/runs/main/dqn/seed{seed}' --block-record results/runs/main/dqn/block0-3.json
   tapebench evaluate --run results/runs/main/dqn/seed3 --split results/splits/main.json --H 32 \\
       --params '<JSON>' --out results/runs/main/dqn/seed3/eval_H32.parquet
 
@@ -28,9 +30,10 @@ from tapebench.pipeline.resources import check_training
 from tapebench.registry import registry
 from tapebench.splits.io import load_split
 from tapebench.training.evaluate import evaluate_run, model_error_run, write_evaluation
+from tapebench.training.blocks import SEED_FIELD, train_block, write_block_record
 from tapebench.training.loop import PAPER_ENV, PAPER_TRAINING, RunLog, TrainSpec, resolve_device, torch_settings, train
 from tapebench.utils.io import provenance, write_parquet
-from tapebench.validation import check_noise, parse_param_sections, parse_rule_list
+from tapebench.validation import check_noise, parse_param_sections, parse_rule_list, parse_seed_list
 
 PARAM_SECTIONS = {
     "agent": None,  # checked against the agent's Config
@@ -59,16 +62,17 @@ def _rule_source(args):
 
 def run_train(args) -> int:
     params = parse_params(args.params)
+    seeds = _block_seeds(args)
     split, split_info = _rule_source(args)
     rules = tuple(split.train) if split is not None else tuple(parse_rule_list(args.rules))
     env = {**PAPER_ENV, **params.get("env", {})}
     training = {**PAPER_TRAINING, **params.get("training", {})}
-    spec = TrainSpec(agent=args.agent, rules=rules, seed=args.seed, hyperparameters=params.get("agent", {}),
-                     L=env["L"], H=env["H"], success_bonus=float(env["success_bonus"]),
-                     total_steps=training["total_steps"], eval_every=training["eval_every"], split=split_info,
-                     family=None if split is None or split.family.elementary else split.family.as_dict())
-    check_training(args.agent, params.get("agent", {}) or {}, int(env["L"]), int(env["H"]),
-                   len(getattr(args, "seeds", None) or [args.seed]))
+    specs = [TrainSpec(agent=args.agent, rules=rules, seed=seed, hyperparameters=params.get("agent", {}),
+                       L=env["L"], H=env["H"], success_bonus=float(env["success_bonus"]),
+                       total_steps=training["total_steps"], eval_every=training["eval_every"], split=split_info,
+                       family=None if split is None or split.family.elementary else split.family.as_dict())
+             for seed in seeds]
+    check_training(args.agent, params.get("agent", {}) or {}, int(env["L"]), int(env["H"]), len(seeds))
     tensorboard = params.get("logging", {}).get("tensorboard", False)
     if not isinstance(tensorboard, bool):
         raise ValueError(f"--params logging.tensorboard must be true or false, got {tensorboard!r}")
@@ -76,9 +80,28 @@ def run_train(args) -> int:
     config_slice = {k: params[k] for k in ("agent", "env", "training") if k in params}
     if split is None:
         config_slice["rules"] = list(rules)
-    train(spec, args.out, device=args.device, threads=args.threads, config_slice=config_slice, quiet=args.quiet,
-          keep_resume=args.keep_resume, tensorboard=tensorboard)
+    common = dict(device=args.device, threads=args.threads, config_slice=config_slice, quiet=args.quiet,
+                  keep_resume=args.keep_resume, tensorboard=tensorboard)
+    if args.seeds is None:
+        train(specs[0], args.out, **common)
+        return 0
+    out_dirs = [args.out.replace(SEED_FIELD, str(seed)) for seed in seeds]
+    manifests = train_block(specs, out_dirs, stacked=not args.one_by_one, **common)
+    if args.block_record is not None:
+        write_block_record(args.block_record, manifests, out_dirs, config_slice)
     return 0
+
+
+def _block_seeds(args) -> list[int]:
+    """The seeds of this job: --seed, or --seeds (with {seed} in --out)."""
+    if args.seeds is None:
+        if args.block_record is not None or args.one_by_one:
+            raise ValueError("--block-record and --one-by-one need --seeds")
+        return [args.seed]
+    seeds = parse_seed_list(args.seeds)
+    if SEED_FIELD not in args.out:
+        raise ValueError(f"--seeds needs {SEED_FIELD} in --out (each seed's run folder), got {args.out!r}")
+    return seeds
 
 
 def run_evaluate(args) -> int:
@@ -154,6 +177,8 @@ def _evaluate_untrained(args, params, split, rules, env, common, log):
 TRAIN_DESCRIPTION = """\
 Train one agent for one seed on a split's training rules (or an explicit rule list) and write the
 run into --out: evaluation checkpoints (checkpoints/), train.log and, at the end, train.json.
+With --seeds, train a block of seeds in one process, each into its own folder (--out with {seed}):
+stacked into one model where the method can (docs/protocol.md#seed-blocks), else one after another.
 Progress lines (steps, steps/s, ETA) go to stderr and train.log.
 
 Run the same command again after an interruption and it resumes from the last checkpoint; a
@@ -207,8 +232,16 @@ def register(sub) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--agent", required=True, metavar="METHOD",
                    help=f"a method that trains: {', '.join(sorted(m for m, x in registry().items() if x.trains))}")
-    p.add_argument("--seed", type=int, default=0, help="training seed (default 0)")
+    seeds = p.add_mutually_exclusive_group()
+    seeds.add_argument("--seed", type=int, default=0, help="training seed (default 0)")
+    seeds.add_argument("--seeds", metavar="LIST",
+                       help="a seed block trained in one process, e.g. '0-3' or '0,5,7' (docs/protocol.md#seed-blocks);"
+                            f" --out then names each seed's folder with {SEED_FIELD}")
     p.add_argument("--out", required=True, help="run folder to write (created after the arguments are checked)")
+    p.add_argument("--block-record", metavar="PATH",
+                   help="with --seeds: write a JSON record of the block's finished runs here (the pipeline's target)")
+    p.add_argument("--one-by-one", action="store_true",
+                   help="with --seeds: train the seeds one after another even if the method can stack them")
     p.add_argument("--params", default="{}",
                    help='settings as JSON: {"env": {"L", "H", "success_bonus"}, "training": {"total_steps", '
                         '"eval_every"}, "agent": {hyperparameters}, "logging": {"tensorboard": true|false}}; what '

@@ -467,13 +467,14 @@ def _env_LH(config: dict, L=None, H=None) -> tuple[int, int]:
 
 
 def training_job(config: dict, method: str, *, L=None, H=None, overrides: dict | None = None,
-                 total_steps: int | None = None) -> tuple[resources.Estimate, int]:
+                 total_steps: int | None = None, seeds: int | None = None) -> tuple[resources.Estimate, int]:
     """(memory estimate, run-time minutes) of a training job of `method` (its `agents` entry updated by
-    `overrides`) at L, H (default env.L, env.H) over `training.seeds_per_job` seeds."""
+    `overrides`) at L, H (default env.L, env.H) over `seeds` seeds (default `training.seeds_per_job`, a full
+    seed block)."""
     L, H = _env_LH(config, L, H)
     built = build_config(method, {**(config["agents"].get(method) or {}), **(overrides or {})})
     steps = int(total_steps if total_steps is not None else config["training"]["total_steps"])
-    seeds = seeds_per_job(config)
+    seeds = seeds_per_job(config) if seeds is None else int(seeds)
     return (resources.training_memory(built, L, H, seeds), resources.training_minutes(built, L, H, steps, seeds))
 
 

@@ -48,14 +48,14 @@ from tapebench.utils.io import write_parquet
 
 JOB_HEADER = re.compile(r"^(?:local)?rule (\w+):$")
 SAMPLE_RULES = 16            # evaluation cost is timed on at most this many rules of the split, then scaled
-TRAIN_RULES = ("train", "train_fixed_z", "train_multi_rule", "train_sweep")
+TRAIN_RULES = ("train", "train_block", "train_fixed_z", "train_multi_rule", "train_sweep")
 EVAL_RULES = ("evaluate", "evaluate_fixed_z", "evaluate_multi_rule", "evaluate_sweep", "evaluate_noise")
 METHOD_EVAL_RULES = ("evaluate_method", "evaluate_noise_method")
 WORLDTEST_RULES = ("worldtest_method", "worldtest_trained")
 ORACLE_RULES = ("mpc_split", "mpc_by_type", "fixed_z_oracle", "oracle_multi_rule")
 TORCH_RULES = ("model_error", "model_error_sweep")
 LATEX_RULES = ("report_pdf", "latex_check")
-MAIN_ROW_RULES = ("train", "evaluate", "evaluate_method")   # a method's row of the main study (Table 3)
+MAIN_ROW_RULES = ("train", "train_block", "evaluate", "evaluate_method")   # a method's row of the main study (Table 3)
 LATEX_ESTIMATE_S = 20.0      # a LaTeX compile: estimated, not measured (LaTeX may be absent)
 
 
@@ -183,6 +183,7 @@ class CostModel:
     train_s: float = 0.0                 # the smallest training job
     H: int = 32                          # the horizon evaluation costs were measured at
     train_steps_per_s: dict = field(default_factory=dict)     # method -> env steps/s in training
+    block_steps_per_s: dict = field(default_factory=dict)     # (method, seeds) -> env steps/s per seed, stacked block
     episode_s: dict = field(default_factory=dict)             # method -> evaluation seconds per episode (at H)
     batch_s: dict = field(default_factory=dict)               # method -> fixed seconds per evaluated batch (at H)
     problem_s: dict = field(default_factory=dict)             # method -> world-test seconds per problem
@@ -203,10 +204,12 @@ def linear_fit(n_small: int, t_small: float, n_big: int, t_big: float) -> tuple[
     return max(t_small - per * n_small, 0.0), per
 
 
-def measure(config: dict, methods, *, steps: int, count_evaluation_flops: bool = False, log=print) -> CostModel:
+def measure(config: dict, methods, *, steps: int, count_evaluation_flops: bool = False, blocks=None,
+            log=print) -> CostModel:
     """Time the config's methods on this machine (short runs at the config's hyperparameters); with
     `count_evaluation_flops`, also count the matrix-product FLOPs per evaluated episode (the smaller timed rule
-    set played again under the counter)."""
+    set played again under the counter); `blocks` (method -> seed-block sizes): each such block trained once,
+    stacked where the method can (a block that is not stacked trains at the one-seed rate)."""
     # torch and the methods: loaded only when a projection measures them
     from tapebench.bench.flops import count_flops
     from tapebench.bench.training import heartbeat
@@ -300,8 +303,35 @@ def measure(config: dict, methods, *, steps: int, count_evaluation_flops: bool =
                  f"{model.eval_flops_per_episode[method_id] / 1e6:.1f} MFLOP per evaluated episode"
                  if method_id in model.eval_flops_per_episode else ""]
         log(f"  {method_id}: " + ", ".join(s for s in shown if s), flush=True)
+    for method_id, sizes in sorted((blocks or {}).items()):
+        for n in sorted(sizes):
+            rate = _stacked_rate(method_id, n, config, rules, steps)
+            if rate is not None:
+                model.block_steps_per_s[(method_id, n)] = rate
+                log(f"  {method_id}: a stacked block of {n} seeds trains {rate:.0f} steps/s per seed "
+                    f"({rate / model.train_steps_per_s[method_id]:.2f}x one seed alone)", flush=True)
     model.estimated.append(f"a LaTeX compile: {LATEX_ESTIMATE_S:.0f} s")
     return model
+
+
+def _stacked_rate(method_id: str, seeds: int, config: dict, rules, steps: int) -> float | None:
+    """Env steps/s per seed (CPU time) of a stacked block of `seeds` seeds; None when the method does not stack."""
+    # torch and the methods: loaded only when a projection measures them
+    from tapebench.bench.training import heartbeat
+    from tapebench.training.blocks import train_block
+    from tapebench.training.loop import TrainSpec
+
+    if get_method(method_id).make_block is None:
+        return None
+    specs = [TrainSpec(agent=method_id, rules=tuple(rules), seed=seed, L=int(config["env"]["L"]),
+                       H=int(config["env"]["H"]), total_steps=steps, eval_every=steps,
+                       hyperparameters=config["agents"].get(method_id, {}) or {}) for seed in range(seeds)]
+    with tempfile.TemporaryDirectory(prefix=f"tapebench-projection-{method_id}-block-") as tmp:
+        with heartbeat(f"{method_id}: training a block of {seeds} seeds, {steps} steps each"):
+            manifests = train_block(specs, [f"{tmp}/seed{seed}" for seed in range(seeds)], quiet=True)
+    if "block" not in manifests[0]:
+        return None
+    return manifests[0]["training"]["env_steps"] * seeds / manifests[0]["block"]["cpu_time_s"]
 
 
 def measure_floor(jobs: list[DagJob], config: dict, *, steps: int, log=print) -> dict:
@@ -358,7 +388,7 @@ def training_job(job: DagJob, config: dict) -> tuple[str, dict] | None:
     """(method, config slice) of a training job, the slice the workflow passes to `tapebench train --params`;
     None for any other job."""
     rule, w = job.rule, job.wildcards
-    if rule == "train":
+    if rule in ("train", "train_block"):
         return w["agent"], train_slice(config, w["agent"])
     if rule in ("train_fixed_z", "train_multi_rule"):
         return w["agent"], fixed_z_train_slice(config, w["agent"], w["L"], w["H"])
@@ -367,6 +397,22 @@ def training_job(job: DagJob, config: dict) -> tuple[str, dict] | None:
     if rule in TRAIN_RULES:
         raise ValueError(f"training rule {rule!r} has no config slice in training_job")
     return None
+
+
+def block_seeds(job: DagJob) -> int:
+    """Seeds a training job trains: a `train_block` job's block, one for any other."""
+    if job.rule == "train_block":
+        return int(job.wildcards["last"]) - int(job.wildcards["first"]) + 1
+    return 1
+
+
+def block_sizes(jobs: list[DagJob]) -> dict[str, set[int]]:
+    """method -> the sizes of its seed blocks of more than one seed in the DAG."""
+    sizes = defaultdict(set)
+    for job in jobs:
+        if block_seeds(job) > 1:
+            sizes[job.wildcards["agent"]].add(block_seeds(job))
+    return dict(sizes)
 
 
 def arithmetic_shape(method: str, train: dict) -> str:
@@ -398,7 +444,7 @@ def floor_seconds(job: DagJob, config: dict, model: CostModel, floor: dict) -> f
     (its FLOPs were not counted), which keeps the figure a floor."""
     training = training_job(job, config)
     if training is not None:
-        steps = int(training[1]["training"]["total_steps"])
+        steps = int(training[1]["training"]["total_steps"]) * block_seeds(job)
         return steps * floor["flops_per_env_step"][arithmetic_shape(*training)] / floor["gemm_flops_per_s"]
     evaluation = evaluation_job(job, config)
     if evaluation is None:
@@ -417,7 +463,9 @@ def job_seconds(job: DagJob, config: dict, model: CostModel) -> tuple[float, str
     training = training_job(job, config)
     if training is not None:
         agent, train = training
-        return model.train_s + int(train["training"]["total_steps"]) / model.train_steps_per_s[agent], f"train {agent}"
+        seeds = block_seeds(job)
+        rate = model.block_steps_per_s.get((agent, seeds), model.train_steps_per_s[agent])
+        return model.train_s + seeds * int(train["training"]["total_steps"]) / rate, f"train {agent}"
     evaluation = evaluation_job(job, config)
     if evaluation is not None:
         agent, batches, episodes, H = evaluation
@@ -441,6 +489,19 @@ def job_seconds(job: DagJob, config: dict, model: CostModel) -> tuple[float, str
     if rule.startswith("render"):
         return model.figure_s, "tables and figures"
     return model.light_s, "other jobs"
+
+
+def project_one_seed_per_job(configfiles, targets, config: dict, model: CostModel, cores: int,
+                             snakemake_s: float) -> dict:
+    """The same config and targets with `training.seeds_per_job: 1`, projected with the same measurements."""
+    with tempfile.TemporaryDirectory(prefix="tapebench-projection-") as tmp:
+        overlay = Path(tmp) / "one_seed_per_job.yaml"
+        overlay.write_text("training: {seeds_per_job: 1}\n")
+        jobs = dag_jobs([*configfiles, str(overlay)], targets)
+    single = {**config, "training": {**config["training"], "seeds_per_job": 1}}
+    seconds = {job.jobid: job_seconds(job, single, model)[0] for job in jobs}
+    return {"jobs": len(jobs), "cpu_hours": (sum(seconds.values()) + snakemake_s) / 3600,
+            "wall_hours": (schedule_wall(jobs, seconds, dependencies(jobs), cores) + snakemake_s) / 3600}
 
 
 def methods_of(jobs: list[DagJob], config: dict) -> list[str]:
@@ -474,18 +535,27 @@ def bench_pipeline(args) -> dict:
     print(f"tapebench bench pipeline: {len(jobs)} jobs ({', '.join(configfiles) or 'config/config.yaml'}"
           f"{'; targets ' + ' '.join(args.target) if args.target else ''}); measuring {len(methods)} methods "
           f"({args.steps} training steps each, evaluation on <= {SAMPLE_RULES} rules), one thread", flush=True)
-    model = measure(config, methods, steps=args.steps, count_evaluation_flops=bool(args.floor), log=print)
+    blocks = block_sizes(jobs)
+    model = measure(config, methods, steps=args.steps, count_evaluation_flops=bool(args.floor), blocks=blocks,
+                    log=print)
     seconds, centre = {}, {}
     for job in jobs:
         seconds[job.jobid], centre[job.jobid] = job_seconds(job, config, model)
     cpu = sum(seconds.values()) + snakemake_s
     wall = schedule_wall(jobs, seconds, deps, cores) + snakemake_s
+    one_seed = None
+    if config["training"]["seeds_per_job"] > 1:
+        one_seed = project_one_seed_per_job(configfiles, args.target or (), config, model, cores, snakemake_s)
     by_centre = Counter({"snakemake (DAG)": snakemake_s})
     for jid, c in centre.items():
         by_centre[c] += seconds[jid]
     rules = Counter(j.rule for j in jobs)
     print(f"\nprojected: {cpu / 3600:.2f} CPU-hours; {wall / 3600:.2f} h wall on {cores} cores "
           f"(list scheduling of the DAG; lower bound CPU/cores {cpu / cores / 3600:.2f} h)")
+    if one_seed is not None:
+        print(f"  the same DAG with training.seeds_per_job: 1 (one job per seed), same measurements: "
+              f"{one_seed['cpu_hours']:.2f} CPU-hours, {one_seed['wall_hours']:.2f} h wall; seed blocks of "
+              f"{config['training']['seeds_per_job']} cost {cpu / 3600 / one_seed['cpu_hours']:.2f}x its CPU-hours")
     print("top cost centres (CPU-hours, share):")
     for name, s in by_centre.most_common(12):
         print(f"  {name:<32} {s / 3600:8.3f}  {100 * s / cpu:5.1f}%")
@@ -519,10 +589,12 @@ def bench_pipeline(args) -> dict:
                   f"row {f / 3600:8.3f} {p / 3600:8.3f}")
     print(f"estimated, not measured: {'; '.join(model.estimated)}; measurement took {time.perf_counter() - start:.0f} s")
     return {"cpu_hours": cpu / 3600, "wall_hours": wall / 3600, "cores": cores, "jobs": len(jobs), "floor": floor,
+            "seeds_per_job": config["training"]["seeds_per_job"], "one_seed_per_job": one_seed,
             "jobs_per_rule": dict(rules), "cost_centres_cpu_hours": {k: v / 3600 for k, v in by_centre.items()},
             "measured": {"light_s": model.light_s, "figure_s": model.figure_s, "evaluation_s": model.torch_s,
                          "train_s": model.train_s,
                          "H": model.H, "train_steps_per_s": model.train_steps_per_s,
+                         "block_steps_per_s": {f"{m} x{n}": v for (m, n), v in model.block_steps_per_s.items()},
                          "eval_seconds_per_episode": model.episode_s, "eval_seconds_per_batch": model.batch_s,
                          "worldtest_seconds_per_problem": model.problem_s, "worldtest_seconds_per_side": model.side_s},
             "estimated": model.estimated, "configfiles": configfiles, "targets": list(args.target or [])}

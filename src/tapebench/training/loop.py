@@ -181,15 +181,16 @@ def seed_everything(seed: int) -> int:
 
 
 class RunLog:
-    """Timestamped lines to `<run>/train.log` (appended across resumes) and to stderr."""
+    """Timestamped lines to `<run>/train.log` (appended across resumes; `path` None: no file) and to stderr."""
 
     def __init__(self, path: Path, prefix: str, quiet: bool = False):
         self.path, self.prefix, self.quiet = path, prefix, quiet
 
     def __call__(self, message: str) -> None:
         line = f"{time.strftime('%Y-%m-%d %H:%M:%S')} [{self.prefix}] {message}"
-        with open(self.path, "a") as f:
-            f.write(line + "\n")
+        if self.path is not None:
+            with open(self.path, "a") as f:
+                f.write(line + "\n")
         if not self.quiet:
             print(line, file=sys.stderr, flush=True)
 
@@ -313,7 +314,7 @@ def train(spec: TrainSpec, out_dir, *, device="cpu", threads: int | None = 1, co
         obs = env.reset()
         iteration, checkpoints, wall_time, cpu_time, resumes = 0, [], 0.0, 0.0, 0
 
-        resume = _load_resume(out_dir, fingerprint, log)
+        resume = load_resume(out_dir, fingerprint, log)
         if resume is not None:
             agent.load_state_dict(resume["agent"])
             ckpt.load_env_state(env, resume["env"])
@@ -326,9 +327,9 @@ def train(spec: TrainSpec, out_dir, *, device="cpu", threads: int | None = 1, co
             log(f"resuming from {ckpt.RESUME_FILE} at step {iteration * config.num_envs} "
                 f"(checkpoint {len(checkpoints)} of {len(schedule)})")
         else:
-            _remove_stale_files(out_dir, log)
+            remove_stale_files(out_dir, log)
             log(f"training {spec.agent} on {len(spec.rules)} rules, L={spec.L} H={spec.H}, "
-                f"{schedule[-1]} env steps ({config.num_envs} envs), checkpoints at {_short(schedule)}, "
+                f"{schedule[-1]} env steps ({config.num_envs} envs), checkpoints at {short_list(schedule)}, "
                 f"device {device}, threads {torch.get_num_threads()}")
             if schedule[-1] != spec.total_steps or any(s % spec.eval_every for s in schedule[:-1]):
                 log(f"note: num_envs={config.num_envs} does not divide the step targets; checkpoints are "
@@ -355,23 +356,17 @@ def train(spec: TrainSpec, out_dir, *, device="cpu", threads: int | None = 1, co
 
                 now = time.perf_counter()
                 if iteration in checkpoint_at:
-                    wall_time_now = wall_time + (now - segment_start)
-                    path = ckpt.checkpoint_name(env_steps)
-                    digest = ckpt.save(out_dir / path, ckpt.policy_checkpoint(
-                        spec.agent, config, spec.env_spec(), agent, env_steps, schedule[-1], spec.seed, prov))
-                    checkpoints.append({"env_steps": env_steps, "file": path, "sha256": digest})
-                    ckpt.save(out_dir / ckpt.RESUME_FILE, {
-                        "format": ckpt.FORMAT_VERSION, "fingerprint": fingerprint, "iteration": iteration,
-                        "checkpoints": checkpoints, "agent": agent.state_dict(), "env": ckpt.env_state(env),
-                        "stats": stats.state_dict(), "rng": ckpt.rng_state(), "wall_time_s": wall_time_now,
-                        "cpu_time_s": cpu_time + (time.process_time() - segment_cpu), "resumes": resumes})
-                    log(_progress(env_steps, schedule[-1], segment_steps, segment_start, now, stats, metrics)
+                    write_run_checkpoint(spec, config, agent, out_dir, env_steps, schedule[-1], checkpoints, prov,
+                                         fingerprint, iteration, env, stats, ckpt.rng_state(),
+                                         wall_time + (now - segment_start),
+                                         cpu_time + (time.process_time() - segment_cpu), resumes)
+                    log(progress_line(env_steps, schedule[-1], segment_steps, segment_start, now, stats, metrics)
                         + f" | checkpoint {len(checkpoints)}/{len(schedule)}")
                     last_log = now
                     if on_checkpoint is not None:
                         on_checkpoint(len(checkpoints), env_steps)
                 elif now - last_log > LOG_INTERVAL_S:
-                    log(_progress(env_steps, schedule[-1], segment_steps, segment_start, now, stats, metrics))
+                    log(progress_line(env_steps, schedule[-1], segment_steps, segment_start, now, stats, metrics))
                     last_log = now
         finally:
             if board is not None:
@@ -379,7 +374,36 @@ def train(spec: TrainSpec, out_dir, *, device="cpu", threads: int | None = 1, co
         wall_time += time.perf_counter() - segment_start
         cpu_time += time.process_time() - segment_cpu
 
-    manifest = {
+    manifest = run_manifest(spec, config, schedule, checkpoints, device, threads, resumes, wall_time, cpu_time, prov,
+                            fingerprint)
+    write_json(out_dir / ckpt.MANIFEST_FILE, manifest)
+    if not keep_resume:
+        (out_dir / ckpt.RESUME_FILE).unlink(missing_ok=True)
+    log(f"done: {schedule[-1]} env steps in {wall_time:.1f} s ({manifest['steps_per_second']} steps/s, "
+        f"{resumes} resume(s)); wrote {ckpt.MANIFEST_FILE}")
+    return manifest
+
+
+
+def write_run_checkpoint(spec: TrainSpec, config, agent, out_dir: Path, env_steps: int, total_steps: int,
+                         checkpoints: list, prov: dict, fingerprint: str, iteration: int, env, stats: "EpisodeStats",
+                         rng: dict, wall_time: float, cpu_time: float, resumes: int) -> None:
+    """Checkpoint `checkpoints/step_*.pt` (greedy policy, appended to `checkpoints`), then `resume.pt`."""
+    path = ckpt.checkpoint_name(env_steps)
+    digest = ckpt.save(out_dir / path, ckpt.policy_checkpoint(
+        spec.agent, config, spec.env_spec(), agent, env_steps, total_steps, spec.seed, prov))
+    checkpoints.append({"env_steps": env_steps, "file": path, "sha256": digest})
+    ckpt.save(out_dir / ckpt.RESUME_FILE, {
+        "format": ckpt.FORMAT_VERSION, "fingerprint": fingerprint, "iteration": iteration,
+        "checkpoints": checkpoints, "agent": agent.state_dict(), "env": ckpt.env_state(env),
+        "stats": stats.state_dict(), "rng": rng, "wall_time_s": wall_time, "cpu_time_s": cpu_time,
+        "resumes": resumes})
+
+
+def run_manifest(spec: TrainSpec, config, schedule: list[int], checkpoints: list, device, threads, resumes: int,
+                 wall_time: float, cpu_time: float, prov: dict, fingerprint: str) -> dict:
+    """A finished run's train.json."""
+    return {
         "agent": spec.agent,
         "seed": spec.seed,
         "fingerprint": fingerprint,
@@ -399,15 +423,9 @@ def train(spec: TrainSpec, out_dir, *, device="cpu", threads: int | None = 1, co
         "steps_per_second": round(schedule[-1] / wall_time, 1) if wall_time > 0 else None,
         "provenance": prov,
     }
-    write_json(out_dir / ckpt.MANIFEST_FILE, manifest)
-    if not keep_resume:
-        (out_dir / ckpt.RESUME_FILE).unlink(missing_ok=True)
-    log(f"done: {schedule[-1]} env steps in {wall_time:.1f} s ({manifest['steps_per_second']} steps/s, "
-        f"{resumes} resume(s)); wrote {ckpt.MANIFEST_FILE}")
-    return manifest
 
 
-def _load_resume(out_dir: Path, fingerprint: str, log) -> dict | None:
+def load_resume(out_dir: Path, fingerprint: str, log) -> dict | None:
     path = out_dir / ckpt.RESUME_FILE
     if not path.is_file():
         return None
@@ -427,7 +445,7 @@ def _load_resume(out_dir: Path, fingerprint: str, log) -> dict | None:
     return state
 
 
-def _remove_stale_files(out_dir: Path, log) -> None:
+def remove_stale_files(out_dir: Path, log) -> None:
     """A fresh start must not leave checkpoints (or TensorBoard events) of an earlier run behind."""
     stale = sorted((out_dir / ckpt.CHECKPOINT_DIR).glob("step_*.pt"))
     for name in (ckpt.RESUME_FILE, ckpt.MANIFEST_FILE):
@@ -442,7 +460,7 @@ def _remove_stale_files(out_dir: Path, log) -> None:
         shutil.rmtree(out_dir / TENSORBOARD_DIR)
 
 
-def _progress(env_steps, total, segment_steps, segment_start, now, stats, metrics) -> str:
+def progress_line(env_steps, total, segment_steps, segment_start, now, stats, metrics) -> str:
     elapsed = max(now - segment_start, 1e-9)
     rate = (env_steps - segment_steps) / elapsed
     eta = (total - env_steps) / rate if rate > 0 else float("nan")
@@ -451,5 +469,5 @@ def _progress(env_steps, total, segment_steps, segment_start, now, stats, metric
             f"eta {eta:.0f} s | {stats.summary()}" + (f" | {shown}" if shown else ""))
 
 
-def _short(values: list[int]) -> str:
+def short_list(values: list[int]) -> str:
     return str(values) if len(values) <= 4 else f"[{values[0]}, {values[1]}, ..., {values[-1]}]"

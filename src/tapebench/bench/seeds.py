@@ -1,0 +1,92 @@
+"""`tapebench bench seeds`: N seeds in one process beside N one-seed processes (docs/protocol.md#seed-blocks).
+
+For each agent and each N of `--seeds`, in the same run:
+
+* one process: `tapebench train --seeds 0-(N-1)` on `--device` (a stacked block where the method has
+  `make_block`, else its seeds one after another in that process);
+* separate: N processes `tapebench train --seed k`, one after another on the same core, on the CPU (the
+  baseline the issue's goals are stated against: one CPU core running the seeds one by one).
+
+Both are whole processes, start-up included, each `--steps` env steps per seed with one checkpoint at the end,
+at the agent's default hyperparameters, on `--rules` at `--L`/`--H`. Env steps/s per core = N x steps / wall
+seconds of the one core. `startup_s` is a process's wall time outside the training loop (imports, building,
+writing), read from the runs' train.json.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tapebench.bench.training import select_agents
+from tapebench.utils.artifacts import read_json
+from tapebench.validation import parse_rule_list
+
+DEFAULT_AGENTS = ["dqn", "ppo", "dreamer"]
+
+
+def train_command(agent: str, seeds: list[int] | int, out: str, params: dict, rules: str, device: str) -> list[str]:
+    """One `tapebench train` process: a seed block (`seeds` a list, `out` with {seed}) or one seed (an int)."""
+    chosen = ["--seed", str(seeds)] if isinstance(seeds, int) else ["--seeds", f"{seeds[0]}-{seeds[-1]}"]
+    return [sys.executable, "-m", "tapebench", "train", "--agent", agent, "--rules", rules, *chosen,
+            "--params", json.dumps(params), "--device", device, "--threads", "1", "--quiet", "--out", out]
+
+
+def timed_process(command: list[str]) -> float:
+    start = time.perf_counter()
+    proc = subprocess.run(command, capture_output=True, text=True)
+    elapsed = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(command[2:6])} failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
+    return elapsed
+
+
+def loop_seconds(run_dirs) -> float:
+    """Wall seconds the training loops took (a block's seeds each record their share)."""
+    return sum(read_json(Path(run) / "train.json", "training manifest")["wall_time_s"] for run in run_dirs)
+
+
+def measure_block(agent: str, n: int, params: dict, rules: str, device: str, root: Path) -> dict:
+    steps = params["training"]["total_steps"]
+    seeds = list(range(n))
+    block_dir = root / f"{agent}_block{n}"
+    one_wall = timed_process(train_command(agent, seeds, str(block_dir / "seed{seed}"), params, rules, device))
+    one_loop = loop_seconds(block_dir / f"seed{s}" for s in seeds)
+    separate_wall, separate_dirs = 0.0, []
+    for seed in seeds:
+        run = root / f"{agent}_separate{n}" / f"seed{seed}"
+        separate_wall += timed_process(train_command(agent, seed, str(run), params, rules, "cpu"))
+        separate_dirs.append(run)
+    separate_loop = loop_seconds(separate_dirs)
+    one, separate = n * steps / one_wall, n * steps / separate_wall
+    return {"seeds": n, "env_steps": n * steps,
+            "one_process": round(one, 1), "separate": round(separate, 1), "speedup": round(one / separate, 3),
+            "one_process_wall_s": round(one_wall, 2), "separate_wall_s": round(separate_wall, 2),
+            "one_process_loop_s": round(one_loop, 2), "separate_loop_s": round(separate_loop, 2),
+            "one_process_startup_s": round(one_wall - one_loop, 2),
+            "separate_startup_s": round(separate_wall - separate_loop, 2)}
+
+
+def bench_seeds(args) -> dict:
+    agents = select_agents(args.agents or DEFAULT_AGENTS, command="bench seeds")
+    parse_rule_list(args.rules)
+    device = "cpu" if args.device == "auto" else args.device
+    params = {"env": {"L": args.L, "H": args.H}, "training": {"total_steps": args.steps, "eval_every": args.steps}}
+    print(f"seed blocks: {args.steps} env steps per seed, L = {args.L}, H = {args.H}, rules {args.rules}; one "
+          f"process on {device} beside one-seed processes one after another on one CPU core (whole processes)")
+    print(f"{'agent':<14}{'N':>4}{'one process':>14}{'separate':>12}{'speedup':>9}"
+          f"{'start-up one / separate (s)':>30}   env steps/s per core")
+    figures: dict = {"device": device, "steps": args.steps, "L": args.L, "H": args.H, "rules": args.rules,
+                     "agents": {}}
+    with tempfile.TemporaryDirectory(prefix="tapebench-seeds-") as tmp:
+        for agent in agents:
+            rows = figures["agents"][agent] = {}
+            for n in args.seeds:
+                row = rows[str(n)] = measure_block(agent, n, params, args.rules, device, Path(tmp))
+                print(f"{agent:<14}{n:>4}{row['one_process']:>14,.0f}{row['separate']:>12,.0f}"
+                      f"{row['speedup']:>8.2f}x{row['one_process_startup_s']:>16.1f} / "
+                      f"{row['separate_startup_s']:.1f}", flush=True)
+    return figures

@@ -1,0 +1,166 @@
+"""The seed-block trainer (training/blocks.py): bookkeeping, resume and the one-by-one fallback, checked with a
+lock-step block that runs each seed's own one-seed agent on its own generator (so any difference from one-seed
+runs is the trainer's, not a stacked network's)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from tapebench.registry import get_method, register, unregister
+from tapebench.training.blocks import BlockUnsupported, train_block
+from tapebench.training.loop import TrainSpec, train
+from tapebench.utils.artifacts import read_json
+
+HYPER = {"num_envs": 4, "buffer_size": 500, "learning_starts": 32, "batch_size": 16, "hidden_size": 16,
+         "target_update_frequency": 64}
+
+
+class LockstepBlock:
+    """The seed-block contract with no stacking: seed k's own agent, torch's global generator swapped to seed k's."""
+
+    def __init__(self, agents, generators):
+        self.agents, self.generators = agents, generators
+
+    def _as_seed(self, k, call):
+        torch.set_rng_state(self.generators[k].get_state())
+        out = call()
+        self.generators[k].set_state(torch.get_rng_state())
+        return out
+
+    def act(self, obs):
+        return torch.stack([self._as_seed(k, lambda k=k: a.act(obs[k])) for k, a in enumerate(self.agents)])
+
+    def observe(self, obs, actions, rewards, next_obs, terminated, truncated):
+        for k, a in enumerate(self.agents):
+            a.observe(obs[k], actions[k], rewards[k], next_obs[k], terminated[k], truncated[k])
+
+    def update(self):
+        return [self._as_seed(k, a.update) for k, a in enumerate(self.agents)]
+
+    def export_seed(self, k, agent):
+        agent.load_state_dict(self.agents[k].state_dict())
+
+    def import_seed(self, k, agent):
+        self.agents[k].load_state_dict(agent.state_dict())
+
+
+def refuse(agents, generators):
+    raise BlockUnsupported("this test method never stacks")
+
+
+@pytest.fixture
+def lockstep_method():
+    dqn = get_method("dqn")
+    for id_, make_block in (("dqn_lockstep", LockstepBlock), ("dqn_refusing", refuse)):
+        register(dataclasses.replace(dqn, id=id_, make_block=make_block))
+    yield
+    unregister("dqn_lockstep")
+    unregister("dqn_refusing")
+
+
+def spec(agent, seed, total_steps=256):
+    return TrainSpec(agent=agent, rules=(30, 90, 110), seed=seed, hyperparameters=HYPER, L=8, H=8,
+                     total_steps=total_steps, eval_every=128)
+
+
+def checkpoint_digests(run):
+    manifest = read_json(run / "train.json", "manifest")
+    return manifest["fingerprint"], [c["sha256"] for c in manifest["checkpoints"]]
+
+
+def test_a_stacked_block_writes_each_seed_what_its_one_seed_run_writes(tmp_path, lockstep_method):
+    seeds = [0, 3, 4]
+    alone = [checkpoint_digests(run) for run in
+             (train(spec("dqn_lockstep", s), tmp_path / f"alone{s}", quiet=True) and tmp_path / f"alone{s}"
+              for s in seeds)]
+    manifests = train_block([spec("dqn_lockstep", s) for s in seeds], [tmp_path / f"block{s}" for s in seeds],
+                            quiet=True)
+    assert [checkpoint_digests(tmp_path / f"block{s}") for s in seeds] == alone
+    assert all(m["block"] == {**m["block"], "seeds": seeds, "stacked": True} for m in manifests)
+    assert not any((tmp_path / f"block{s}" / "resume.pt").exists() for s in seeds)
+
+
+def test_finished_seeds_are_left_alone_and_a_method_that_refuses_trains_one_by_one(tmp_path, lockstep_method):
+    first = train_block([spec("dqn_refusing", s) for s in (0, 1)], [tmp_path / f"s{s}" for s in (0, 1)], quiet=True)
+    assert all("block" not in m for m in first)          # refused: the one-seed loop wrote them
+    stamp = (tmp_path / "s0" / "train.json").stat().st_mtime_ns
+    more = train_block([spec("dqn_refusing", s) for s in (0, 1, 2)], [tmp_path / f"s{s}" for s in (0, 1, 2)],
+                       quiet=True)
+    assert (tmp_path / "s0" / "train.json").stat().st_mtime_ns == stamp   # adding a seed trains only the new one
+    assert [m["seed"] for m in more] == [0, 1, 2]
+    alone = train(spec("dqn_refusing", 2), tmp_path / "alone2", quiet=True)
+    assert checkpoint_digests(tmp_path / "s2") == (alone["fingerprint"], [c["sha256"] for c in alone["checkpoints"]])
+
+
+def test_a_killed_stacked_block_resumes_to_the_same_checkpoints(tmp_path, lockstep_method):
+    seeds, runs = [1, 2], [tmp_path / "k1", tmp_path / "k2"]
+    specs = [spec("dqn_lockstep", s, total_steps=384) for s in seeds]
+
+    class Killed(Exception):
+        pass
+
+    import tapebench.training.blocks as blocks
+    original = blocks.write_run_checkpoint
+    calls = []
+
+    def write_then_die(*args, **kwargs):
+        original(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == 2 * len(seeds):   # both seeds' second checkpoint and resume.pt are on disk
+            raise Killed
+
+    blocks.write_run_checkpoint = write_then_die
+    try:
+        with pytest.raises(Killed):
+            train_block(specs, runs, quiet=True)
+    finally:
+        blocks.write_run_checkpoint = original
+    assert all((run / "resume.pt").exists() and not (run / "train.json").exists() for run in runs)
+    resumed = train_block(specs, runs, quiet=True)
+    assert all(m["resumes"] == 1 for m in resumed)
+    fresh = train_block(specs, [tmp_path / "f1", tmp_path / "f2"], quiet=True)
+    assert [m["checkpoints"] for m in resumed] == [m["checkpoints"] for m in fresh]
+
+
+def test_block_arguments_are_checked_before_anything_is_written(tmp_path):
+    with pytest.raises(ValueError, match="distinct"):
+        train_block([spec("dqn", 0), spec("dqn", 0)], [tmp_path / "a", tmp_path / "b"])
+    with pytest.raises(ValueError, match="differ only in their seed"):
+        train_block([spec("dqn", 0), spec("dqn", 1, total_steps=512)], [tmp_path / "a", tmp_path / "b"])
+    with pytest.raises(ValueError, match="own run folder"):
+        train_block([spec("dqn", 0), spec("dqn", 1)], [tmp_path / "a", tmp_path / "a"])
+    assert not any(tmp_path.iterdir())
+
+
+def test_the_cli_trains_a_block_into_each_seeds_folder_and_records_it(tmp_path, capsys):
+    from tapebench.cli import main
+
+    params = json.dumps({"agent": HYPER, "env": {"L": 8, "H": 8}, "training": {"total_steps": 128, "eval_every": 128}})
+    record = tmp_path / "block.json"
+    assert main(["train", "--agent", "dqn", "--rules", "30,90", "--seeds", "2-3", "--params", params, "--quiet",
+                 "--out", str(tmp_path / "seed{seed}"), "--block-record", str(record)]) == 0
+    body = read_json(record, "block record")
+    assert body["seeds"] == [2, 3] and [r["run"] for r in body["runs"]] == [str(tmp_path / f"seed{s}") for s in (2, 3)]
+    capsys.readouterr()
+    assert main(["train", "--agent", "dqn", "--rules", "30", "--seeds", "0-1", "--out", str(tmp_path / "x")]) == 2
+    assert "--seeds needs {seed} in --out" in capsys.readouterr().err
+    assert main(["train", "--agent", "dqn", "--rules", "30", "--seeds", "a-b", "--out", str(tmp_path / "s{seed}")]) == 2
+    assert "cannot parse seed list item 'a-b'" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_bench_seeds_times_one_process_beside_separate_processes(tmp_path, capsys):
+    from tapebench.cli import main
+
+    out = tmp_path / "seeds.json"
+    assert main(["bench", "seeds", "--agents", "dqn", "--seeds", "2", "--steps", "128", "--L", "8", "--H", "8",
+                 "--rules", "30,90", "--json", str(out)]) == 0
+    row = read_json(out, "bench figures")["figures"]["agents"]["dqn"]["2"]
+    assert row["env_steps"] == 256
+    assert row["speedup"] == pytest.approx(row["one_process"] / row["separate"], rel=1e-2)
+    assert row["separate_startup_s"] > row["one_process_startup_s"] > 0   # two start-ups against one
+    assert main(["bench", "seeds", "--seeds", "0"]) == 2
+    assert main(["bench", "sb3", "--seeds", "2", "3"]) == 2
