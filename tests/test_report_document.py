@@ -64,15 +64,49 @@ def test_captions_carry_the_configs_protocol():
                      evaluation={"episodes_per_rule": 3, "horizons": [21, 42], "last_k": 2, "eval_seed": 1},
                      training={"total_steps": 12345, "eval_every": 4000})
     captions = {job.name: document.caption(entry, job, config) for entry, job in registry.jobs(config)}
-    for name, text in captions.items():
+    main_study = ("table2", "table3", "table4", "table_types", "rliable", "figure3", "learning_curves")
+    for name in main_study:
         for part in ("L = 13", "training horizon H = 21", "evaluated at H = 21, 42", "7 seeds",
                      "3 episodes per rule", "12,345 environment steps per run", "a checkpoint every 4,000",
                      "last 2 checkpoints"):
-            assert part in text, (name, text)
-    assert captions["table3"].startswith(registry.OUTPUTS["table3"].title + ". Protocol: split main;")
+            assert part in captions[name], (name, captions[name])
+    assert captions["table3"].startswith("ID vs OOD success, drop, OOD return, ON(p), with bootstrap CIs "
+                                         "(paper Table 3). Protocol: split main;")
     assert "split random2;" in captions["identifiability_random2"]          # the job's own split, not the main one
     tex = document.render_tex(config, version="test")
     assert tex.count("Protocol: split main; L = 13, training horizon H = 21") >= 5
+
+
+def _protocol_lines(tex: str) -> dict[str, str]:
+    """Each subsection heading of the report's .tex and the protocol line under it (or its figure's caption)."""
+    out = {}
+    for block in re.split(r"\\subsection\*\{", tex)[1:]:
+        heading = block.split("}", 1)[0]
+        line = re.search(r"Protocol: [^}]*|Illustration: [^}]*", block)
+        out[heading] = line.group(0) if line else ""
+    return out
+
+
+def test_each_float_is_numbered_once_and_states_its_own_seeds_and_budgets():
+    config = _config("tests/data/tiny.yaml", studies={"worldtest": {"seeds": 1, "budgets": [0, 4]},
+                                                      "fixed_z": {"seeds": 1, "total_steps": 256}})
+    config["seeds"] = 3
+    tex = document.render_tex(config, version="test")
+    # LaTeX numbers every float; the paper's number is in the heading's text, never a caption's "Figure N:" prefix
+    for caption in re.findall(r"\\caption\{([^}]*)", tex):
+        assert not re.match(r"\s*(Figure|Table)s? \d", caption), caption
+    headings = re.findall(r"\\subsection\*\{([^}]*)\}", tex)
+    assert "True-dynamics MPC strict success by rule type (paper Table 7)" in headings
+    assert not any(re.match(r"(Figure|Table)s? \d", h) for h in headings), headings
+    lines = _protocol_lines(tex)
+    world = [line for heading, line in lines.items() if heading.startswith("World test")]
+    assert world and all("; 1 seed;" in line and "interaction budgets B = 0, 4" in line for line in world), world
+    fixed = [line for heading, line in lines.items() if "paper Table 5" in heading or "paper Table 6" in heading]
+    assert len(fixed) == 2 and all("; 1 seed;" in line and "256 environment steps" in line for line in fixed), fixed
+    main = lines["ID vs OOD success, drop, OOD return, ON(p), with bootstrap CIs (paper Table 3)"]
+    assert "; 3 seeds;" in main
+    oracle = lines["Planning reference (MPC, exact optimum) and feasibility (paper Table 1)"]
+    assert "seed" not in oracle and "no training" in oracle
 
 
 def test_first_page_summarises_the_config():
@@ -216,6 +250,7 @@ def test_compiled_pdf_holds_tables_and_figures_with_captions(tmp_path, monkeypat
         if entry.kind == output.TABLE:
             assert f"Captionnumber{number}." in text
     assert re.search(r"Figure\d+:Errorversusdepth\.Protocol:splitmain;L=8", text), text[-2000:]
+    assert not re.search(r"(Figure|Table)\d+:(Figure|Table)\d", text)      # each float numbered once
     assert not list(pdf.parent.glob(".report-*"))                  # the temporary folder is gone
 
 

@@ -63,10 +63,11 @@ def test_pdf_report_holds_every_table_with_its_caption(tiny_reports):
     text = _flat(subprocess.run(["pdftotext", str(pdf), "-"], capture_output=True, text=True, check=True).stdout)
     config = _tiny_config()
     for entry, job in registry.jobs(config):
-        assert _flat(entry.title) in text, entry.title
+        assert _flat(document.heading(entry.title)) in text, entry.title
         for table in (path for path in job.outputs(entry).values() if path.endswith(".tex")):
             title = _caption_title((tiny_reports / table).read_text())
             assert _flat(title) in text, (table, title)
+            assert not re.match(r"(Figure|Table)s? \d", title), (table, title)   # LaTeX numbers the float itself
     assert _flat("Protocol: split main; L = 8, training horizon H = 8 (evaluated at H = 8, 16); 2 seeds") in text
     assert _flat("tiny.yaml on top of config/config.yaml") in text
     source = (tiny_reports / "results/report.tex").read_text()

@@ -6,6 +6,9 @@ from tapebench import layout
 from tapebench.pipeline.config import (
     checkpoint_eval_slice,
     dumps,
+    evaluation_job,
+    training_job,
+    worldtest_job,
     fixed_z_eval_slice,
     fixed_z_train_slice,
     ladder_split_slice,
@@ -19,7 +22,7 @@ from tapebench.pipeline.config import (
 )
 from tapebench.registry import build_config, get_method
 from tapebench.rule_family import config_family
-from tapebench.settings import noise_study, worldtest_study
+from tapebench.settings import checkpoints_per_run, noise_study, worldtest_study
 
 validate_config(config, workflow.source_path("../schemas/config.schema.yaml"))
 
@@ -118,6 +121,64 @@ def trained_run(wildcards):
     if SEEDS_PER_JOB == 1:
         return layout.manifest(run_dir(wildcards.split, wildcards.agent, wildcards.seed))
     return layout.seed_block(wildcards.split, wildcards.agent, *seed_block(wildcards.split, wildcards.seed))
+
+
+# What a job declares to the scheduler (`resources: mem_mb, runtime`), estimated from its config slice
+# (tapebench.pipeline.resources); validate_config has refused any config whose job would exceed resources.max_mem_mb
+def _job_of(wildcards):
+    """A training or evaluation job's method, L, H (wildcards where the rule has them) and hyperparameter overrides
+    (a sweep point's value)."""
+    w = dict(wildcards.items())
+    overrides = {w["field"]: int(w["value"])} if "value" in w else None
+    return w.get("agent", w.get("method")), w.get("L"), w.get("H"), overrides
+
+
+def _schedule_of(wildcards):
+    """(total_steps, eval_every) of the run a job trains or evaluates: the fixed-z study's at its own L, H."""
+    part = config["studies"]["fixed_z"] if "L" in dict(wildcards.items()) else config["training"]
+    return part["total_steps"], part["eval_every"]
+
+
+def _training(wildcards):
+    """A training job's estimate: one seed, or the seeds of its block (`train_block`: first..last)."""
+    method, L, H, overrides = _job_of(wildcards)
+    w = dict(wildcards.items())
+    seeds = int(w["last"]) - int(w["first"]) + 1 if "first" in w else 1
+    return training_job(
+        config, method, L=L, H=H, overrides=overrides, total_steps=_schedule_of(wildcards)[0], seeds=seeds
+    )
+
+
+def _evaluation(wildcards):
+    method, L, H, overrides = _job_of(wildcards)
+    checkpoints = 1
+    if get_method(method).trains:
+        checkpoints = checkpoints_per_run(*_schedule_of(wildcards))
+        if not get_method(method).every_checkpoint or "eps" in dict(wildcards.items()):  # noise: the last K
+            checkpoints = min(checkpoints, config["evaluation"]["last_k"])
+    split = dict(wildcards.items()).get("split", MAIN_SPLIT)
+    return evaluation_job(config, method, split, L=L, H=H, overrides=overrides, checkpoints=checkpoints)
+
+
+def train_mem_mb(wildcards):
+    return _training(wildcards)[0].mb
+
+
+def train_runtime(wildcards):
+    return _training(wildcards)[1]
+
+
+def eval_mem_mb(wildcards):
+    return _evaluation(wildcards)[0].mb
+
+
+def eval_runtime(wildcards):
+    return _evaluation(wildcards)[1]
+
+
+def worldtest_mem_mb(wildcards):
+    """The world test's problems, and the method's agent or policy beside them."""
+    return max(worldtest_job(config).mb, _evaluation(wildcards)[0].mb)
 
 
 def split_params(wildcards):

@@ -64,8 +64,8 @@ rule train_sweep:
     threads: config["training"]["threads"]
     resources:
         gpu=config["training"]["gpus"],
-        mem_mb=4000,
-        runtime=240,
+        mem_mb=train_mem_mb,
+        runtime=train_runtime,
     params:
         slice=lambda w: dumps(sweep_train_slice(config, w.value)),
         run_dir=lambda w: layout.sweep_run_dir(w.split, w.method, w.field, w.value, w.seed),
@@ -92,8 +92,8 @@ rule evaluate_sweep:
         CONDA_ENV
     threads: 1
     resources:
-        mem_mb=2000,
-        runtime=60,
+        mem_mb=eval_mem_mb,
+        runtime=eval_runtime,
     params:
         slice=lambda w: dumps(checkpoint_eval_slice(config, w.method)),
         run_dir=lambda w: layout.sweep_run_dir(w.split, w.method, w.field, w.value, w.seed),

@@ -16,8 +16,8 @@ rule evaluate:
         CONDA_ENV
     threads: 1
     resources:
-        mem_mb=2000,
-        runtime=60,
+        mem_mb=eval_mem_mb,
+        runtime=eval_runtime,
     params:
         slice=eval_params,
         run_dir=lambda w: run_dir(w.split, w.agent, w.seed),
@@ -40,8 +40,8 @@ rule evaluate_method:
         CONDA_ENV
     threads: 1
     resources:
-        mem_mb=2000,
-        runtime=60,
+        mem_mb=eval_mem_mb,
+        runtime=eval_runtime,
     params:
         slice=method_eval_params,
     shell:

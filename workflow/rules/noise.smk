@@ -20,8 +20,8 @@ rule evaluate_noise:
         CONDA_ENV
     threads: 1
     resources:
-        mem_mb=2000,
-        runtime=60,
+        mem_mb=eval_mem_mb,
+        runtime=eval_runtime,
     params:
         slice=noise_eval_params,
         run_dir=lambda w: run_dir(w.split, w.agent, w.seed),
@@ -45,8 +45,8 @@ rule evaluate_noise_method:
         CONDA_ENV
     threads: 1
     resources:
-        mem_mb=2000,
-        runtime=60,
+        mem_mb=eval_mem_mb,
+        runtime=eval_runtime,
     params:
         slice=noise_eval_params,
     shell:

@@ -37,8 +37,8 @@ rule train_fixed_z:
     threads: config["training"]["threads"]
     resources:
         gpu=config["training"]["gpus"],
-        mem_mb=4000,
-        runtime=240,
+        mem_mb=train_mem_mb,
+        runtime=train_runtime,
     params:
         slice=fixed_z_train_params,
         run_dir=lambda w: layout.fixed_z_run_dir(w.L, w.H, w.agent, w.rule, w.seed),
@@ -64,8 +64,8 @@ rule evaluate_fixed_z:
         CONDA_ENV
     threads: 1
     resources:
-        mem_mb=2000,
-        runtime=60,
+        mem_mb=eval_mem_mb,
+        runtime=eval_runtime,
     params:
         slice=fixed_z_eval_params,
         run_dir=lambda w: layout.fixed_z_run_dir(w.L, w.H, w.agent, w.rule, w.seed),
@@ -113,8 +113,8 @@ rule train_multi_rule:
     threads: config["training"]["threads"]
     resources:
         gpu=config["training"]["gpus"],
-        mem_mb=4000,
-        runtime=240,
+        mem_mb=train_mem_mb,
+        runtime=train_runtime,
     params:
         slice=fixed_z_train_params,
         run_dir=lambda w: layout.multi_rule_run_dir(w.L, w.H, w.split, w.agent, w.seed),
@@ -140,8 +140,8 @@ rule evaluate_multi_rule:
         CONDA_ENV
     threads: 1
     resources:
-        mem_mb=2000,
-        runtime=60,
+        mem_mb=eval_mem_mb,
+        runtime=eval_runtime,
     params:
         slice=fixed_z_eval_params,
         run_dir=lambda w: layout.multi_rule_run_dir(w.L, w.H, w.split, w.agent, w.seed),

@@ -18,8 +18,8 @@ rule train:
     threads: config["training"]["threads"]
     resources:
         gpu=config["training"]["gpus"],
-        mem_mb=4000,
-        runtime=240,
+        mem_mb=train_mem_mb,
+        runtime=train_runtime,
     params:
         slice=train_params,
         run_dir=lambda w: run_dir(w.split, w.agent, w.seed),
@@ -47,8 +47,8 @@ rule train_block:
     threads: config["training"]["threads"]
     resources:
         gpu=config["training"]["gpus"],
-        mem_mb=4000,
-        runtime=240,
+        mem_mb=train_mem_mb,
+        runtime=train_runtime,
     params:
         slice=train_params,
         runs=lambda w: run_dir(w.split, w.agent, "{seed}"),

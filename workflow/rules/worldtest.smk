@@ -18,7 +18,7 @@ rule worldtest_trained:
         CONDA_ENV
     threads: 1
     resources:
-        mem_mb=3000,
+        mem_mb=worldtest_mem_mb,
         runtime=60,
     params:
         slice=worldtest_params,
@@ -44,7 +44,7 @@ rule worldtest_method:
         CONDA_ENV
     threads: 1
     resources:
-        mem_mb=2000,
+        mem_mb=worldtest_mem_mb,
         runtime=60,
     params:
         slice=worldtest_params,

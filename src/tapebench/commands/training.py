@@ -26,6 +26,7 @@ from pathlib import Path
 from tapebench.evaluation.evaluate import evaluate_untrained, side_protocols
 from tapebench.evaluation.model_error import DEFAULT_CONTEXT, DEFAULT_DEPTH, summarize
 from tapebench.evaluation.protocol import DEFAULT_EPISODES_PER_RULE, DEFAULT_EVAL_SEED
+from tapebench.pipeline.resources import check_training
 from tapebench.registry import registry
 from tapebench.splits.io import load_split
 from tapebench.training.evaluate import evaluate_run, model_error_run, write_evaluation
@@ -71,6 +72,7 @@ def run_train(args) -> int:
                        total_steps=training["total_steps"], eval_every=training["eval_every"], split=split_info,
                        family=None if split is None or split.family.elementary else split.family.as_dict())
              for seed in seeds]
+    check_training(args.agent, params.get("agent", {}) or {}, int(env["L"]), int(env["H"]), len(seeds))
     tensorboard = params.get("logging", {}).get("tensorboard", False)
     if not isinstance(tensorboard, bool):
         raise ValueError(f"--params logging.tensorboard must be true or false, got {tensorboard!r}")

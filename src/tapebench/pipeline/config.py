@@ -20,7 +20,8 @@ import yaml
 
 from tapebench.health.checks import CHECKS
 from tapebench.layout import NOISE_DECIMALS, noise_label
-from tapebench.registry import check_hyperparameters, get_method, registry
+from tapebench.pipeline import resources
+from tapebench.registry import build_config, check_hyperparameters, get_method, registry
 from tapebench.rule_family import ELEMENTARY, config_family
 from tapebench.rules.mirror import mirror_classes
 from tapebench.rules.sampling import sample_rule_set, spec_from_config
@@ -325,6 +326,12 @@ def _check_worldtest(config: dict) -> None:
     if study["planning"]["goal_steps"] > study["planning"]["horizon"]:
         raise ConfigError(f"{where}.planning.goal_steps': {study['planning']['goal_steps']} is more than the "
                           f"planning horizon {study['planning']['horizon']}; every goal must be reachable within it")
+    planner = study["planner"]
+    if planner["horizon"] * planner["candidates"] > resources.MAX_PLANNER_ROLLOUTS:
+        raise ConfigError(f"{where}.planner': horizon x candidates = {planner['horizon']} x {planner['candidates']} = "
+                          f"{planner['horizon'] * planner['candidates']:,} simulated steps per planned step and "
+                          f"problem; at most {resources.MAX_PLANNER_ROLLOUTS:,} (the default is 8 x 128 = 1,024), "
+                          f"because beyond it one world-test job plans for hours")
     if study["prediction"]["masked_cells"] > config["env"]["L"]:
         raise ConfigError(f"{where}.prediction.masked_cells': {study['prediction']['masked_cells']} is more than "
                           f"env.L = {config['env']['L']}")
@@ -418,6 +425,13 @@ def validate_config(config: dict, schema_path) -> dict:
     _check_worldtest(config)
     _check_ladder(config)
     _check_health(config)
+    _check_agents(config)
+    _check_resources(config)
+    return config
+
+
+def _check_agents(config: dict) -> None:
+    methods = registry()
     for agent, overrides in config["agents"].items():
         if agent not in methods:
             raise ConfigError(f"config key 'agents.{agent}': unknown method; registered methods: {sorted(methods)}")
@@ -429,7 +443,110 @@ def validate_config(config: dict, schema_path) -> dict:
                 hint = (" (values inside a --config mapping arrive as text; give agent hyperparameters "
                         "in a config file passed with --configfile)")
             raise ConfigError(f"config key 'agents.{agent}': {exc}{hint}") from None
-    return config
+
+
+# --- what each job needs (tapebench.pipeline.resources), from the config, before any job runs ---
+
+def seeds_per_job(config: dict) -> int:
+    """Training seeds one training job trains (`training.seeds_per_job`, 1 when absent)."""
+    return int(config["training"].get("seeds_per_job", 1))
+
+
+def max_mem_mb(config: dict) -> int:
+    """`resources.max_mem_mb`, or this machine's memory."""
+    return int(config.get("resources", {}).get("max_mem_mb") or resources.machine_mem_mb())
+
+
+def _split_rules(config: dict, split: str) -> int:
+    """Rules of a split (both sides): a configured split's, or the 256 elementary rules (the ladder)."""
+    return len(split_rule_space(config, split)) if split in config["splits"] else 256
+
+
+def _env_LH(config: dict, L=None, H=None) -> tuple[int, int]:
+    return int(L if L is not None else config["env"]["L"]), int(H if H is not None else config["env"]["H"])
+
+
+def training_job(config: dict, method: str, *, L=None, H=None, overrides: dict | None = None,
+                 total_steps: int | None = None, seeds: int | None = None) -> tuple[resources.Estimate, int]:
+    """(memory estimate, run-time minutes) of a training job of `method` (its `agents` entry updated by
+    `overrides`) at L, H (default env.L, env.H) over `seeds` seeds (default `training.seeds_per_job`, a full
+    seed block)."""
+    L, H = _env_LH(config, L, H)
+    built = build_config(method, {**(config["agents"].get(method) or {}), **(overrides or {})})
+    steps = int(total_steps if total_steps is not None else config["training"]["total_steps"])
+    seeds = seeds_per_job(config) if seeds is None else int(seeds)
+    return (resources.training_memory(built, L, H, seeds), resources.training_minutes(built, L, H, steps, seeds))
+
+
+def evaluation_job(config: dict, method: str, split: str, *, L=None, H=None, overrides: dict | None = None,
+                   checkpoints: int = 1) -> tuple[resources.Estimate, int]:
+    """(memory estimate, run-time minutes) of an evaluation job of `method` on `split` at L, H (default env.L
+    and the longest evaluation horizon): every episode of the split's rules at once, `checkpoints` times."""
+    L, H = _env_LH(config, L, H if H is not None else max([config["env"]["H"], *config["evaluation"]["horizons"]]))
+    built = build_config(method, {**(config["agents"].get(method) or {}), **(overrides or {})})
+    episodes = _split_rules(config, split) * int(config["evaluation"]["episodes_per_rule"])
+    return (resources.evaluation_memory(built, L, H, episodes),
+            resources.evaluation_minutes(built, L, H, episodes, checkpoints))
+
+
+def worldtest_job(config: dict) -> resources.Estimate:
+    """Memory of a world-test job: one side of the world test's split at most holds all of its rules."""
+    study = worldtest_study(config)
+    tasks = study["worldtest"]
+    problems = _split_rules(config, study["split"]) * int(tasks["problems_per_rule"])
+    return resources.worldtest_memory(problems, int(config["env"]["L"]), tasks["prediction"]["lengths"],
+                                      int(tasks["prediction"]["masked_cells"]), int(tasks["planner"]["candidates"]),
+                                      int(tasks["planner"]["horizon"]))
+
+
+def _refuse(key: str, job: str, estimate: resources.Estimate, limit: int) -> None:
+    if estimate.mb > limit:
+        raise ConfigError(f"config key '{key}': {job} needs {estimate.describe()}; more than resources.max_mem_mb = "
+                          f"{limit:,} MB. Lower {key.rsplit('.', 1)[-1]} (or the other keys named) or raise "
+                          f"resources.max_mem_mb (the estimate: tapebench.pipeline.resources)")
+
+
+def _culprit(config: dict, method: str, keys: tuple, estimate_with) -> str:
+    return resources.culprit(keys, config["agents"].get(method) or {}, get_method(method).Config(), estimate_with)
+
+
+def _check_resources(config: dict) -> None:
+    """Refuse a config one of whose training, evaluation or world-test jobs would need more memory than
+    `resources.max_mem_mb` (default: this machine's), naming the key that makes it large."""
+    limit = max_mem_mb(config)     # the machine's memory is not written into the config: params stay machine-free
+    seeds = seeds_per_job(config)
+    ladder, fixed = config["studies"]["ladder"], config["studies"]["fixed_z"]
+    L, H = _env_LH(config)
+    runs = [(m, L, H) for m in dict.fromkeys([*config["methods"], *ladder["methods"]])]
+    for table in ("table5", "table6"):
+        for m in dict.fromkeys(fixed[table]["methods"] + fixed[table].get("multi_rule", [])):
+            runs.append((m, fixed[table]["L"], fixed[table]["H"]))
+    for method, L_run, H_run in runs:
+        entry = get_method(method)
+        if entry.trains:
+            memory, _ = training_job(config, method, L=L_run, H=H_run)
+            if memory.mb > limit:
+                key = _culprit(config, method, memory.largest.keys,
+                               lambda o: training_job(config, method, L=L_run, H=H_run, overrides=o)[0])
+                _refuse(f"agents.{method}.{key}", f"a training job of {method!r} (L = {L_run}, H = {H_run}, "
+                        f"{seeds} seed(s) per job)", memory, limit)
+        if entry.plays_episodes:
+            memory, _ = evaluation_job(config, method, config["main_split"], L=L_run)
+            if memory.mb > limit:
+                keys = memory.largest.keys
+                key = {"episodes_per_rule": "evaluation.episodes_per_rule", "H": "evaluation.horizons"}.get(
+                    keys[0], f"agents.{method}." + _culprit(
+                        config, method, keys, lambda o: evaluation_job(config, method, config["main_split"], L=L_run,
+                                                                        overrides=o)[0]))
+                _refuse(key, f"an evaluation job of {method!r} (L = {L_run})", memory, limit)
+    sweep = config["diagnostics"]["sweep"]
+    for i, value in enumerate(sweep["values"]):
+        memory, _ = training_job(config, sweep["method"], overrides={sweep["hyperparameter"]: value})
+        _refuse(f"diagnostics.sweep.values[{i}]", f"a sweep training job of {sweep['method']!r} with "
+                f"{sweep['hyperparameter']} = {value}", memory, limit)
+    if config["studies"]["worldtest"]["methods"]:
+        memory = worldtest_job(config)
+        _refuse(f"studies.worldtest.{memory.largest.keys[0]}", "a world-test job", memory, limit)
 
 
 def dumps(obj) -> str:

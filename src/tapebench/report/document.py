@@ -21,6 +21,7 @@ import yaml
 from tapebench.report import registry
 from tapebench.report.output import Job, Output
 from tapebench.report.render import environment, tex_escape
+from tapebench.settings import noise_study, worldtest_study
 from tapebench.utils.io import atomic_path, code_version, content_hash
 
 TEMPLATE = "report.tex.j2"
@@ -59,28 +60,112 @@ def job_split(job: Job, config: dict) -> str:
     return named.pop() if len(named) == 1 else config["main_split"]
 
 
-def protocol(config: dict, split: str) -> dict:
-    """The protocol numbers a caption states."""
-    env, training, evaluation = config["env"], config["training"], config["evaluation"]
-    return {"split": split, "L": env["L"], "H": env["H"], "horizons": list(evaluation["horizons"]),
-            "seeds": config["seeds"], "episodes_per_rule": evaluation["episodes_per_rule"],
-            "total_steps": training["total_steps"], "eval_every": training["eval_every"],
-            "last_k": evaluation["last_k"]}
+# An entry's title may carry the paper's number ("Table 7: ..."); LaTeX numbers the floats itself, so the document
+# puts the paper's number in the heading's text ("... (paper Table 7)") and never in a caption.
+_PAPER_NUMBER = re.compile(r"^(?P<label>(?:Figure|Table)s? [0-9][0-9–-]*):\s*(?P<rest>.+)$")
+
+
+def paper_title(title: str) -> tuple[str | None, str]:
+    """(the paper's label, e.g. "Table 7", or None; the title without it, capitalised)."""
+    match = _PAPER_NUMBER.match(title)
+    if not match:
+        return None, title
+    rest = match["rest"]
+    return match["label"], rest[:1].upper() + rest[1:]
+
+
+def heading(title: str) -> str:
+    """An entry's title for running text: the paper's number, if any, after it ("... (paper Table 7)")."""
+    label, rest = paper_title(title)
+    return f"{rest} (paper {label})" if label else title
+
+
+def split_seeds(config: dict, split: str) -> int:
+    """Training seeds on a split: `seeds` on the main split, the ladder's on the ladder, the robustness study's on
+    the other splits (as the workflow runs them)."""
+    if split == config["main_split"]:
+        return config["seeds"]
+    if split == config["studies"]["ladder"]["name"]:
+        return config["studies"]["ladder"]["seeds"]
+    return config["studies"]["robustness"]["seeds"]
+
+
+ILLUSTRATIONS = ("figure1", "figure4")    # drawn from the rules alone: no training, no evaluation
+
+
+def protocol(config: dict, split: str, entry_id: str = "") -> dict:
+    """The protocol numbers the caption of entry `entry_id` on `split` states: the main study's, or the study's own
+    (seeds, budgets, L and H) for an entry of a study. A value of None is left out of the sentence."""
+    env, training, evaluation, studies = config["env"], config["training"], config["evaluation"], config["studies"]
+    p = {"split": split, "L": env["L"], "H": env["H"], "horizons": list(evaluation["horizons"]),
+         "seeds": split_seeds(config, split), "episodes_per_rule": evaluation["episodes_per_rule"],
+         "total_steps": training["total_steps"], "eval_every": training["eval_every"],
+         "last_k": evaluation["last_k"], "notes": []}
+    if split != config["main_split"]:
+        p["horizons"] = [env["H"]]          # the other splits are evaluated at the training horizon only
+    if entry_id in ("table5", "table6"):
+        fixed = studies["fixed_z"]
+        p.update(L=fixed[entry_id]["L"], H=fixed[entry_id]["H"], horizons=[fixed[entry_id]["H"]],
+                 seeds=fixed["seeds"], total_steps=fixed["total_steps"], eval_every=fixed["eval_every"])
+        p["notes"].append(f"rules {', '.join(map(str, fixed['rules']))}")
+    elif entry_id in ("worldtest", "figure_worldtest"):
+        study = worldtest_study(config)
+        tasks = study["worldtest"]
+        p.update(seeds=study["seeds"], horizons=None, episodes_per_rule=None, last_k=None, eval_every=None)
+        p["notes"] += [f"interaction budgets B = {', '.join(map(str, study['budgets']))} environment steps",
+                       f"{tasks['problems_per_rule']} problem{'s' if tasks['problems_per_rule'] != 1 else ''} per "
+                       f"rule, task and side", "methods that train answer with their final checkpoint"]
+    elif entry_id in ("noise", "figure_noise"):
+        noise = noise_study(config)
+        p["horizons"] = [noise["H"]]
+        p["notes"].append(f"noise levels epsilon = {', '.join(str(level) for level in noise['levels'])}")
+    elif entry_id == "figure5":
+        others = studies["robustness"]["seeds"]
+        p.update(horizons=[env["H"]], seeds=f"{config['seeds']} on {config['main_split']}, {others} on each other "
+                                             f"partition")
+    elif entry_id in ("sweep", "figure_sweep"):
+        p["seeds"] = config["diagnostics"]["sweep"]["seeds"]
+    elif entry_id in ILLUSTRATIONS:
+        p["illustration"] = True
+    elif entry_id in ("table1", "table7", "oracle_gap"):
+        oracle = config["oracle"]
+        p.update(seeds=None, total_steps=None, eval_every=None, last_k=None, horizons=[env["H"]])
+        p["notes"].append(f"no training: MPC plans {oracle['horizon']} steps ahead over {oracle['candidates']} "
+                          f"candidates")
+    return p
 
 
 def protocol_text(p: dict) -> str:
     """One sentence, plain text (escape it for LaTeX or RST where it goes)."""
-    horizons = ", ".join(map(str, p["horizons"]))
-    return (f"Protocol: split {p['split']}; L = {p['L']}, training horizon H = {p['H']} (evaluated at H = "
-            f"{horizons}); {p['seeds']} seed{'s' if p['seeds'] != 1 else ''}; {p['episodes_per_rule']} "
-            f"episode{'s' if p['episodes_per_rule'] != 1 else ''} per rule; training budget "
-            f"{p['total_steps']:,} environment steps per run, a checkpoint every {p['eval_every']:,}, final "
-            f"value over the last {p['last_k']} checkpoint{'s' if p['last_k'] != 1 else ''}.")
+    def plural(n, word):
+        return f"{n} {word}{'s' if n != 1 else ''}"
+
+    if p.get("illustration"):
+        return "Illustration: drawn from the rules alone, no training or evaluation."
+
+    parts = [f"split {p['split']}"]
+    where = f"L = {p['L']}, training horizon H = {p['H']}"
+    if p.get("horizons"):
+        where += f" (evaluated at H = {', '.join(map(str, p['horizons']))})"
+    parts.append(where)
+    if p.get("seeds") is not None:
+        parts.append(plural(p["seeds"], "seed") if isinstance(p["seeds"], int) else f"seeds: {p['seeds']}")
+    if p.get("episodes_per_rule") is not None:
+        parts.append(f"{plural(p['episodes_per_rule'], 'episode')} per rule")
+    if p.get("total_steps") is not None:
+        budget = f"training budget {p['total_steps']:,} environment steps per run"
+        if p.get("eval_every") is not None:
+            budget += f", a checkpoint every {p['eval_every']:,}"
+        if p.get("last_k") is not None:
+            budget += f", final value over the last {plural(p['last_k'], 'checkpoint')}"
+        parts.append(budget)
+    parts += p.get("notes", [])
+    return "Protocol: " + "; ".join(parts) + "."
 
 
 def caption(entry: Output, job: Job, config: dict) -> str:
-    """Plain-text caption of a render job's outputs: the entry title and its protocol."""
-    return f"{entry.title}. {protocol_text(protocol(config, job_split(job, config)))}"
+    """Plain-text caption of a render job's outputs: the entry's heading and its protocol."""
+    return f"{heading(entry.title)}. {protocol_text(protocol(config, job_split(job, config), entry.id))}"
 
 
 _RST_SPECIALS = re.compile(r"([\\`*_|<>\[\]])")
@@ -115,7 +200,8 @@ def items(config: dict) -> list[dict]:
                 data.append(path)
         split = job_split(job, config)
         out.append({"id": entry.id, "job": job.name, "kind": entry.kind, "category": entry.category,
-                    "title": entry.title, "split": split, "protocol": protocol_text(protocol(config, split)),
+                    "title": heading(entry.title), "caption": paper_title(entry.title)[1], "split": split,
+                    "protocol": protocol_text(protocol(config, split, entry.id)),
                     "tables": tables, "figures": list(figures.values()), "data": data})
     return out
 

@@ -354,10 +354,10 @@ def _figure5_jobs(config):
 
 
 _STUDIES: list[Output] = [
-    Output("table5", TABLE, "Table 5: fixed-z training at L = H = 32 (strict, soft@0.1, final distance)",
+    Output("table5", TABLE, "Table 5: fixed-z training (strict, soft@0.1, final distance)",
            "tapebench.report.fixed_z:render_table5", (*_FIXED_Z, *_STATISTICS), elementary_only(_table5_jobs),
            category="Fixed-z study"),
-    Output("table6", TABLE, "Table 6: L = H = 16, oracle and exact optimum vs multi-rule and fixed-z training",
+    Output("table6", TABLE, "Table 6: oracle and exact optimum vs multi-rule and fixed-z training",
            "tapebench.report.fixed_z:render_table6", (
                *_FIXED_Z,
                Option("mpc", "true-dynamics MPC records on the representative rules (tapebench mpc --rules)"),
