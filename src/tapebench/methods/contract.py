@@ -119,6 +119,11 @@ class StatelessPolicy:
         pass
 
 
+class BlockUnsupported(NotImplementedError):
+    """Raised by a method's `make_block(agents, generators)` for a configuration it cannot stack (another
+    network, say): the seed block then trains its seeds one after another, bit for bit one-seed runs."""
+
+
 def as_policy(policy) -> EvalPolicy:
     """An EvalPolicy as it is, or a callable obs -> actions wrapped as a stateless one."""
     if isinstance(policy, EvalPolicy):

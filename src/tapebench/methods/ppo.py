@@ -8,6 +8,11 @@ Each update collects `num_steps` steps from each of `num_envs` environments
 `update_epochs` passes of `num_minibatches` minibatches of the clipped PPO loss with an entropy
 bonus. The learning rate optionally anneals linearly to 0 over the budget.
 
+A seed block (`make_block`, docs/protocol.md#seed-blocks) trains S seeds of the MLP network as one stacked
+model: each seed's actor and critic layers stacked along a leading seed dimension, one Adam over the stacked
+tensors, everything else per seed (rollout, GAE, advantage normalisation, minibatch permutations from the seed's
+own generator, gradient-norm clipping); on the CPU every seed's numbers are its one-seed run's, bit for bit.
+
 Truncation (t = H) is not termination: on a truncated step the reward is augmented with
 γ·V(last observation), and the advantage recursion stops there as it does on termination.
 """
@@ -23,6 +28,8 @@ from torch.distributions import Categorical
 
 from tapebench.methods import equivariant
 from tapebench.methods.common import adam, gae
+from tapebench.methods.contract import BlockUnsupported
+from tapebench.methods.stacked import StackedSequential
 
 
 @dataclass
@@ -276,3 +283,178 @@ class EquivariantConfig(Config):
 
 def make(config: Config, env_spec, total_steps: int, device) -> PPOAgent:
     return PPOAgent(config, env_spec, total_steps, device)
+
+
+# --- seed blocks ---------------------------------------------------------------------------------------------------
+class PPOBlock:
+    """S seeds of PPO as one stacked model: the seed-block contract (`tapebench.training.blocks`).
+
+    Seed k's actor and critic are slice k of the stacked layers; the rollout is (S, num_steps, num_envs, ...).
+    An update runs every seed's one-seed update side by side: its GAE, its minibatch permutations drawn from
+    generators[k] (as the one-seed agent draws them from torch's global generator), its advantage normalisation,
+    its loss (the S losses are summed for one backward pass, so no gradient mixes seeds), its gradient-norm
+    clipping over its own slices; one Adam steps the stacked tensors (element-wise, so per seed).
+    """
+
+    def __init__(self, agents: list[PPOAgent], generators: list[torch.Generator]):
+        if len(agents) != len(generators) or not agents:
+            raise ValueError(f"a PPO seed block needs one generator per agent, got {len(agents)} agents and "
+                             f"{len(generators)} generators")
+        config = agents[0].config
+        if config.network != "mlp":
+            raise BlockUnsupported(f"PPO stacks only the MLP actor and critic, not network {config.network!r} "
+                                   "(its circular convolutions have no stacked form here)")
+        for agent in agents[1:]:
+            if agent.config != config or agent.num_updates != agents[0].num_updates:
+                raise ValueError("the agents of a PPO seed block must share their configuration and budget")
+        self.config, self.device, self.generators = config, agents[0].device, list(generators)
+        self.S = len(agents)
+        self.actor = StackedSequential([a.network.actor for a in agents], self.device, BlockUnsupported)
+        self.critic = StackedSequential([a.network.critic for a in agents], self.device, BlockUnsupported)
+        # the stacked tensors in the order of ActorCritic.parameters() (so the optimiser's state indices agree)
+        self.named = ([(f"actor.{n}", p) for n, p in zip(self.actor.names, self.actor.parameters)]
+                      + [(f"critic.{n}", p) for n, p in zip(self.critic.names, self.critic.parameters)])
+        self.parameters = [p for _, p in self.named]
+        self.optimizer = adam(self.parameters, lr=config.learning_rate, eps=1e-5)
+        rollout = agents[0].rollout
+        self.rollout = {name: torch.zeros((self.S,) + getattr(rollout, name).shape,
+                                          dtype=getattr(rollout, name).dtype, device=self.device)
+                        for name in Rollout.FIELDS + ("last_next_obs",)}
+        self.position, self.num_updates, self.updates_done = 0, agents[0].num_updates, 0
+        self._pending = None
+        for k, agent in enumerate(agents):
+            self.import_seed(k, agent)
+
+    # --- the loop's calls -----------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        """obs (S, n, obs_dim) -> (S, n) actions, seed k sampling from generators[k] as its one-seed agent does."""
+        dist = Categorical(logits=self.actor(obs))
+        probs = dist.probs
+        # Categorical.sample: one multinomial draw per row of the (n, num_actions) probabilities, on the CPU
+        actions = torch.stack([torch.multinomial(probs[k].cpu(), 1, True, generator=g).T.reshape(-1)
+                               for k, g in enumerate(self.generators)]).to(self.device)
+        self._pending = (dist.log_prob(actions), self.critic(obs).squeeze(-1))
+        return actions
+
+    @torch.no_grad()
+    def observe(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
+        if self._pending is None:
+            raise RuntimeError("PPO block observe() needs the preceding act(obs)")
+        logprobs, values = self._pending
+        self._pending = None
+        rewards = rewards.float().clone()
+        for k in range(self.S):   # each seed's truncated rows alone, as its one-seed agent evaluates them
+            rows = truncated[k]
+            if rows.any():
+                rewards[k][rows] += self.config.gamma * self.critic.one_seed(k, next_obs[k][rows]).squeeze(-1)
+        r, t = self.rollout, self.position
+        r["obs"][:, t], r["actions"][:, t], r["logprobs"][:, t], r["values"][:, t] = obs, actions, logprobs, values
+        r["rewards"][:, t], r["dones"][:, t] = rewards, (terminated | truncated).float()
+        r["last_next_obs"] = next_obs.clone()
+        self.position += 1
+
+    def update(self) -> list[dict]:
+        if self.position < self.config.num_steps:
+            return [{} for _ in range(self.S)]
+        c, r, S = self.config, self.rollout, self.S
+        if c.anneal_lr:
+            self.optimizer.param_groups[0]["lr"] = c.learning_rate * (1.0 - self.updates_done / self.num_updates)
+        with torch.no_grad():   # GAE is element-wise over (step, env): the seeds ride along as more environments
+            next_value = self.critic(r["last_next_obs"]).squeeze(-1)
+            advantages, returns = gae(*(r[name].transpose(0, 1) for name in ("rewards", "values", "dones")),
+                                      next_value, c.gamma, c.gae_lambda)
+        b_obs = r["obs"].reshape(S, -1, r["obs"].shape[-1])
+        b_actions, b_logprobs, b_values = (r[name].reshape(S, -1) for name in ("actions", "logprobs", "values"))
+        b_advantages, b_returns = advantages.transpose(0, 1).reshape(S, -1), returns.transpose(0, 1).reshape(S, -1)
+        batch_size = b_obs.shape[1]
+        minibatch_size = batch_size // c.num_minibatches
+        seeds = torch.arange(S, device=self.device).unsqueeze(1)
+        clip_fractions = []
+        for _ in range(c.update_epochs):
+            order = torch.stack([torch.randperm(batch_size, generator=g) for g in self.generators]).to(self.device)
+            for start in range(0, batch_size, minibatch_size):
+                mb = order[:, start:start + minibatch_size]
+                dist = Categorical(logits=self.actor(b_obs[seeds, mb]))
+                new_logprob, entropy = dist.log_prob(b_actions[seeds, mb]), dist.entropy()
+                new_value = self.critic(b_obs[seeds, mb]).squeeze(-1)
+                log_ratio = new_logprob - b_logprobs[seeds, mb]
+                ratio = log_ratio.exp()
+                with torch.no_grad():
+                    approx_kl = ((ratio - 1) - log_ratio).mean(dim=1)
+                    clip_fractions.append(((ratio - 1.0).abs() > c.clip_coef).float().mean(dim=1))
+                mb_adv = b_advantages[seeds, mb]
+                if c.norm_adv:
+                    mb_adv = (mb_adv - mb_adv.mean(dim=1, keepdim=True)) / (mb_adv.std(dim=1, keepdim=True) + 1e-8)
+                policy_loss = torch.max(-mb_adv * ratio,
+                                        -mb_adv * torch.clamp(ratio, 1 - c.clip_coef, 1 + c.clip_coef)).mean(dim=1)
+                mb_values, mb_returns = b_values[seeds, mb], b_returns[seeds, mb]
+                if c.clip_vloss:
+                    v_clipped = mb_values + torch.clamp(new_value - mb_values, -c.clip_coef, c.clip_coef)
+                    value_loss = 0.5 * torch.max((new_value - mb_returns) ** 2, (v_clipped - mb_returns) ** 2).mean(dim=1)
+                else:
+                    value_loss = 0.5 * ((new_value - mb_returns) ** 2).mean(dim=1)
+                entropy_loss = entropy.mean(dim=1)
+                loss = policy_loss - c.ent_coef * entropy_loss + c.vf_coef * value_loss   # (S,): one loss per seed
+                self.optimizer.zero_grad()
+                loss.sum().backward()
+                self._clip_grad_norms()
+                self.optimizer.step()
+        self.updates_done += 1
+        self.position = 0
+        fractions = torch.stack(clip_fractions, dim=1).tolist()
+        return [{"policy_loss": policy_loss[k].item(), "value_loss": value_loss[k].item(),
+                 "entropy": entropy_loss[k].item(), "approx_kl": approx_kl[k].item(),
+                 "clip_fraction": float(np.mean(fractions[k]))} for k in range(S)]
+
+    @torch.no_grad()
+    def _clip_grad_norms(self) -> None:
+        """`nn.utils.clip_grad_norm_` seed by seed: each seed's norm over its own slices of every parameter."""
+        grads = [p.grad for p in self.parameters]
+        norms = torch.stack([torch.linalg.vector_norm(g.reshape(self.S, -1), dim=1) for g in grads], dim=1)
+        total = torch.linalg.vector_norm(norms, dim=1)
+        scale = torch.clamp(self.config.max_grad_norm / (total + 1e-6), max=1.0)
+        for g in grads:
+            g.mul_(scale.view((self.S,) + (1,) * (g.dim() - 1)))
+
+    # --- one seed in and out --------------------------------------------------------------------------------------
+    def export_seed(self, k: int, agent: PPOAgent) -> None:
+        """Seed k's complete training state into the one-seed `agent` (its own tensors, no views of the block's)."""
+        state = {i: {"step": s["step"].clone(), "exp_avg": s["exp_avg"][k].clone(),
+                     "exp_avg_sq": s["exp_avg_sq"][k].clone()}
+                 for i, p in enumerate(self.parameters) if (s := self.optimizer.state.get(p)) is not None}
+        group = {key: value for key, value in self.optimizer.param_groups[0].items() if key != "params"}
+        rollout = {name: tensor[k].clone() for name, tensor in self.rollout.items()}
+        agent.load_state_dict({
+            "network": {name: p[k].detach().clone() for name, p in self.named},
+            "optimizer": {"state": state, "param_groups": [{**group, "params": list(range(len(self.parameters)))}]},
+            "rollout": {**rollout, "position": self.position}, "updates_done": self.updates_done})
+        agent._pending = None
+
+    @torch.no_grad()
+    def import_seed(self, k: int, agent: PPOAgent) -> None:
+        """The reverse of `export_seed`: the one-seed `agent`'s state becomes seed k's slice of the block."""
+        state = agent.state_dict()
+        if k and (state["updates_done"] != self.updates_done or state["rollout"]["position"] != self.position):
+            raise ValueError(f"seed {k} of a PPO block is at update {state['updates_done']}, rollout step "
+                             f"{state['rollout']['position']}; the block at {self.updates_done}, {self.position}")
+        self.updates_done, self.position = state["updates_done"], state["rollout"]["position"]
+        for name, p in self.named:
+            p[k].copy_(state["network"][name])
+        optimizer = state["optimizer"]
+        for i, p in enumerate(self.parameters):
+            saved = optimizer["state"].get(i)
+            if saved is None:
+                continue
+            mine = self.optimizer.state.setdefault(p, {"step": saved["step"].clone(), "exp_avg": torch.zeros_like(p),
+                                                       "exp_avg_sq": torch.zeros_like(p)})
+            mine["step"].copy_(saved["step"])
+            mine["exp_avg"][k].copy_(saved["exp_avg"])
+            mine["exp_avg_sq"][k].copy_(saved["exp_avg_sq"])
+        self.optimizer.param_groups[0]["lr"] = optimizer["param_groups"][0]["lr"]
+        for name, tensor in self.rollout.items():
+            tensor[k].copy_(state["rollout"][name])
+
+
+def make_block(agents: list[PPOAgent], generators: list[torch.Generator]) -> PPOBlock:
+    return PPOBlock(agents, generators)

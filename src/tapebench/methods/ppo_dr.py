@@ -49,3 +49,8 @@ def training_env(config: Config) -> dict:
 
 def make(config: Config, env_spec, total_steps: int, device) -> ppo.PPOAgent:
     return ppo.make(config, env_spec, total_steps, device)
+
+
+def make_block(agents: list[ppo.PPOAgent], generators: list) -> ppo.PPOBlock:
+    """PPO's seed block: domain randomisation lives in each seed's own training environment, not in the agent."""
+    return ppo.make_block(agents, generators)
