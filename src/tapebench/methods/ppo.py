@@ -330,9 +330,9 @@ class PPOBlock:
     def act(self, obs: torch.Tensor) -> torch.Tensor:
         """obs (S, n, obs_dim) -> (S, n) actions, seed k sampling from generators[k] as its one-seed agent does."""
         dist = Categorical(logits=self.actor(obs))
-        probs = dist.probs
-        # Categorical.sample: one multinomial draw per row of the (n, num_actions) probabilities, on the CPU
-        actions = torch.stack([torch.multinomial(probs[k].cpu(), 1, True, generator=g).T.reshape(-1)
+        probs = dist.probs.cpu()   # the seeds' generators are CPU generators: one copy off the device, not S
+        # Categorical.sample: one multinomial draw per row of the (n, num_actions) probabilities
+        actions = torch.stack([torch.multinomial(probs[k], 1, True, generator=g).T.reshape(-1)
                                for k, g in enumerate(self.generators)]).to(self.device)
         self._pending = (dist.log_prob(actions), self.critic(obs).squeeze(-1))
         return actions
@@ -344,10 +344,14 @@ class PPOBlock:
         logprobs, values = self._pending
         self._pending = None
         rewards = rewards.float().clone()
-        for k in range(self.S):   # each seed's truncated rows alone, as its one-seed agent evaluates them
-            rows = truncated[k]
-            if rows.any():
-                rewards[k][rows] += self.config.gamma * self.critic.one_seed(k, next_obs[k][rows]).squeeze(-1)
+        if self.device.type != "cpu":   # no bit-identity claimed off the CPU: every row at once, no per-seed sync
+            bootstrap = self.config.gamma * self.critic(next_obs).squeeze(-1)
+            rewards += torch.where(truncated, bootstrap, torch.zeros_like(bootstrap))
+        elif truncated.any():
+            for k in range(self.S):   # each seed's truncated rows alone, as its one-seed agent evaluates them
+                rows = truncated[k]
+                if rows.any():
+                    rewards[k][rows] += self.config.gamma * self.critic.one_seed(k, next_obs[k][rows]).squeeze(-1)
         r, t = self.rollout, self.position
         r["obs"][:, t], r["actions"][:, t], r["logprobs"][:, t], r["values"][:, t] = obs, actions, logprobs, values
         r["rewards"][:, t], r["dones"][:, t] = rewards, (terminated | truncated).float()
