@@ -105,3 +105,21 @@ def test_the_equivariant_network_is_refused_with_its_reason_and_a_mismatched_blo
         ppo.make_block(agents, [torch.Generator() for _ in agents])
     with pytest.raises(ValueError, match="one generator per agent"):
         ppo.make_block(agents, [torch.Generator()])
+
+
+def test_off_the_cpu_every_product_is_batched_and_a_seed_agrees_with_its_one_seed_run_to_rounding(tmp_path,
+                                                                                                  monkeypatch):
+    """The path a GPU takes (no per-shape probe, truncation bootstraps batched), run here on the CPU."""
+    monkeypatch.setattr(ppo.PPOBlock, "BIT_EXACT_DEVICES", ())
+    seeds = [0, 3]
+    block = train_block([spec(s) for s in seeds], [tmp_path / f"block{s}" for s in seeds], quiet=True)
+    largest = 0.0
+    for s, manifest in zip(seeds, block):
+        alone = train(spec(s), tmp_path / f"alone{s}", quiet=True)
+        for ours, theirs in zip(manifest["checkpoints"], alone["checkpoints"]):
+            a = ckpt.load(tmp_path / f"block{s}" / ours["file"])["policy"]["network"]
+            b = ckpt.load(tmp_path / f"alone{s}" / theirs["file"])["policy"]["network"]
+            assert a.keys() == b.keys()
+            largest = max(largest, *((a[k] - b[k]).abs().max().item() for k in a))
+    print(f"largest parameter difference, batched everywhere vs one-seed runs: {largest:.3g}")
+    assert largest < 1e-4

@@ -294,7 +294,12 @@ class PPOBlock:
     generators[k] (as the one-seed agent draws them from torch's global generator), its advantage normalisation,
     its loss (the S losses are summed for one backward pass, so no gradient mixes seeds), its gradient-norm
     clipping over its own slices; one Adam steps the stacked tensors (element-wise, so per seed).
+
+    On the devices of `BIT_EXACT_DEVICES` (the CPU) every seed computes its one-seed run's numbers bit for bit;
+    elsewhere every product is batched and a seed agrees with its one-seed run to rounding.
     """
+
+    BIT_EXACT_DEVICES = ("cpu",)
 
     def __init__(self, agents: list[PPOAgent], generators: list[torch.Generator]):
         if len(agents) != len(generators) or not agents:
@@ -308,9 +313,9 @@ class PPOBlock:
             if agent.config != config or agent.num_updates != agents[0].num_updates:
                 raise ValueError("the agents of a PPO seed block must share their configuration and budget")
         self.config, self.device, self.generators = config, agents[0].device, list(generators)
-        self.S = len(agents)
-        self.actor = StackedSequential([a.network.actor for a in agents], self.device, BlockUnsupported)
-        self.critic = StackedSequential([a.network.critic for a in agents], self.device, BlockUnsupported)
+        self.S, self.exact = len(agents), self.device.type in self.BIT_EXACT_DEVICES
+        self.actor = StackedSequential([a.network.actor for a in agents], self.device, BlockUnsupported, self.exact)
+        self.critic = StackedSequential([a.network.critic for a in agents], self.device, BlockUnsupported, self.exact)
         # the stacked tensors in the order of ActorCritic.parameters() (so the optimiser's state indices agree)
         self.named = ([(f"actor.{n}", p) for n, p in zip(self.actor.names, self.actor.parameters)]
                       + [(f"critic.{n}", p) for n, p in zip(self.critic.names, self.critic.parameters)])
@@ -344,7 +349,7 @@ class PPOBlock:
         logprobs, values = self._pending
         self._pending = None
         rewards = rewards.float().clone()
-        if self.device.type != "cpu":   # no bit-identity claimed off the CPU: every row at once, no per-seed sync
+        if not self.exact:   # every row at once, no per-seed device sync
             bootstrap = self.config.gamma * self.critic(next_obs).squeeze(-1)
             rewards += torch.where(truncated, bootstrap, torch.zeros_like(bootstrap))
         elif truncated.any():

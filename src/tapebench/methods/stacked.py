@@ -10,8 +10,8 @@ Bit for bit on the CPU: the BLAS rounds a batched product like the single one fo
 kernel). So on the CPU each shape (S, n, in, out) is probed once per process and thread count, on data from a
 private generator: the batched forward and both gradients against `nn.functional.linear` seed by seed. A shape whose
 batched product does not reproduce the one-seed bits runs seed by seed (`nn.functional.linear` on each seed's
-slice, exactly the one-seed computation); tiny products cost little either way. On other devices the batched
-product is used throughout (no bit-identity is claimed there).
+slice, exactly the one-seed computation); tiny products cost little either way. With `exact=False` (the
+callers pass it off the CPU, where no bit-identity is claimed) the batched product is used throughout.
 """
 from __future__ import annotations
 
@@ -62,10 +62,11 @@ def _batched_is_exact(S: int, n: int, fan_in: int, fan_out: int, dtype: torch.dt
     return _EXACT[key]
 
 
-def stacked_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """S linear layers: x (S, n, in), weight (S, out, in), bias (S, out) -> (S, n, out); see the module docstring."""
+def stacked_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, exact: bool = True) -> torch.Tensor:
+    """S linear layers: x (S, n, in), weight (S, out, in), bias (S, out) -> (S, n, out); `exact`: each seed's
+    one-seed bits (batched only for shapes where the probe finds the batched product exact)."""
     S, n, fan_in = x.shape
-    if x.device.type != "cpu" or _batched_is_exact(S, n, fan_in, weight.shape[1], x.dtype):
+    if not exact or _batched_is_exact(S, n, fan_in, weight.shape[1], x.dtype):
         return _BatchedLinear.apply(x, weight, bias)
     return _per_seed(x, weight, bias)
 
@@ -74,11 +75,13 @@ class StackedSequential:
     """S seeds' copies of one `nn.Sequential` of `nn.Linear` and `nn.Tanh` layers, stacked.
 
     `parameters` lists the stacked tensors in the order of `nn.Sequential.parameters()`; `names` their
-    `state_dict` keys (so seed k's slice k is its one-seed network's tensor of that name).
+    `state_dict` keys (so seed k's slice k is its one-seed network's tensor of that name). `exact`: see
+    `stacked_linear`.
     """
 
-    def __init__(self, networks: list[nn.Sequential], device: torch.device, unsupported: type[Exception]):
-        template = networks[0]
+    def __init__(self, networks: list[nn.Sequential], device: torch.device, unsupported: type[Exception],
+                 exact: bool = True):
+        template, self.exact = networks[0], exact
         self.layers: list[tuple[str, int | None]] = []
         self.parameters: list[nn.Parameter] = []
         self.names: list[str] = []
@@ -97,7 +100,8 @@ class StackedSequential:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """(S, n, in) -> (S, n, out), every seed through its own layers."""
         for kind, i in self.layers:
-            x = stacked_linear(x, self.parameters[i], self.parameters[i + 1]) if kind == "linear" else torch.tanh(x)
+            x = (stacked_linear(x, self.parameters[i], self.parameters[i + 1], self.exact) if kind == "linear"
+                 else torch.tanh(x))
         return x
 
     def one_seed(self, k: int, x: torch.Tensor) -> torch.Tensor:
