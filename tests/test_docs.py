@@ -108,8 +108,9 @@ def prose(text: str) -> str:
 
 def headings_and_anchors(path: Path) -> set[str]:
     text = path.read_text()
-    slugs = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
-             for h in re.findall(r"^#{1,6} (.+)$", prose(text), flags=re.M)}
+    unfenced = re.sub(r"^```.*?^```$", "", text, flags=re.S | re.M)
+    slugs = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")  # GitHub's heading anchors
+             for h in re.findall(r"^#{1,6} (.+)$", unfenced, flags=re.M)}
     return slugs | set(re.findall(r'<a id="([\w-]+)"></a>', text))
 
 
