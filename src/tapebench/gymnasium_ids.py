@@ -5,10 +5,6 @@ the package root does not import it: if Gymnasium is already loaded the id is re
 finder on `sys.meta_path` registers it right after Gymnasium's own module runs, whenever that happens. The
 entry point is a string, so registering imports neither the environment nor NumPy beyond what Gymnasium loads.
 """
-from __future__ import annotations
-
-import importlib.abc
-import importlib.util
 import sys
 
 ENV_ID = "tapebench/Tape-v0"
@@ -24,10 +20,10 @@ def register_envs() -> None:
         gymnasium.register(id=ENV_ID, entry_point=ENTRY_POINT)
 
 
-class _RegisterAfter(importlib.abc.Loader):
-    """Gymnasium's own loader, then `register_envs()`."""
+class _RegisterAfter:
+    """Gymnasium's own loader, then `register_envs()` (a loader by protocol: `create_module`, `exec_module`)."""
 
-    def __init__(self, loader: importlib.abc.Loader):
+    def __init__(self, loader):
         self.loader = loader
 
     def create_module(self, spec):
@@ -39,12 +35,16 @@ class _RegisterAfter(importlib.abc.Loader):
         register_envs()
 
 
-class _WhenGymnasiumLoads(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: wraps the loader the other finders give for `gymnasium`, once."""
+class _WhenGymnasiumLoads:
+    """A `sys.meta_path` finder (by protocol: `find_spec`) that finds nothing itself: it wraps the loader the
+    other finders give for `gymnasium`, once."""
 
     def find_spec(self, name, path=None, target=None):
         if name != "gymnasium":
             return None
+        # importlib.util: loaded only when Gymnasium is imported, not by `import tapebench`
+        import importlib.util
+
         sys.meta_path.remove(self)
         spec = importlib.util.find_spec(name)
         if spec is not None and spec.loader is not None:
