@@ -49,8 +49,9 @@ class BatchedTapeEnv:
             the k colours (init_density must stay at its default) and a noisy cell takes a uniformly random
             other colour.
 
-    With the defaults the env draws fair bits for the tapes and no noise. The rows' current values are `row_density` and `row_noise` ((N,) float32,
-    on the CPU); `reset`, auto-reset and `load` draw them for the rows they start.
+    With the defaults the env draws fair bits for the tapes and no noise. The rows' current values are
+    `row_density` and `row_noise` ((N,) float32, on the CPU); `reset`, auto-reset and `load` draw them for the
+    rows they start.
 
     `step(actions)` returns (obs (N, L+1) float32, reward (N,) float32, terminated (N,) bool,
     truncated (N,) bool, info) with info["dist"] (N,) float32 normalised distance after the step,
