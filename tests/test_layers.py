@@ -23,7 +23,8 @@ LAYERS = (
     ("evaluation and training", ("tapebench.evaluation", "tapebench.training", "tapebench.oracle")),
     ("statistics and health", ("tapebench.stats", "tapebench.health")),
     ("report", ("tapebench.report",)),
-    ("pipeline and command line", ("tapebench.pipeline", "tapebench.cli", "tapebench.commands", "tapebench.bench")),
+    ("pipeline and command line", ("tapebench.pipeline", "tapebench.cli", "tapebench.__main__", "tapebench.commands",
+                                   "tapebench.bench")),
 )
 
 
