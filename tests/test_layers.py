@@ -13,7 +13,8 @@ DOCS = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
 # is the top floor: no library module lives there and no library module imports it.
 LAYERS = (
     ("foundation", ("tapebench", "tapebench.vocabulary", "tapebench.schemas", "tapebench.settings",
-                    "tapebench.layout", "tapebench.utils", "tapebench.rule_family", "tapebench.validation")),
+                    "tapebench.layout", "tapebench.utils", "tapebench.rule_family", "tapebench.validation",
+                    "tapebench.gymnasium_ids")),
     ("kernels", ("tapebench.ca",)),
     ("environments, rule space and splits", ("tapebench.envs", "tapebench.rules", "tapebench.splits")),
     ("episodes and random streams", ("tapebench.episodes",)),
@@ -22,7 +23,8 @@ LAYERS = (
     ("evaluation and training", ("tapebench.evaluation", "tapebench.training", "tapebench.oracle")),
     ("statistics and health", ("tapebench.stats", "tapebench.health")),
     ("report", ("tapebench.report",)),
-    ("pipeline and command line", ("tapebench.pipeline", "tapebench.cli", "tapebench.commands", "tapebench.bench")),
+    ("pipeline and command line", ("tapebench.pipeline", "tapebench.cli", "tapebench.__main__", "tapebench.commands",
+                                   "tapebench.bench")),
 )
 
 

@@ -53,6 +53,18 @@ def test_the_package_root_imports_nothing_heavy():
     assert not modules_after("import tapebench") & set(HEAVY)
 
 
+@pytest.mark.parametrize("imports", ["import gymnasium, tapebench", "import tapebench, gymnasium"])
+def test_importing_the_package_registers_the_gymnasium_id_in_either_order(imports):
+    """`import tapebench` registers tapebench/Tape-v0 as `import minigrid` does, before or after Gymnasium is
+    imported, and making the environment loads no torch."""
+    loaded = modules_after(f"""
+        {imports}
+        env = gymnasium.make("tapebench/Tape-v0", rule=30, L=8, H=8)
+        assert env.reset(seed=0)[0].shape == (9,)
+    """)
+    assert "gymnasium" in loaded and "torch" not in loaded
+
+
 def test_numba_kernels_load_from_the_cache_in_a_second_process(tmp_path):
     """The first process compiles (or finds) the kernels and writes the cache; a second one only loads it."""
     code = """

@@ -149,7 +149,7 @@ def test_the_switch_reaches_train_slices_only_when_on():
     config = load_config(root=REPO)
     validate_config(config, SCHEMA)
     assert config["logging"] == {"tensorboard": False}
-    assert "logging" not in train_slice(config, "dqn")      # off: train params as before the switch existed
+    assert "logging" not in train_slice(config, "dqn")      # off: the train params name no logging
     on = merge_config(config, {"logging": {"tensorboard": True}})
     validate_config(on, SCHEMA)
     assert train_slice(on, "dqn") == {**train_slice(config, "dqn"), "logging": {"tensorboard": True}}

@@ -1,6 +1,10 @@
 """tapebench: reproducible pipeline for the TAPE cellular-automata rule-shift RL benchmark.
 
-The package root is deliberately empty: `import tapebench.envs` registers the Gymnasium id
-"tapebench/Tape-v0"; the layers are described in docs/architecture.md.
+Importing the package registers the Gymnasium id "tapebench/Tape-v0" (`tapebench.gymnasium_ids`) without
+importing Gymnasium itself; the layers are described in docs/architecture.md.
 """
+from tapebench.gymnasium_ids import register_on_import
+
 __version__ = "0.1.0"
+
+register_on_import()

@@ -1,6 +1,6 @@
 """The method registry: everything that produces a row in a table is one entry here.
 
-A method is a learned agent (it trains; its module follows the agent contract in `tapebench.agents`),
+A method is a learned agent (it trains; its module follows the agent contract in `tapebench.methods.contract`),
 or a controller that does not train (a planner, a filter, an oracle, the random floor) and only has an
 evaluation policy. Both evaluate through the one runner (`evaluation.runner`) on the same
 common-random-number episodes. docs/methods.md describes the contract and every method.
@@ -79,7 +79,7 @@ class Method:
     family           a key of FAMILIES
     Config           dataclass of hyperparameters, a docstring per field, all with defaults
     make_agent       for methods that train: `make(config, env_spec, total_steps, device) -> agent`
-                     (the agent contract of `tapebench.agents`)
+                     (the agent contract of `tapebench.methods.contract`)
     make_policy      for methods that do not train: `make_policy(config, context: PolicyContext) -> EvalPolicy`
     sees_true_rule   reference methods (MPC, exact optimum) are given each episode's true rule
     deterministic    its evaluation does not depend on the seed: one seed is evaluated, not `seeds`

@@ -31,7 +31,7 @@ from torch import nn
 
 from tapebench.bench import load_average as _load
 from tapebench.bench.training import select_agents
-from tapebench.envs.registration import ENV_ID
+from tapebench.gymnasium_ids import ENV_ID
 from tapebench.registry import build_config
 from tapebench.training.loop import TrainSpec, torch_settings, train
 from tapebench.validation import check_horizon, check_length, parse_rule_list

@@ -16,7 +16,7 @@ the action increments a cell mod k, and every row holds its rule's TABLE ((N, k^
 are per-row rule ids: the rule number (int64) when the family's numbers fit int64 (`family.fits_int64`),
 else the row's index into `rule_numbers` (a list of Python ints: the rule set, then any rule `load`
 brought in). `row_rules()` gives the rule numbers of the rows in every case. The elementary family (the
-default) keeps its own kernel, uint8 rules and exactly the random stream it had before families existed.
+default) keeps its own kernel, uint8 rules and the random stream of a binary tape.
 """
 from __future__ import annotations
 
@@ -49,9 +49,9 @@ class BatchedTapeEnv:
             the k colours (init_density must stay at its default) and a noisy cell takes a uniformly random
             other colour.
 
-    With the defaults the env draws exactly what it drew before these parameters existed (fair bits for
-    the tapes, no noise draws). The rows' current values are `row_density` and `row_noise` ((N,) float32,
-    on the CPU); `reset`, auto-reset and `load` draw them for the rows they start.
+    With the defaults the env draws fair bits for the tapes and no noise. The rows' current values are
+    `row_density` and `row_noise` ((N,) float32, on the CPU); `reset`, auto-reset and `load` draw them for the
+    rows they start.
 
     `step(actions)` returns (obs (N, L+1) float32, reward (N,) float32, terminated (N,) bool,
     truncated (N,) bool, info) with info["dist"] (N,) float32 normalised distance after the step,

@@ -4,7 +4,7 @@ under a hidden rule.
 Rule families (docs/protocol.md#rule-families): `TapeEnv(rule=N, k=3, r=1)` (or `family=RuleFamily(3, 1)`)
 has cells in 0..k-1, Wolfram-numbered rules of that family, and the action increments the chosen cell
 mod k. `gymnasium.make("tapebench/Tape-v0", rule=N, L=32, H=32, k=3, r=1)` passes k and r through.
-The elementary family (k = 2, r = 1, the default) runs exactly the code it ran before families existed.
+The elementary family (k = 2, r = 1, the default) runs its own packed kernel.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Prediction error of a learned world model on ID and OOD rules (docs/protocol.md#model-error).
 
 Every method registered with `world_model=True` provides `world_model_rollout` (agent contract in
-`tapebench.agents`). Its error is measured on probe trajectories that are the same for every model,
+`tapebench.methods.contract`). Its error is measured on probe trajectories that are the same for every model,
 seed and checkpoint: each episode of the protocol's common-random-number set starts from its own
 initial tape and is driven by uniformly random cells from a counter-based stream of the episode's
 identity (`step_keys` under PROBE_DOMAIN) through the true rule, `context + depth` steps long. The

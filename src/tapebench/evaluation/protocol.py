@@ -2,7 +2,7 @@
 
 `EvalProtocol` holds L, H, split name and content hash, side, rule list, episodes per rule, evaluation
 seed, goal, success bonus and the cell-update noise epsilon (docs/protocol.md#noise; recorded only when > 0,
-so noise-free provenance is what it was before the field existed). Its episodes are the common-random-number evaluation episodes of
+so a noise-free protocol's provenance names no noise). Its episodes are the common-random-number evaluation episodes of
 `evaluation.episodes.episode_set`, so every method — learned agents, planners, the oracles and the
 random floor — plays exactly the same episodes. Every evaluation file records its protocol in the
 Parquet provenance under "protocol", so `oracle.normalized` can refuse to compare across protocols.

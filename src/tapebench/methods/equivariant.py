@@ -27,8 +27,8 @@ import torch
 from torch import nn
 
 NETWORKS = ("mlp", "equivariant")
-# the Config fields of the network choice; an "mlp" run leaves them out of its fingerprint (the runs trained
-# before the choice existed keep their fingerprints, and the trunk's fields cannot change an MLP run)
+# the Config fields of the network choice; an "mlp" run leaves them out of its fingerprint (its fingerprint is
+# the plain agent's, and the trunk's fields cannot change an MLP run)
 NETWORK_FIELDS = ("network", "conv_channels", "conv_layers", "conv_kernel", "global_pool")
 MAX_CONV_LAYERS = 12
 # defaults of the trunk's Config fields (the same in every method that offers the network)

@@ -564,8 +564,8 @@ def train_slice(config: dict, agent: str) -> dict:
 
 
 def logging_slice(config: dict) -> dict:
-    """What a training job gets of `logging`: nothing while it is off (the default), so the params of every
-    training job stay what they were before the switch existed; `{"logging": {"tensorboard": true}}` when on.
+    """What a training job gets of `logging`: nothing while it is off (the default), so switching it changes no
+    other params of a training job; `{"logging": {"tensorboard": true}}` when on.
     Turning it on changes the training jobs' params, so Snakemake reruns them (docs/protocol.md#tensorboard)."""
     logging = config.get("logging", {})
     return {"logging": {"tensorboard": True}} if logging.get("tensorboard", False) else {}

@@ -2,7 +2,7 @@
 
 Definitions follow Agarwal, Schwarzer, Castro, Courville and Bellemare (2021), "Deep Reinforcement
 Learning at the Edge of the Statistical Precipice", NeurIPS 2021 (arXiv:2108.13264). The rliable package
-itself is not used (it does not import beside pandas 3, see shared/notes/tried-here.md) and none of its code
+itself is not used (it does not import beside pandas 3) and none of its code
 is copied; the statistics are written here from the paper's definitions.
 
 Scores. A method's results are a score matrix ``x`` of shape (runs, tasks): ``x[n, m]`` is run n's score on

@@ -102,10 +102,10 @@ class TrainSpec:
 
     def fingerprint(self) -> str:
         body = dataclasses.asdict(self)
-        if body["family"] is None:      # elementary runs keep the fingerprints they had before families
+        if body["family"] is None:      # an elementary run's fingerprint names no family
             del body["family"]
-        # defaults resolved; an MLP run leaves out the network-choice fields (runs trained before they existed
-        # keep their fingerprints)
+        # defaults resolved; an MLP run leaves out the network-choice fields (its fingerprint is the plain
+        # agent's)
         body["hyperparameters"] = fingerprint_hyperparameters(dataclasses.asdict(self.config()))
         return content_hash(body)
 

@@ -1,4 +1,4 @@
-"""Linear Q-learning: a minimal third-party tapebench method (the README's plug-in example).
+"""Linear Q-learning: a minimal third-party tapebench method (the plug-in example of the README and docs/methods.md).
 
 Q(s, a) = W [tape, t/H] + b, one-step Q-learning on every batched transition, ε-greedy exploration.
 """
