@@ -1,12 +1,14 @@
 """PPO's seed block (`ppo.make_block`): S seeds as one stacked model give, on the CPU, each seed's one-seed run bit
-for bit (checkpoints and the complete training state), whatever its neighbours; PPO + DR stacks the same way;
-the equivariant network is refused with its reason."""
+for bit (checkpoints and the complete training state), whatever its neighbours; PPO + DR and the equivariant
+network stack the same way."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from tapebench.methods import ppo
+from torch import nn
+
+from tapebench.methods import ppo, stacked
 from tapebench.methods.contract import BlockUnsupported, EnvSpec
 from tapebench.registry import build_config, get_method
 from tapebench.training import checkpoint as ckpt
@@ -15,10 +17,12 @@ from tapebench.training.loop import TrainSpec, train
 
 # two updates of 128 env steps and a half-full rollout at the end: the exported rollout and optimiser state count
 HYPER = {"num_envs": 4, "num_steps": 32, "hidden_size": 32, "num_minibatches": 4, "update_epochs": 2}
+EQUIVARIANT = {**HYPER, "conv_channels": 8, "conv_layers": 3}
 
 
 def spec(seed, agent="ppo", total_steps=320):
-    return TrainSpec(agent=agent, rules=(30, 90, 110), seed=seed, hyperparameters=HYPER, L=8, H=8,
+    hyper = EQUIVARIANT if agent == "ppo_equivariant" else HYPER
+    return TrainSpec(agent=agent, rules=(30, 90, 110), seed=seed, hyperparameters=hyper, L=8, H=8,
                      total_steps=total_steps, eval_every=160)
 
 
@@ -47,7 +51,7 @@ def assert_same_state(a, b, where="state"):
         assert type(a) is type(b) and (a == b if not hasattr(a, "shape") else (a == b).all()), where
 
 
-@pytest.mark.parametrize("agent", ["ppo", "ppo_dr"])
+@pytest.mark.parametrize("agent", ["ppo", "ppo_dr", "ppo_equivariant"])
 def test_each_seed_of_a_stacked_block_is_its_one_seed_run_bit_for_bit(tmp_path, agent):
     seeds = [0, 3, 4]
     block = train_block([spec(s, agent) for s in seeds], [tmp_path / f"block{s}" for s in seeds], quiet=True,
@@ -91,35 +95,35 @@ def test_a_killed_stacked_block_resumes_to_the_one_seed_checkpoints(tmp_path, mo
         assert digests(manifest) == digests(train(spec(s), tmp_path / f"alone{s}", quiet=True))
 
 
-def test_the_equivariant_network_is_refused_with_its_reason_and_a_mismatched_block_is_an_error():
+def test_every_ppo_row_stacks_and_a_mismatched_block_or_an_unknown_layer_is_an_error():
     assert get_method("ppo_equivariant").make_block is ppo.make_block
     assert get_method("ppo_dr").make_block is not None
     env_spec = EnvSpec.for_tape(8, 8)
-    config = build_config("ppo_equivariant", {"num_envs": 2, "num_steps": 4, "conv_channels": 4, "conv_layers": 1})
-    agents = [ppo.make(config, env_spec, 64, "cpu") for _ in range(2)]
-    with pytest.raises(BlockUnsupported, match="'equivariant'"):
-        ppo.make_block(agents, [torch.Generator() for _ in agents])
     mlp = build_config("ppo", {"num_envs": 2, "num_steps": 4, "hidden_size": 8})
     agents = [ppo.make(mlp, env_spec, 64, "cpu"), ppo.make(mlp, env_spec, 128, "cpu")]
     with pytest.raises(ValueError, match="share their configuration and budget"):
         ppo.make_block(agents, [torch.Generator() for _ in agents])
     with pytest.raises(ValueError, match="one generator per agent"):
         ppo.make_block(agents, [torch.Generator()])
+    with pytest.raises(BlockUnsupported, match="ReLU"):
+        stacked.StackedSequential([nn.Sequential(nn.Linear(3, 4), nn.ReLU())] * 2, torch.device("cpu"),
+                                  BlockUnsupported)
 
 
+@pytest.mark.parametrize("agent", ["ppo", "ppo_equivariant"])
 def test_off_the_cpu_every_product_is_batched_and_a_seed_agrees_with_its_one_seed_run_to_rounding(tmp_path,
-                                                                                                  monkeypatch):
+                                                                                                  monkeypatch, agent):
     """The path a GPU takes (no per-shape probe, truncation bootstraps batched), run here on the CPU."""
     monkeypatch.setattr(ppo.PPOBlock, "BIT_EXACT_DEVICES", ())
     seeds = [0, 3]
-    block = train_block([spec(s) for s in seeds], [tmp_path / f"block{s}" for s in seeds], quiet=True)
+    block = train_block([spec(s, agent) for s in seeds], [tmp_path / f"block{s}" for s in seeds], quiet=True)
     largest = 0.0
     for s, manifest in zip(seeds, block):
-        alone = train(spec(s), tmp_path / f"alone{s}", quiet=True)
+        alone = train(spec(s, agent), tmp_path / f"alone{s}", quiet=True)
         for ours, theirs in zip(manifest["checkpoints"], alone["checkpoints"]):
             a = ckpt.load(tmp_path / f"block{s}" / ours["file"])["policy"]["network"]
             b = ckpt.load(tmp_path / f"alone{s}" / theirs["file"])["policy"]["network"]
             assert a.keys() == b.keys()
             largest = max(largest, *((a[k] - b[k]).abs().max().item() for k in a))
-    print(f"largest parameter difference, batched everywhere vs one-seed runs: {largest:.3g}")
+    print(f"{agent}: largest parameter difference, batched everywhere vs one-seed runs: {largest:.3g}")
     assert largest < 1e-4

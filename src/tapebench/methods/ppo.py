@@ -8,8 +8,8 @@ Each update collects `num_steps` steps from each of `num_envs` environments
 `update_epochs` passes of `num_minibatches` minibatches of the clipped PPO loss with an entropy
 bonus. The learning rate optionally anneals linearly to 0 over the budget.
 
-A seed block (`make_block`, docs/protocol.md#seed-blocks) trains S seeds of the MLP network as one stacked
-model: each seed's actor and critic layers stacked along a leading seed dimension, one Adam over the stacked
+A seed block (`make_block`, docs/protocol.md#seed-blocks) trains S seeds as one stacked model (`stacked.py`, MLP
+or equivariant network): each seed's actor and critic layers stacked along a leading seed dimension, one Adam over the stacked
 tensors, everything else per seed (rollout, GAE, advantage normalisation, minibatch permutations from the seed's
 own generator, gradient-norm clipping); on the CPU every seed's numbers are its one-seed run's, bit for bit.
 
@@ -29,7 +29,7 @@ from torch.distributions import Categorical
 from tapebench.methods import equivariant
 from tapebench.methods.common import adam, gae
 from tapebench.methods.contract import BlockUnsupported
-from tapebench.methods.stacked import StackedSequential
+from tapebench.methods.stacked import StackedEquivariant, StackedSequential
 
 
 @dataclass
@@ -306,16 +306,14 @@ class PPOBlock:
             raise ValueError(f"a PPO seed block needs one generator per agent, got {len(agents)} agents and "
                              f"{len(generators)} generators")
         config = agents[0].config
-        if config.network != "mlp":
-            raise BlockUnsupported(f"PPO stacks only the MLP actor and critic, not network {config.network!r} "
-                                   "(its circular convolutions have no stacked form here)")
         for agent in agents[1:]:
             if agent.config != config or agent.num_updates != agents[0].num_updates:
                 raise ValueError("the agents of a PPO seed block must share their configuration and budget")
         self.config, self.device, self.generators = config, agents[0].device, list(generators)
         self.S, self.exact = len(agents), self.device.type in self.BIT_EXACT_DEVICES
-        self.actor = StackedSequential([a.network.actor for a in agents], self.device, BlockUnsupported, self.exact)
-        self.critic = StackedSequential([a.network.critic for a in agents], self.device, BlockUnsupported, self.exact)
+        stack = StackedEquivariant if config.network == "equivariant" else StackedSequential
+        self.actor = stack([a.network.actor for a in agents], self.device, BlockUnsupported, self.exact)
+        self.critic = stack([a.network.critic for a in agents], self.device, BlockUnsupported, self.exact)
         # the stacked tensors in the order of ActorCritic.parameters() (so the optimiser's state indices agree)
         self.named = ([(f"actor.{n}", p) for n, p in zip(self.actor.names, self.actor.parameters)]
                       + [(f"critic.{n}", p) for n, p in zip(self.critic.names, self.critic.parameters)])

@@ -1,5 +1,8 @@
 """Stacked layers for seed blocks: the same layer of S seeds' networks as one tensor with a leading seed dimension.
 
+`StackedSequential` stacks an MLP (`nn.Linear` and `nn.Tanh`), `StackedEquivariant` an equivariant network of
+`equivariant.py` (its convolutions as one grouped convolution over the seeds' channels, `stacked_conv1d`).
+
 `stacked_linear(x, weight, bias)` is S `nn.Linear` layers at once: x (S, n, in), weight (S, out, in), bias (S, out)
 -> (S, n, out), one batched matrix product (`torch.baddbmm`) forward and backward. Its backward computes each
 gradient with the operand layout `nn.Linear`'s own backward uses (weight gradient gᵀ·x, input gradient g·W), so a
@@ -11,13 +14,16 @@ kernel). So on the CPU each shape (S, n, in, out) is probed once per process and
 private generator: the batched forward and both gradients against `nn.functional.linear` seed by seed. A shape whose
 batched product does not reproduce the one-seed bits runs seed by seed (`nn.functional.linear` on each seed's
 slice, exactly the one-seed computation); tiny products cost little either way. With `exact=False` (the
-callers pass it off the CPU, where no bit-identity is claimed) the batched product is used throughout.
+callers pass it off the CPU, where no bit-identity is claimed) the batched product is used throughout. The
+grouped convolutions are probed and used the same way.
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+from tapebench.methods import equivariant
 
 _EXACT: dict[tuple, bool] = {}   # (S, n, in, out, dtype, threads) -> the batched product gives the one-seed bits
 
@@ -109,3 +115,100 @@ class StackedSequential:
         for kind, i in self.layers:
             x = F.linear(x, self.parameters[i][k], self.parameters[i + 1][k]) if kind == "linear" else torch.tanh(x)
         return x
+
+
+def _grouped_conv_is_exact(S: int, n: int, c_in: int, c_out: int, length: int, kernel: int, dilation: int,
+                           dtype: torch.dtype) -> bool:
+    key = ("conv", S, n, c_in, c_out, length, kernel, dilation, dtype, torch.get_num_threads())
+    if key not in _EXACT:
+        generator = torch.Generator().manual_seed(0)
+        x, weight, bias = (torch.randn(shape, generator=generator, dtype=dtype)
+                           for shape in ((n, S * c_in, length), (S, c_out, c_in, kernel), (S, c_out)))
+        with torch.enable_grad():
+            leaves = [t.clone().requires_grad_() for t in (x, weight, bias)]
+            out = _grouped_conv(*leaves, dilation)
+            grad = torch.randn(out.shape, generator=generator, dtype=dtype)
+            out.backward(grad)
+            exact = True
+            for k in range(S):
+                one = [x[:, k * c_in:(k + 1) * c_in].clone().requires_grad_(), weight[k].clone().requires_grad_(),
+                       bias[k].clone().requires_grad_()]
+                reference = F.conv1d(*one, dilation=dilation)
+                reference.backward(grad[:, k * c_out:(k + 1) * c_out])
+                exact = (exact and torch.equal(out[:, k * c_out:(k + 1) * c_out], reference)
+                         and torch.equal(leaves[0].grad[:, k * c_in:(k + 1) * c_in], one[0].grad)
+                         and torch.equal(leaves[1].grad[k], one[1].grad) and torch.equal(leaves[2].grad[k], one[2].grad))
+        _EXACT[key] = exact
+    return _EXACT[key]
+
+
+def _grouped_conv(x, weight, bias, dilation):
+    S = weight.shape[0]
+    return F.conv1d(x, weight.reshape(-1, *weight.shape[2:]), bias.reshape(-1), dilation=dilation, groups=S)
+
+
+def stacked_conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, dilation: int,
+                   exact: bool = True) -> torch.Tensor:
+    """S 1-D convolutions: x (n, S·in, length) (seed k's channels k·in .. (k+1)·in - 1), weight (S, out, in, kernel),
+    bias (S, out) -> (n, S·out, length'): one grouped convolution, or seed by seed where it would not give the
+    one-seed bits (see `stacked_linear`)."""
+    S, c_out, c_in, kernel = weight.shape
+    n, _, length = x.shape
+    if not exact or _grouped_conv_is_exact(S, n, c_in, c_out, length, kernel, dilation, x.dtype):
+        return _grouped_conv(x, weight, bias, dilation)
+    return torch.cat([F.conv1d(x[:, k * c_in:(k + 1) * c_in], weight[k], bias[k], dilation=dilation)
+                      for k in range(S)], dim=1)
+
+
+class StackedEquivariant:
+    """S seeds' copies of one equivariant network (`equivariant.PerCellNetwork` or `PooledNetwork`, no `extra`
+    channels), stacked: grouped circular convolutions over the seeds' channels, stacked linear pooling maps.
+
+    Same interface as `StackedSequential`: `parameters` and `names` in the order of the network's own
+    `named_parameters()`, `__call__` on (S, n, L+1) observations, `one_seed(k, obs)` the one-seed computation.
+    """
+
+    def __init__(self, networks: list[nn.Module], device: torch.device, unsupported: type[Exception],
+                 exact: bool = True):
+        template = networks[0]
+        self.template, self.exact = template, exact
+        if not isinstance(template, (equivariant.PerCellNetwork, equivariant.PooledNetwork)) or template.trunk.extra:
+            raise unsupported(f"no stacked form of {type(template).__name__}")
+        if not isinstance(template.trunk.act, nn.Tanh):
+            raise unsupported(f"no stacked form of the activation {type(template.trunk.act).__name__}")
+        self.pooled = isinstance(template, equivariant.PooledNetwork)
+        self.names = [name for name, _ in template.named_parameters()]
+        own = [dict(network.named_parameters()) for network in networks]
+        self.params = {name: nn.Parameter(torch.stack([p[name].detach() for p in own]).to(device))
+                       for name in self.names}
+        self.parameters = [self.params[name] for name in self.names]
+        trunk = template.trunk
+        self.L, self.global_pool = trunk.L, trunk.global_pool
+        self.convs = [(conv.pad, conv.conv.dilation[0]) for conv in trunk.convs]
+
+    def _conv(self, x, name, dilation=1):
+        w = self.params[f"{name}.weight"]
+        return stacked_conv1d(x, w, self.params[f"{name}.bias"], dilation, self.exact)
+
+    def _linear(self, x, name):
+        return stacked_linear(x, self.params[f"{name}.weight"], self.params[f"{name}.bias"], self.exact)
+
+    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
+        """(S, n, L+1) -> (S, n, L) per-cell outputs, or (S, n, 1) for the pooled network."""
+        S, n, _ = obs.shape
+        L = self.L
+        x = torch.stack([obs[..., :L], obs[..., L:L + 1].expand(-1, -1, L)], dim=2)    # (S, n, 2, L)
+        h = torch.tanh(self._conv(x.transpose(0, 1).reshape(n, -1, L), "trunk.inp"))  # (n, S·C, L)
+        for i, (pad, dilation) in enumerate(self.convs):
+            u = self._conv(equivariant.circular_pad(h, pad) if pad else h, f"trunk.convs.{i}.conv", dilation)
+            if self.global_pool:
+                pooled = self._linear(h.mean(dim=-1).reshape(n, S, -1).transpose(0, 1).contiguous(), f"trunk.pools.{i}")
+                u = u + pooled.transpose(0, 1).reshape(n, -1).unsqueeze(-1)
+            h = h + torch.tanh(u)
+        if self.pooled:
+            return self._linear(h.mean(dim=-1).reshape(n, S, -1).transpose(0, 1).contiguous(), "head")
+        return self._conv(h, "head").transpose(0, 1)   # (n, S, L) -> (S, n, L)
+
+    def one_seed(self, k: int, obs: torch.Tensor) -> torch.Tensor:
+        """Seed k's network alone on obs (n, L+1): the one-seed module run on seed k's slices."""
+        return torch.func.functional_call(self.template, {name: p[k] for name, p in self.params.items()}, (obs,))
