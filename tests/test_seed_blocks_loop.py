@@ -9,8 +9,9 @@ import json
 import pytest
 import torch
 
+from tapebench.methods.contract import BlockUnsupported
 from tapebench.registry import get_method, register, unregister
-from tapebench.training.blocks import BlockUnsupported, train_block
+from tapebench.training.blocks import train_block
 from tapebench.training.loop import TrainSpec, train
 from tapebench.utils.artifacts import read_json
 

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from tapebench.envs.batched import BatchedTapeEnv
+from tapebench.methods.contract import BlockUnsupported
 from tapebench.registry import get_method
 from tapebench.training import checkpoint as ckpt
 from tapebench.training.loop import (LOG_INTERVAL_S, EpisodeStats, RunLog, TrainSpec, load_resume, progress_line,
@@ -39,10 +40,6 @@ from tapebench.validation import check_integer
 
 
 SEED_FIELD = "{seed}"   # where a block's run-folder pattern puts each seed
-
-
-class BlockUnsupported(NotImplementedError):
-    """Raised by a method's `make_block` for a configuration it cannot stack (e.g. another network)."""
 
 
 def check_block(specs: Sequence[TrainSpec]) -> None:
