@@ -127,9 +127,9 @@ def _aggregate_worldtest(args) -> int:
 
     # lazy: a command loads only the modules it runs
     from tapebench.stats.worldtest import aggregate_worldtest
-    from tapebench.utils.artifacts import read_table
+    from tapebench.utils.artifacts import read_table, refuse_duplicates
 
-    frames = [read_table(path, "worldtest")[0] for path in args.inputs]
+    frames = [read_table(path, "worldtest")[0] for path in refuse_duplicates(args.inputs, "world-test")]
     table = aggregate_worldtest(pd.concat(frames, ignore_index=True), n_resamples=args.n_resamples, ci=args.ci,
                                 seed=args.seed)
     config = {"n_resamples": args.n_resamples, "ci": args.ci, "seed": args.seed}

@@ -11,6 +11,7 @@ from tapebench import layout
 from tapebench.rule_family import config_family
 from tapebench.settings import noise_study
 from tapebench.vocabulary import ID_PROTOCOL, ID_SIDE, OOD_PROTOCOL, OOD_SIDE, ladder_side
+from tapebench.utils.artifacts import refuse_duplicates
 
 REFERENCE = OOD_PROTOCOL
 
@@ -40,6 +41,7 @@ class ComparedProtocol:
             raise ValueError("a protocol needs a name")
         if not self.per_seed:
             raise ValueError(f"protocol {self.name!r} names no per-seed file")
+        refuse_duplicates(self.per_seed, f"protocol {self.name!r}: per-seed")
 
     def to_dict(self) -> dict:
         out = asdict(self)
