@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import math
 import re
 from dataclasses import dataclass
 from importlib import metadata
@@ -381,6 +382,8 @@ def _check_type(method_id: str, key: str, value, annotation) -> None:
         return
     if (isinstance(value, bool) and bool not in expected) or not isinstance(value, expected):
         raise ValueError(f"hyperparameter {key!r} of method {method_id!r} must be {name}, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"hyperparameter {key!r} of method {method_id!r} must be a finite number, got {value!r}")
 
 
 __all__ = ["ENTRY_POINT_GROUP", "FAMILIES", "Method", "PolicyContext", "build_config", "check_hyperparameters",

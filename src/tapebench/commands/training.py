@@ -29,7 +29,7 @@ from tapebench.splits.io import load_split
 from tapebench.training.evaluate import evaluate_run, model_error_run, write_evaluation
 from tapebench.training.loop import PAPER_ENV, PAPER_TRAINING, RunLog, TrainSpec, resolve_device, torch_settings, train
 from tapebench.utils.io import provenance, write_parquet
-from tapebench.validation import check_noise, parse_param_sections, parse_rule_list
+from tapebench.validation import check_noise, parse_param_sections, parse_rule_list, seed_argument
 
 PARAM_SECTIONS = {
     "agent": None,  # checked against the agent's Config
@@ -204,7 +204,7 @@ def register(sub) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--agent", required=True, metavar="METHOD",
                    help=f"a method that trains: {', '.join(sorted(m for m, x in registry().items() if x.trains))}")
-    p.add_argument("--seed", type=int, default=0, help="training seed (default 0)")
+    p.add_argument("--seed", type=seed_argument, default=0, help="training seed (default 0)")
     p.add_argument("--out", required=True, help="run folder to write (created after the arguments are checked)")
     p.add_argument("--params", default="{}",
                    help='settings as JSON: {"env": {"L", "H", "success_bonus"}, "training": {"total_steps", '
@@ -221,7 +221,7 @@ def register(sub) -> None:
     p.add_argument("--run", help="run folder written by `tapebench train`")
     p.add_argument("--method", help="instead of --run, a method that does not train: "
                                     f"{', '.join(sorted(m for m, x in registry().items() if x.make_policy))}")
-    p.add_argument("--seed", type=int, default=0, help="with --method: the method's seed (default 0)")
+    p.add_argument("--seed", type=seed_argument, default=0, help="with --method: the method's seed (default 0)")
     p.add_argument("--H", type=int, required=True, help="evaluation horizon (steps per episode)")
     p.add_argument("--out", required=True, help="Parquet file of per-episode records to write")
     p.add_argument("--params", default="{}",

@@ -355,6 +355,7 @@ def train(spec: TrainSpec, out_dir, *, device="cpu", threads: int | None = 1, co
 
                 now = time.perf_counter()
                 if iteration in checkpoint_at:
+                    check_finite_metrics(metrics, env_steps)
                     wall_time_now = wall_time + (now - segment_start)
                     path = ckpt.checkpoint_name(env_steps)
                     digest = ckpt.save(out_dir / path, ckpt.policy_checkpoint(
@@ -440,6 +441,17 @@ def _remove_stale_files(out_dir: Path, log) -> None:
     if (out_dir / TENSORBOARD_DIR).is_dir():
         log(f"removing {TENSORBOARD_DIR}/ of an earlier run")
         shutil.rmtree(out_dir / TENSORBOARD_DIR)
+
+
+def check_finite_metrics(metrics: dict, env_steps: int) -> None:
+    """Stop a run whose last update returned a NaN or infinite loss (or any other metric): its weights are no
+    longer numbers, and no checkpoint of them is written. Called before each checkpoint on the metrics dict the
+    agent already returned (Python floats: no extra device sync)."""
+    bad = {k: float(v) for k, v in metrics.items() if not math.isfinite(float(v))}
+    if bad:
+        shown = ", ".join(f"{k} = {v}" for k, v in sorted(bad.items()))
+        raise ValueError(f"training diverged by step {env_steps}: {shown}; no checkpoint was written. Check the "
+                         f"method's hyperparameters (learning_rate and the other agents.<method> values)")
 
 
 def _progress(env_steps, total, segment_steps, segment_start, now, stats, metrics) -> str:
