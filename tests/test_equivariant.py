@@ -14,6 +14,7 @@ model, and their registry rows.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 import torch
@@ -154,7 +155,10 @@ def test_rows_are_their_base_method_with_the_equivariant_network(row):
     config, base_config = build_config(row, {}), build_config(base, {})
     assert config.network == "equivariant" and base_config.network == "mlp"
     assert dataclasses.asdict(config) == {**dataclasses.asdict(base_config), "network": "equivariant"}
-    assert build_config(row, {"network": "mlp"}).network == "mlp"
+    assert build_config(row, {"network": "equivariant"}).network == "equivariant"   # restating it is fine
+    with pytest.raises(ValueError, match=rf"hyperparameter 'network' of method '{row}' \({re.escape(display)}\) is "
+                                         r"fixed at 'equivariant'.*got 'mlp'"):
+        build_config(row, {"network": "mlp"})
 
 
 @pytest.mark.parametrize("base,row", [("dqn", "dqn_equivariant"), ("ensemble_mpc", "ensemble_mpc_equivariant")])

@@ -128,7 +128,8 @@ def register(sub) -> None:
     able = sorted(m for m, x in registry().items() if x.world_test is not None)
     p = sub.add_parser("worldtest", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--method", required=True, help=f"a method that takes part: {', '.join(able)}")
-    p.add_argument("--seed", type=seed_argument, required=True, help="the world-test seed (problems and the method's streams)")
+    p.add_argument("--seed", type=seed_argument, required=True,
+                   help="the world-test seed (problems and the method's streams)")
     p.add_argument("--budget", type=int, required=True, help="interaction-phase steps (a reset costs one)")
     p.add_argument("--split", required=True, help="split JSON: ID = its training rules, OOD = its test rules")
     p.add_argument("--run", help="for a method that trains: its run folder (the final checkpoint answers)")

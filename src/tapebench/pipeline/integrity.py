@@ -37,9 +37,10 @@ def _manifest_problems(path: Path) -> list[Problem]:
 
 
 def scan_results(results) -> list[Problem]:
-    """Cheap integrity checks of every artifact under `results`: Parquet footers, that records agree
-    with their path (method, seed, budget, split, H), JSON, the split hash, torch checkpoint archives and that each train.json's checkpoints exist. No checkpoint is
-    unpickled; `tapebench train` and `tapebench evaluate` verify their hashes."""
+    """Cheap integrity checks of every artifact under `results`: Parquet footers, that records agree with their
+    path (method, seed, budget, split, H), JSON, the split hash, torch checkpoint archives and that each
+    train.json's checkpoints exist. No checkpoint is unpickled; `tapebench train` and `tapebench evaluate` verify
+    their hashes."""
     results = Path(results)
     if not results.is_dir():
         return []
