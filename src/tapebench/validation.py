@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 
@@ -122,6 +123,19 @@ def check_env_params(env: dict, where: str = "--params section 'env'") -> dict:
         raise ValueError(f"{where}: success_bonus must be in 0..{MAX_SUCCESS_BONUS:g} (as config env.success_bonus), "
                          f"got {bonus}")
     return {**env, **checked}
+
+
+def check_output_file(path, option: str) -> None:
+    """An output path that a command can write once its work is done: not a folder, its parent not a file.
+    Checked before any measurement or run, so that the work is not lost at the end."""
+    if path is None:
+        return
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{option} {path} is a folder; give a file path inside it")
+    parent = next((q for q in path.parents if q.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise ValueError(f"{option} {path}: {parent} is a file, not a folder")
 
 
 def check_finite_values(value, key: str) -> None:

@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from tapebench.validation import check_horizon, check_length, parse_rule_list, seed_argument
+from tapebench.validation import check_horizon, check_length, check_output_file, parse_rule_list, seed_argument
 
 BENCH_DESCRIPTION = """\
 Print throughput figures, each beside a baseline measured in the same run: on a shared machine
@@ -156,6 +156,8 @@ def run(args) -> int:
 
 
 def check_options(args) -> None:
+    check_output_file(args.json, "--json")
+    check_output_file(args.figure, "--figure")
     if args.learning and args.what not in LEARNING_BENCHMARKS:
         raise ValueError(f"--learning is an option of {sorted(LEARNING_BENCHMARKS)}, not of bench {args.what}")
     if args.num_envs is not None and args.num_envs < 1:

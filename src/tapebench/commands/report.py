@@ -11,6 +11,7 @@ from tapebench.report import registry
 from tapebench.report.document import REQUIRED_PACKAGES, LatexMissing, compile_pdf, latex_command, render_tex
 from tapebench.report.output import TABLE
 from tapebench.utils.io import write_text
+from tapebench.validation import check_output_file
 
 
 def register(sub) -> None:
@@ -41,6 +42,12 @@ def register_render(sub) -> None:
 
 def run_render(args) -> int:
     entry = registry.OUTPUTS[args.entry]
+    if entry.kind == TABLE:
+        check_output_file(args.out, "--out")
+    else:   # a stem: STEM.pdf and STEM.png
+        check_output_file(f"{args.out}.pdf", "--out")
+        if Path(args.out).is_dir():
+            raise ValueError(f"--out {args.out} is a folder; give a path stem inside it (writes STEM.pdf, STEM.png)")
     entry.run(args)
     print(f"render {entry.id}: {args.out}")
     return 0

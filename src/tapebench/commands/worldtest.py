@@ -28,7 +28,7 @@ from tapebench.splits.io import load_split
 from tapebench.training import checkpoint as ckpt
 from tapebench.training.loop import read_manifest, resolve_device, torch_settings
 from tapebench.utils.io import provenance, write_parquet
-from tapebench.validation import parse_param_sections, seed_argument
+from tapebench.validation import check_output_file, parse_param_sections, seed_argument
 from tapebench.vocabulary import ID_SIDE, OOD_SIDE
 
 PARAM_SECTIONS = {
@@ -82,6 +82,7 @@ def _trained_agent(run_dir: Path, method_id: str, seed: int, split, device, env:
 
 
 def run_worldtest(args) -> int:
+    check_output_file(args.out, "--out")
     params = parse_params(args.params)
     env = {**DEFAULT_ENV, **params.get("env", {})}
     settings = WorldTestSettings.from_config(params.get("worldtest", {}))
