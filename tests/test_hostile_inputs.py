@@ -4,7 +4,6 @@ out-of-range --params, a row's defining field overridden, misbehaving plug-in wo
 are folders, a diverging training run."""
 from __future__ import annotations
 
-import copy
 import json
 
 import numpy as np
@@ -226,13 +225,3 @@ def test_output_folders_and_bad_render_options_are_refused_before_any_work(tmp_p
     assert not (tmp_path / "t.tex").exists()
     assert main(["status", "--results", str(aggregate)]) == 2
     assert "is a file; give the results folder" in capsys.readouterr().err
-
-
-# --- the --config hint ---------------------------------------------------------------------------------
-def test_the_text_hint_only_for_values_from_the_command_line():
-    config = merge_config(load_config(root=REPO), {"agents": {"dqn": {"learning_rate": "fast"}}})
-    with pytest.raises(ConfigError) as from_file:
-        validate_config(copy.deepcopy(config), SCHEMA)
-    assert "learning_rate" in str(from_file.value) and "arrive as text" not in str(from_file.value)
-    with pytest.raises(ConfigError, match="arrive as text"):
-        validate_config(config, SCHEMA, command_line={"agents": "{dqn: {learning_rate: fast}}"})

@@ -11,7 +11,6 @@ from tapebench.report import registry
 from tapebench.report.document import REQUIRED_PACKAGES, LatexMissing, compile_pdf, latex_command, render_tex
 from tapebench.report.output import TABLE
 from tapebench.utils.io import write_text
-from tapebench.validation import check_output_file
 
 
 def register(sub) -> None:
@@ -41,6 +40,9 @@ def register_render(sub) -> None:
 
 
 def run_render(args) -> int:
+    # lazy: `render --help` loads no numerical library
+    from tapebench.validation import check_output_file
+
     entry = registry.OUTPUTS[args.entry]
     if entry.kind == TABLE:
         check_output_file(args.out, "--out")
