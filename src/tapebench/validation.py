@@ -138,6 +138,20 @@ def check_output_file(path, option: str) -> None:
         raise ValueError(f"{option} {path}: {parent} is a file, not a folder")
 
 
+def refuse_duplicates(paths, what: str) -> list[Path]:
+    """The input files of an aggregate, each once: a file given twice (under any spelling of its path) would
+    count its records twice."""
+    paths = [Path(p) for p in paths]
+    seen: dict[Path, Path] = {}
+    for p in paths:
+        key = p.resolve()
+        if key in seen:
+            raise ValueError(f"{what} file given twice: {seen[key]} and {p} (each input is counted once; "
+                             f"remove the repeat)")
+        seen[key] = p
+    return paths
+
+
 def check_finite_values(value, key: str) -> None:
     """Every number in a parsed JSON value is finite; the error names the key path (JSON allows NaN, Infinity)."""
     if isinstance(value, float) and not math.isfinite(value):

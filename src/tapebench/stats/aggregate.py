@@ -71,7 +71,8 @@ from tapebench.evaluation.records import SOFT_EPSILONS, coerce_episode_frame, so
 from tapebench.schemas import AGGREGATE_COLUMNS, GROUP, PER_SEED_COLUMNS, SUMMARY_GROUP
 from tapebench.stats.bootstrap import (DEFAULT_CI, DEFAULT_RESAMPLES, difference_ci, hedges_g, holm,
                                        percentile_interval, resample_indices, welch_test)
-from tapebench.utils.artifacts import read_table, refuse_duplicates
+from tapebench.utils.artifacts import read_table
+from tapebench.validation import refuse_duplicates
 from tapebench.vocabulary import DROP_SIDE, ID_SIDE, OOD_SIDE, ladder_level
 
 SOFT_METRICS = tuple(f"soft_success@{eps:g}" for eps in SOFT_EPSILONS)

@@ -12,8 +12,9 @@ import pandas as pd
 from tapebench.schemas import MODEL_ERROR_COLUMNS, MODEL_ERROR_RUN_COLUMNS
 from tapebench.stats.aggregate import group_generator
 from tapebench.stats.bootstrap import DEFAULT_CI, DEFAULT_RESAMPLES, percentile_ci
-from tapebench.utils.artifacts import read_table, refuse_duplicates
+from tapebench.utils.artifacts import read_table
 from tapebench.utils.io import provenance, write_parquet
+from tapebench.validation import refuse_duplicates
 
 ALL_TYPES = "all"
 

@@ -10,8 +10,8 @@ from typing import Mapping
 from tapebench import layout
 from tapebench.rule_family import config_family
 from tapebench.settings import noise_study
+from tapebench.validation import refuse_duplicates
 from tapebench.vocabulary import ID_PROTOCOL, ID_SIDE, OOD_PROTOCOL, OOD_SIDE, ladder_side
-from tapebench.utils.artifacts import refuse_duplicates
 
 REFERENCE = OOD_PROTOCOL
 

@@ -196,17 +196,3 @@ def check_provenance(path, frame: pd.DataFrame | None = None) -> None:
         if found != [expected]:
             raise CorruptArtifact(path, f"its records have {column} {found}, but its path names {column} "
                                         f"{expected!r} (a file copied from another run?)")
-
-
-def refuse_duplicates(paths, what: str) -> list[Path]:
-    """The input files of an aggregate, each once: a file given twice (under any spelling of its path) would
-    count its records twice."""
-    paths = [Path(p) for p in paths]
-    seen: dict[Path, Path] = {}
-    for p in paths:
-        key = p.resolve()
-        if key in seen:
-            raise ValueError(f"{what} file given twice: {seen[key]} and {p} (each input is counted once; "
-                             f"remove the repeat)")
-        seen[key] = p
-    return paths
