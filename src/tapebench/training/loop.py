@@ -447,7 +447,8 @@ def check_finite_metrics(metrics: dict, env_steps: int) -> None:
     """Stop a run whose last update returned a NaN or infinite loss (or any other metric): its weights are no
     longer numbers, and no checkpoint of them is written. Called before each checkpoint on the metrics dict the
     agent already returned (Python floats: no extra device sync)."""
-    bad = {k: float(v) for k, v in metrics.items() if not math.isfinite(float(v))}
+    values = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) or hasattr(v, "__float__")}
+    bad = {k: v for k, v in values.items() if not math.isfinite(v)}
     if bad:
         shown = ", ".join(f"{k} = {v}" for k, v in sorted(bad.items()))
         raise ValueError(f"training diverged by step {env_steps}: {shown}; no checkpoint was written. Check the "
