@@ -101,7 +101,10 @@ def test_numbers_given_as_text_by_snakemake_config_are_read_as_numbers():
     assert config["training"]["threads"] == 1           # the rest of the mapping is kept
     assert_rejected(paper_config(training={"total_steps": "lots"}), "training.total_steps", "'lots'")
     text = assert_rejected(paper_config(agents={"dqn": {"learning_rate": "0.001"}}), "agents.dqn")
-    assert "--configfile" in text
+    assert "--configfile" not in text      # from a config file: no hint about --config
+    with pytest.raises(ConfigError, match="agents.dqn.*arrive as text.*--configfile"):   # from snakemake --config
+        validate_config(paper_config(agents={"dqn": {"learning_rate": "0.001"}}), SCHEMA,
+                        command_line={"agents": {"dqn": {"learning_rate": "0.001"}}})
 
 
 def test_malformed_config_file_is_named_with_its_line(tmp_path):

@@ -14,6 +14,7 @@ model, and their registry rows.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 import torch
@@ -128,6 +129,8 @@ def test_circular_pad_wraps_wider_than_the_tape():
     ({"conv_kernel": 4}, "conv_kernel must be an odd number >= 1, got 4"),
 ])
 def test_bad_network_choices_fail_early_naming_the_value(agent_id, overrides, needle):
+    if agent_id in ROWS and "network" in overrides:     # a row's network is fixed: it defines the row
+        needle = r"'network' .* is fixed at 'equivariant'.*got 'cnn'"
     with pytest.raises(ValueError, match=needle):
         build_config(agent_id, overrides)
 
@@ -154,7 +157,10 @@ def test_rows_are_their_base_method_with_the_equivariant_network(row):
     config, base_config = build_config(row, {}), build_config(base, {})
     assert config.network == "equivariant" and base_config.network == "mlp"
     assert dataclasses.asdict(config) == {**dataclasses.asdict(base_config), "network": "equivariant"}
-    assert build_config(row, {"network": "mlp"}).network == "mlp"
+    assert build_config(row, {"network": "equivariant"}).network == "equivariant"   # restating it is fine
+    with pytest.raises(ValueError, match=rf"hyperparameter 'network' of method '{row}' \({re.escape(display)}\) is "
+                                         r"fixed at 'equivariant'.*got 'mlp'"):
+        build_config(row, {"network": "mlp"})
 
 
 @pytest.mark.parametrize("base,row", [("dqn", "dqn_equivariant"), ("ensemble_mpc", "ensemble_mpc_equivariant")])

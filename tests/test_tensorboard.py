@@ -24,6 +24,7 @@ from tapebench.cli import main
 from tapebench.layout import TENSORBOARD_DIR
 from tapebench.pipeline.config import ConfigError, load_config, merge_config, train_slice, validate_config
 from tapebench.training import checkpoint as ckpt
+from tapebench.training import tensorboard
 from tapebench.training.loop import TrainSpec, train
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -145,12 +146,17 @@ def test_train_command_refuses_a_non_boolean_switch(tmp_path, value, capsys):
     assert "logging.tensorboard must be true or false" in capsys.readouterr().err
 
 
-def test_the_switch_reaches_train_slices_only_when_on():
+def test_the_switch_reaches_train_slices_only_when_on(monkeypatch):
     config = load_config(root=REPO)
     validate_config(config, SCHEMA)
     assert config["logging"] == {"tensorboard": False}
     assert "logging" not in train_slice(config, "dqn")      # off: the train params name no logging
     on = merge_config(config, {"logging": {"tensorboard": True}})
+    monkeypatch.setattr(tensorboard, "tensorboard_installed", lambda: False)
+    with pytest.raises(ConfigError, match=r"'logging.tensorboard': true, but the tensorboard package is not "
+                                          r"installed; install it with `pip install tapebench\[tensorboard\]`"):
+        validate_config(copy.deepcopy(on), SCHEMA)     # refused before any training job, not when one starts
+    monkeypatch.setattr(tensorboard, "tensorboard_installed", lambda: True)
     validate_config(on, SCHEMA)
     assert train_slice(on, "dqn") == {**train_slice(config, "dqn"), "logging": {"tensorboard": True}}
     for bad in ({"logging": {"tensorboard": "yes"}}, {"logging": {"tensorboard": True, "every": 10}}):

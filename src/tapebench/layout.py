@@ -255,3 +255,36 @@ def worldtest_records(split: str, agent: str, seed, budget) -> str:
 
 # --- what the runs cost (docs/protocol.md#compute) -------------------------------------------------------------------
 COMPUTE_TABLE = "results/compute.parquet"
+
+
+# --- what a path states about its records: the patterns above read back --------------------------------------------
+# (the kind of file, and the pattern whose wildcards name the provenance every record in it must carry)
+_INT_FIELDS = ("seed", "budget", "H")
+
+
+def _record_patterns() -> tuple[str, ...]:
+    run = run_dir("{split}", "{agent}", "{seed}")
+    return (worldtest_records("{split}", "{agent}", "{seed}", "{budget}"), evaluation(run, "{H}"), model_error(run),
+            per_seed("{split}", "{agent}", "{H}"), per_rule("{split}", "{agent}", "{H}"),
+            curves("{split}", "{agent}", "{H}"), noise_eval("{split}", "{eps}", "{agent}", "{seed}", "{H}"),
+            noise_level_per_seed("{split}", "{eps}", "{agent}", "{H}"))
+
+
+def _pattern_regex(pattern: str) -> re.Pattern:
+    parts = re.split(r"\{(\w+)\}", pattern)
+    body = "".join(re.escape(p) if i % 2 == 0 else (rf"(?P<{p}>\d+)" if p in _INT_FIELDS else rf"(?P<{p}>[^/]+?)")
+                   for i, p in enumerate(parts))
+    return re.compile(rf"(?:^|/){body}$")
+
+
+def path_fields(path) -> dict:
+    """The provenance a path of this layout states about every record in its file — split, agent (the method id),
+    seed, budget, H, as far as its pattern names them — or {} for a path outside these patterns. Seeds, budgets
+    and horizons come back as ints; a noise level's label is not a record column and is left out."""
+    text = str(path).replace("\\", "/")
+    for pattern in _record_patterns():
+        match = _pattern_regex(pattern).search(text)
+        if match:
+            fields = {k: v for k, v in match.groupdict().items() if k != "eps"}
+            return {k: int(v) if k in _INT_FIELDS else v for k, v in fields.items()}
+    return {}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import math
 import re
 from dataclasses import dataclass
 from importlib import metadata
@@ -102,6 +103,8 @@ class Method:
                      methods that train get their final checkpoint's agent in `context.agent`. A method with
                      only `world_test` (no make_agent, no make_policy) exists for the world test alone
     summary          one line for `tapebench methods`
+    fixed            Config fields that define the row (e.g. the equivariant rows' `network`): an override with
+                     another value is refused, since the row would train something else under its name
 
     Config, make_agent, make_policy, training_env, world_test and summary may be given as a `Ref`: the part is
     imported when it is first read (and checked then), never by reading the other fields or `trains`.
@@ -123,6 +126,7 @@ class Method:
     any_rule_family: bool = False
     world_test: Callable | None = None
     summary: str = ""
+    fixed: tuple[str, ...] = ()
 
     def __post_init__(self):
         if not isinstance(self.id, str) or not METHOD_ID.match(self.id):
@@ -213,11 +217,11 @@ def _builtin() -> list[Method]:
         agent("dqn", "DQN", "value_based", "dqn", any_rule_family=True),
         agent("ppo", "PPO", "actor_critic", "ppo", any_rule_family=True),
         agent("dqn_equivariant", "DQN (equivariant)", "value_based", "dqn", Config="EquivariantConfig",
-              any_rule_family=True, every_checkpoint=False,
+              fixed=("network",), any_rule_family=True, every_checkpoint=False,
               summary="DQN with a shift-equivariant Q-network: circular convolutions over the cells, Q(s, a) read "
                       "from cell a"),
         agent("ppo_equivariant", "PPO (equivariant)", "actor_critic", "ppo", Config="EquivariantConfig",
-              any_rule_family=True, every_checkpoint=False,
+              fixed=("network",), any_rule_family=True, every_checkpoint=False,
               summary="PPO with shift-equivariant actor and critic: cell a's logit from cell a, the value pooled "
                       "over cells"),
         agent("rainbow", "Rainbow", "value_based", "rainbow"),
@@ -226,7 +230,7 @@ def _builtin() -> list[Method]:
         agent("curl_dqn", "DQN + CURL", "augmentation", "curl_dqn"),
         agent("pearl_dqn", "PEARL-DQN", "task_inference", "pearl_dqn"),
         agent("pearl_dqn_equivariant", "PEARL-DQN (equivariant)", "task_inference", "pearl_dqn",
-              Config="EquivariantConfig", every_checkpoint=False,
+              Config="EquivariantConfig", fixed=("network",), every_checkpoint=False,
               summary="PEARL-DQN with a shift-equivariant Q-network, the task latent broadcast to every cell"),
         agent("rl2_a2c", "RL2-A2C", "task_inference", "rl2_a2c"),
         agent("dreamer", "DreamerV3", "world_model", "dreamer", world_model=True),
@@ -236,7 +240,7 @@ def _builtin() -> list[Method]:
         agent("planet", "PlaNet-MPC", "world_model", "planet", world_model=True, every_checkpoint=False),
         agent("ensemble_mpc", "Ensemble MPC", "world_model", "ensemble_mpc", world_model=True, every_checkpoint=False),
         agent("ensemble_mpc_equivariant", "Ensemble MPC (equivariant)", "world_model", "ensemble_mpc",
-              Config="EquivariantConfig", world_model=True, every_checkpoint=False,
+              Config="EquivariantConfig", fixed=("network",), world_model=True, every_checkpoint=False,
               summary="ensemble MPC whose next-tape models are shift-equivariant: circular convolutions over the "
                       "cells, the context transition read through pooling"),
         agent("ensemble_mpc_ig", "Ensemble MPC + IG", "world_model", "ensemble_mpc", Config="IGConfig",
@@ -349,6 +353,12 @@ def build_config(method_id: str, overrides: dict | None):
         raise ValueError(f"unknown hyperparameter(s) {unknown} for method {method_id!r}; allowed: {list(fields)}")
     for key, value in overrides.items():
         _check_type(method_id, key, value, fields[key].type)
+    default = method.Config()
+    for key in method.fixed:
+        if key in overrides and overrides[key] != getattr(default, key):
+            raise ValueError(f"hyperparameter {key!r} of method {method_id!r} ({method.display_name}) is fixed at "
+                             f"{getattr(default, key)!r}: it defines the row, got {overrides[key]!r}; use another "
+                             f"method for another {key}")
     config = method.Config(**overrides)
     if method.trains and (isinstance(config.num_envs, bool) or not 1 <= int(config.num_envs) <= MAX_NUM_ENVS):
         raise ValueError(f"hyperparameter num_envs of method {method_id!r} must be in 1..{MAX_NUM_ENVS}, "
@@ -387,6 +397,8 @@ def _check_type(method_id: str, key: str, value, annotation) -> None:
         return
     if (isinstance(value, bool) and bool not in expected) or not isinstance(value, expected):
         raise ValueError(f"hyperparameter {key!r} of method {method_id!r} must be {name}, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"hyperparameter {key!r} of method {method_id!r} must be a finite number, got {value!r}")
 
 
 __all__ = ["ENTRY_POINT_GROUP", "FAMILIES", "Method", "PolicyContext", "build_config", "check_hyperparameters",

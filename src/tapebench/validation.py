@@ -1,7 +1,10 @@
 """Argument checks shared by every entry point: each error names the bad value and what is allowed."""
 from __future__ import annotations
 
+import argparse
 import json
+import math
+from pathlib import Path
 
 import numpy as np
 
@@ -9,6 +12,19 @@ from tapebench.rule_family import ELEMENTARY, RuleFamily
 
 MIN_L, MAX_L = 3, 64
 NUM_RULES = 256
+MAX_SEED = 2**32 - 1          # every seed of the config (workflow/schemas/config.schema.yaml) and of the CLI
+MAX_SUCCESS_BONUS = 1000.0    # the protocol's env.success_bonus is in 0..MAX_SUCCESS_BONUS (config and --params)
+
+
+def seed_argument(text: str) -> int:
+    """argparse type of every `--seed`: an integer in 0..MAX_SEED."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer in 0..{MAX_SEED}, got {text!r}") from None
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"must be an integer in 0..{MAX_SEED}, got {text}")
+    return value
 
 
 def check_integer(value, name: str, minimum: int = 0, maximum: int | None = None) -> int:
@@ -93,6 +109,61 @@ def check_success_bonus(bonus) -> float:
     return float(bonus)
 
 
+def check_env_params(env: dict, where: str = "--params section 'env'") -> dict:
+    """A job's env slice ({L, H, success_bonus}) with the bounds the config's `env` section has."""
+    checked = {}
+    for key, check in (("L", check_length), ("H", check_horizon), ("success_bonus", check_success_bonus)):
+        if key in env:
+            try:
+                checked[key] = check(env[key])
+            except ValueError as exc:
+                raise ValueError(f"{where}: {exc}") from None
+    bonus = checked.get("success_bonus", 0.0)
+    if not 0.0 <= bonus <= MAX_SUCCESS_BONUS:
+        raise ValueError(f"{where}: success_bonus must be in 0..{MAX_SUCCESS_BONUS:g} (as config env.success_bonus), "
+                         f"got {bonus}")
+    return {**env, **checked}
+
+
+def check_output_file(path, option: str) -> None:
+    """An output path that a command can write once its work is done: not a folder, its parent not a file.
+    Checked before any measurement or run, so that the work is not lost at the end."""
+    if path is None:
+        return
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{option} {path} is a folder; give a file path inside it")
+    parent = next((q for q in path.parents if q.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise ValueError(f"{option} {path}: {parent} is a file, not a folder")
+
+
+def refuse_duplicates(paths, what: str) -> list[Path]:
+    """The input files of an aggregate, each once: a file given twice (under any spelling of its path) would
+    count its records twice."""
+    paths = [Path(p) for p in paths]
+    seen: dict[Path, Path] = {}
+    for p in paths:
+        key = p.resolve()
+        if key in seen:
+            raise ValueError(f"{what} file given twice: {seen[key]} and {p} (each input is counted once; "
+                             f"remove the repeat)")
+        seen[key] = p
+    return paths
+
+
+def check_finite_values(value, key: str) -> None:
+    """Every number in a parsed JSON value is finite; the error names the key path (JSON allows NaN, Infinity)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{key}: {value} is not a finite number")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            check_finite_values(v, f"{key}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            check_finite_values(v, f"{key}[{i}]")
+
+
 def as_scalar_action(action):
     """Unwrap a 0-d numpy array or one-element torch tensor to a Python scalar (other values pass)."""
     if isinstance(action, np.ndarray) and action.ndim == 0:
@@ -114,7 +185,7 @@ def parse_seed_list(text: str) -> list[int]:
     if not seeds:
         raise ValueError(f"the seed list {text!r} names no seed; use e.g. '0-3' or '0,5,7'")
     for seed in seeds:
-        check_integer(seed, "seed", minimum=0)
+        check_integer(seed, "seed", minimum=0, maximum=MAX_SEED)
     return seeds
 
 
@@ -189,6 +260,12 @@ def parse_param_sections(text: str, sections: dict) -> dict:
         raise ValueError(f"--params is not valid JSON ({exc}): {text!r}") from None
     if not isinstance(params, dict):
         raise ValueError(f"--params must be a JSON object with keys {sorted(sections)}, got {text!r}")
+    for section, value in params.items():
+        try:
+            check_finite_values(value, section)
+        except ValueError as exc:
+            key, _, rest = str(exc).partition(": ")
+            raise ValueError(f"--params key '{key}': {rest}") from None
     unknown = sorted(set(params) - set(sections))
     if unknown:
         raise ValueError(f"unknown --params section(s) {unknown}; allowed: {sorted(sections)}")
@@ -199,4 +276,6 @@ def parse_param_sections(text: str, sections: dict) -> dict:
         if allowed is not None and set(value) - set(allowed):
             raise ValueError(f"unknown key(s) {sorted(set(value) - set(allowed))} in --params section "
                              f"{section!r}; allowed: {list(allowed)}")
+    if "env" in sections:
+        params["env"] = check_env_params(params.get("env", {}))
     return params

@@ -24,7 +24,11 @@ from tapebench.registry import build_config, get_method
 from tapebench.rule_family import config_family
 from tapebench.settings import checkpoints_per_run, noise_study, worldtest_study
 
-validate_config(config, workflow.source_path("../schemas/config.schema.yaml"))
+validate_config(
+    config,
+    workflow.source_path("../schemas/config.schema.yaml"),
+    command_line=dict(workflow.config_settings.config),
+)
 
 
 resource_scopes:

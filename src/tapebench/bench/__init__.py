@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from tapebench.validation import check_horizon, check_length, parse_rule_list
+from tapebench.validation import check_horizon, check_length, check_output_file, parse_rule_list, seed_argument
 
 BENCH_DESCRIPTION = """\
 Print throughput figures, each beside a baseline measured in the same run: on a shared machine
@@ -102,7 +102,7 @@ def register(sub) -> None:
     p.add_argument("--rules", default="0-255", help="rule set for environment figures (default 0-255)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads for environment figures (default: torch's own setting)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random tapes and actions (default 0)")
+    p.add_argument("--seed", type=seed_argument, default=0, help="seed of the random tapes and actions (default 0)")
     p.add_argument("--agents", nargs="+", default=None, metavar="ID",
                    help="methods to bench (train: any that train, default all of them; flops: any that train, "
                         "default dqn ppo dreamer; sb3: dqn and/or ppo, default both; world-model: methods with a "
@@ -173,6 +173,8 @@ def check_options(args) -> None:
         raise ValueError(f"bench {args.what} takes one --seeds value, got {args.seeds}")
     else:
         args.seeds = args.seeds[0] if args.seeds else DEFAULT_SEEDS
+    check_output_file(args.json, "--json")
+    check_output_file(args.figure, "--figure")
     if args.learning and args.what not in LEARNING_BENCHMARKS:
         raise ValueError(f"--learning is an option of {sorted(LEARNING_BENCHMARKS)}, not of bench {args.what}")
     if args.num_envs is not None and args.num_envs < 1:

@@ -5,6 +5,7 @@ import time
 
 from tapebench.evaluation.protocol import DEFAULT_EVAL_SEED
 from tapebench.layout import SPLITS_DIR
+from tapebench.validation import seed_argument
 
 
 def _episode_args(p, *, L: int, H: int, episodes_per_rule: int) -> None:
@@ -27,7 +28,7 @@ def _episode_args(p, *, L: int, H: int, episodes_per_rule: int) -> None:
 def _planner_args(p) -> None:
     p.add_argument("--horizon", type=int, default=8, help="planning horizon: candidate sequence length (default 8)")
     p.add_argument("--candidates", type=int, default=512, help="candidate sequences per decision (default 512)")
-    p.add_argument("--seed", type=int, default=0, help="planner seed (default 0)")
+    p.add_argument("--seed", type=seed_argument, default=0, help="planner seed (default 0)")
 
 
 def _protocol_kwargs(args) -> dict:

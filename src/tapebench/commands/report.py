@@ -40,7 +40,16 @@ def register_render(sub) -> None:
 
 
 def run_render(args) -> int:
+    # lazy: `render --help` loads no numerical library
+    from tapebench.validation import check_output_file
+
     entry = registry.OUTPUTS[args.entry]
+    if entry.kind == TABLE:
+        check_output_file(args.out, "--out")
+    else:   # a stem: STEM.pdf and STEM.png
+        check_output_file(f"{args.out}.pdf", "--out")
+        if Path(args.out).is_dir():
+            raise ValueError(f"--out {args.out} is a folder; give a path stem inside it (writes STEM.pdf, STEM.png)")
     entry.run(args)
     print(f"render {entry.id}: {args.out}")
     return 0

@@ -6,7 +6,7 @@ from collections import Counter
 
 from tapebench.layout import SPLITS_DIR
 from tapebench.rules.features import RULE_TYPES, FeatureProtocol, write_features
-from tapebench.validation import parse_rule_list
+from tapebench.validation import parse_rule_list, seed_argument
 
 
 def register(sub) -> None:
@@ -17,7 +17,7 @@ def register(sub) -> None:
                                    "(docs/protocol.md#rule-types). Writes one row per rule to a Parquet file; the "
                                    "same seed gives the same file.")
     p.add_argument("--out", required=True, help="Parquet file, e.g. results/rules/features.parquet")
-    p.add_argument("--seed", type=int, default=defaults.seed, help="seed of the random start tapes")
+    p.add_argument("--seed", type=seed_argument, default=defaults.seed, help="seed of the random start tapes")
     p.add_argument("--trials", type=int, default=defaults.trials, help="random start tapes per rule")
     p.add_argument("--steps", type=int, default=defaults.steps, help="CA updates per rollout")
     p.add_argument("--L", type=int, default=defaults.L, help="tape length")
@@ -35,7 +35,7 @@ def register(sub) -> None:
     p.add_argument("--lambda-bins", default="5",
                    help="number of equal lambda bins over [0, 1] (e.g. 5) or comma-separated edges (0,0.3,1)")
     p.add_argument("--subfamily", default="all", help="all, totalistic or outer_totalistic (default all)")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument("--seed", type=seed_argument, default=0, help="sampling seed")
     p.add_argument("--out", required=True, help="rule-set JSON, e.g. results/rules/rule_set.json")
     p.set_defaults(func=_rule_set)
 

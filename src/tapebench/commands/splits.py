@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from tapebench.splits.generate import SPLIT_METHODS, SPLIT_UNITS, SplitParams, generate_split
 from tapebench.splits.health import split_health
-from tapebench.validation import parse_rule_list
+from tapebench.validation import parse_rule_list, seed_argument
 
 
 def register(sub) -> None:
@@ -16,7 +16,7 @@ def register(sub) -> None:
     p.add_argument("--name", required=True, help="split name: letters, digits, '_', '.', '-'")
     p.add_argument("--method", default="diverse", help=f"one of {list(SPLIT_METHODS)} (default diverse)")
     p.add_argument("--test-size", type=int, default=30, help="number of test rules")
-    p.add_argument("--seed", type=int, default=0,
+    p.add_argument("--seed", type=seed_argument, default=0,
                    help="random: permutation seed; diverse: 0 = start farthest from the mean, >0 = random start")
     p.add_argument("--unit", default="mirror_class",
                    help=f"one of {list(SPLIT_UNITS)}; 'rule' may put a rule and its mirror on different sides "
@@ -42,7 +42,7 @@ def register(sub) -> None:
                           "(default: any type)")
     lad.add_argument("--levels", default="1,2,3,4", help="distances d, e.g. '1,2,3,4' (default)")
     lad.add_argument("--level-size", type=int, default=8, help="test rules per level (default 8)")
-    lad.add_argument("--seed", type=int, default=0, help="seed of the training draw and the level sampling")
+    lad.add_argument("--seed", type=seed_argument, default=0, help="seed of the training draw and the level sampling")
     lad.add_argument("--out", required=True, help="split JSON, e.g. results/splits/ladder.json")
     lad.set_defaults(func=run_ladder_split)
 

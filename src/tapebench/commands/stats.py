@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from tapebench.utils.io import provenance, read_parquet_meta, write_parquet
+from tapebench.validation import seed_argument
 
 
 def register(sub) -> None:
@@ -29,7 +30,7 @@ def register(sub) -> None:
                    help="per-seed tables written by `tapebench aggregate-seed`")
     p.add_argument("--n-resamples", type=int, default=2000, help="bootstrap resamples (default 2000)")
     p.add_argument("--ci", type=float, default=0.95, help="confidence level (default 0.95)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap generators (default 0)")
+    p.add_argument("--seed", type=seed_argument, default=0, help="seed of the bootstrap generators (default 0)")
     p.add_argument("--out", required=True, help="aggregate Parquet")
     p.add_argument("--tests-out", help="optional: pairwise Welch tests (Holm-corrected) on OOD, Parquet")
     p.add_argument("--reference", default="mpc",
@@ -42,7 +43,7 @@ def register(sub) -> None:
     p.add_argument("--inputs", nargs="+", required=True, metavar="PARQUET", help="tables of `tapebench model-error`")
     p.add_argument("--n-resamples", type=int, default=2000, help="bootstrap resamples (default 2000)")
     p.add_argument("--ci", type=float, default=0.95, help="confidence level (default 0.95)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap generators (default 0)")
+    p.add_argument("--seed", type=seed_argument, default=0, help="seed of the bootstrap generators (default 0)")
     p.add_argument("--out", required=True, help="aggregate Parquet")
     p.set_defaults(func=_aggregate_model_error)
 
@@ -52,7 +53,7 @@ def register(sub) -> None:
     p.add_argument("--inputs", nargs="+", required=True, metavar="PARQUET", help="tables of `tapebench worldtest`")
     p.add_argument("--n-resamples", type=int, default=2000, help="bootstrap resamples (default 2000)")
     p.add_argument("--ci", type=float, default=0.95, help="confidence level (default 0.95)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap generators (default 0)")
+    p.add_argument("--seed", type=seed_argument, default=0, help="seed of the bootstrap generators (default 0)")
     p.add_argument("--out", required=True, help="aggregate Parquet")
     p.set_defaults(func=_aggregate_worldtest)
 
@@ -66,7 +67,7 @@ def register(sub) -> None:
     p.add_argument("--metric", default="success", help="per-seed metric to rank by (default success)")
     p.add_argument("--n-resamples", type=int, default=2000, help="bootstrap resamples (default 2000)")
     p.add_argument("--ci", type=float, default=0.95, help="confidence level (default 0.95)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap generators (default 0)")
+    p.add_argument("--seed", type=seed_argument, default=0, help="seed of the bootstrap generators (default 0)")
     p.add_argument("--out", required=True, help="pairwise comparison Parquet")
     p.add_argument("--ranks-out", required=True, help="per protocol and method: mean, rank, rank CI Parquet")
     p.add_argument("--reversals-out", required=True, help="per pair of protocols and methods: reversals Parquet")
@@ -128,8 +129,9 @@ def _aggregate_worldtest(args) -> int:
     # lazy: a command loads only the modules it runs
     from tapebench.stats.worldtest import aggregate_worldtest
     from tapebench.utils.artifacts import read_table
+    from tapebench.validation import refuse_duplicates
 
-    frames = [read_table(path, "worldtest")[0] for path in args.inputs]
+    frames = [read_table(path, "worldtest")[0] for path in refuse_duplicates(args.inputs, "world-test")]
     table = aggregate_worldtest(pd.concat(frames, ignore_index=True), n_resamples=args.n_resamples, ci=args.ci,
                                 seed=args.seed)
     config = {"n_resamples": args.n_resamples, "ci": args.ci, "seed": args.seed}

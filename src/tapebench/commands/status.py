@@ -201,6 +201,8 @@ def run(args) -> int:
     from tapebench.pipeline.config import load_config, validate_config
 
     results = Path(args.results)
+    if results.exists() and not results.is_dir():
+        raise ValueError(f"--results {results} is a file; give the results folder of a run (default: results)")
     root = results.parent if results.name not in ("", ".", "..") else results.resolve().parent
     logs = Path(args.logs) if args.logs else root / "logs"
     if not results.is_dir() and not (root / "config" / "config.yaml").is_file():

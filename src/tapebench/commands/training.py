@@ -33,7 +33,7 @@ from tapebench.training.evaluate import evaluate_run, model_error_run, write_eva
 from tapebench.training.blocks import SEED_FIELD, train_block, write_block_record
 from tapebench.training.loop import PAPER_ENV, PAPER_TRAINING, RunLog, TrainSpec, resolve_device, torch_settings, train
 from tapebench.utils.io import provenance, write_parquet
-from tapebench.validation import check_noise, parse_param_sections, parse_rule_list, parse_seed_list
+from tapebench.validation import check_noise, parse_param_sections, parse_rule_list, parse_seed_list, seed_argument
 
 PARAM_SECTIONS = {
     "agent": None,  # checked against the agent's Config
@@ -233,7 +233,7 @@ def register(sub) -> None:
     p.add_argument("--agent", required=True, metavar="METHOD",
                    help=f"a method that trains: {', '.join(sorted(m for m, x in registry().items() if x.trains))}")
     seeds = p.add_mutually_exclusive_group()
-    seeds.add_argument("--seed", type=int, default=0, help="training seed (default 0)")
+    seeds.add_argument("--seed", type=seed_argument, default=0, help="training seed (default 0)")
     seeds.add_argument("--seeds", metavar="LIST",
                        help="a seed block trained in one process, e.g. '0-3' or '0,5,7' (docs/protocol.md#seed-blocks);"
                             f" --out then names each seed's folder with {SEED_FIELD}")
@@ -257,7 +257,7 @@ def register(sub) -> None:
     p.add_argument("--run", help="run folder written by `tapebench train`")
     p.add_argument("--method", help="instead of --run, a method that does not train: "
                                     f"{', '.join(sorted(m for m, x in registry().items() if x.make_policy))}")
-    p.add_argument("--seed", type=int, default=0, help="with --method: the method's seed (default 0)")
+    p.add_argument("--seed", type=seed_argument, default=0, help="with --method: the method's seed (default 0)")
     p.add_argument("--H", type=int, required=True, help="evaluation horizon (steps per episode)")
     p.add_argument("--out", required=True, help="Parquet file of per-episode records to write")
     p.add_argument("--params", default="{}",

@@ -15,6 +15,8 @@ Missing keys take the defaults of docs/protocol.md#world-test; unknown keys are 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import sys
 import time
 from pathlib import Path
@@ -26,7 +28,7 @@ from tapebench.splits.io import load_split
 from tapebench.training import checkpoint as ckpt
 from tapebench.training.loop import read_manifest, resolve_device, torch_settings
 from tapebench.utils.io import provenance, write_parquet
-from tapebench.validation import parse_param_sections
+from tapebench.validation import check_output_file, parse_param_sections, seed_argument
 from tapebench.vocabulary import ID_SIDE, OOD_SIDE
 
 PARAM_SECTIONS = {
@@ -42,7 +44,24 @@ def parse_params(text: str) -> dict:
     return parse_param_sections(text, PARAM_SECTIONS)
 
 
-def _trained_agent(run_dir: Path, method_id: str, seed: int, split, device):
+def _check_same_run(run_dir: Path, manifest: dict, env: dict, config) -> None:
+    """The world test plays the trained run's policy: an L, H or hyperparameter in --params other than the run's
+    would be recorded in the provenance yet not be what answered."""
+    for key in ("L", "H"):
+        trained = manifest.get("env", {}).get(key)
+        if trained is not None and int(env[key]) != int(trained):
+            raise ValueError(f"--params env.{key} = {env[key]}, but run {run_dir} was trained at {key} = {trained}; "
+                             f"give the run's env.{key}")
+    trained = manifest.get("hyperparameters") or {}
+    resolved = json.loads(json.dumps(dataclasses.asdict(config)))   # as the manifest stores them (lists, not tuples)
+    differ = sorted(k for k, v in resolved.items() if k in trained and trained[k] != v)
+    if differ:
+        shown = ", ".join(f"{k} = {getattr(config, k)!r} (run: {trained[k]!r})" for k in differ)
+        raise ValueError(f"--params agent differs from the hyperparameters run {run_dir} was trained with: {shown}; "
+                         f"give the run's hyperparameters (agents.{manifest.get('agent')} of its config)")
+
+
+def _trained_agent(run_dir: Path, method_id: str, seed: int, split, device, env: dict, config):
     manifest = read_manifest(run_dir)
     if manifest is None:
         raise FileNotFoundError(f"no finished training run in {run_dir}: {ckpt.MANIFEST_FILE} is missing "
@@ -53,6 +72,7 @@ def _trained_agent(run_dir: Path, method_id: str, seed: int, split, device):
     if manifest.get("split") and manifest["split"].get("content_hash") != split.content_hash:
         raise ValueError(f"run {run_dir} was trained on split {manifest['split'].get('name')!r}, not on "
                          f"{split.name!r}")
+    _check_same_run(run_dir, manifest, env, config)
     entry = manifest["checkpoints"][-1]
     payload = ckpt.load(run_dir / entry["file"], sha256=entry.get("sha256"))
     agent = ckpt.build_policy_agent(payload, device)
@@ -62,6 +82,7 @@ def _trained_agent(run_dir: Path, method_id: str, seed: int, split, device):
 
 
 def run_worldtest(args) -> int:
+    check_output_file(args.out, "--out")
     params = parse_params(args.params)
     env = {**DEFAULT_ENV, **params.get("env", {})}
     settings = WorldTestSettings.from_config(params.get("worldtest", {}))
@@ -81,7 +102,7 @@ def run_worldtest(args) -> int:
         if method.trains:
             if args.run is None:
                 raise ValueError(f"method {args.method!r} trains: give its run folder with --run")
-            agent, run = _trained_agent(Path(args.run), args.method, args.seed, split, device)
+            agent, run = _trained_agent(Path(args.run), args.method, args.seed, split, device, env, config)
         elif args.run is not None:
             raise ValueError(f"method {args.method!r} does not train; --run is only for methods that train")
 
@@ -108,7 +129,8 @@ def register(sub) -> None:
     able = sorted(m for m, x in registry().items() if x.world_test is not None)
     p = sub.add_parser("worldtest", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--method", required=True, help=f"a method that takes part: {', '.join(able)}")
-    p.add_argument("--seed", type=int, required=True, help="the world-test seed (problems and the method's streams)")
+    p.add_argument("--seed", type=seed_argument, required=True,
+                   help="the world-test seed (problems and the method's streams)")
     p.add_argument("--budget", type=int, required=True, help="interaction-phase steps (a reset costs one)")
     p.add_argument("--split", required=True, help="split JSON: ID = its training rules, OOD = its test rules")
     p.add_argument("--run", help="for a method that trains: its run folder (the final checkpoint answers)")

@@ -22,7 +22,7 @@ import pandas as pd
 
 from tapebench.episodes.worldtest import (WorldTestRows, detection_problems, detection_score, fresh_tapes,
                                           planning_problems, prediction_problems, transition, world_test_rows)
-from tapebench.methods.world_test import WorldTestBatch, WorldTestContext, reset_action
+from tapebench.methods.world_test import WorldTestBatch, WorldTestContext, WorldTester, reset_action
 from tapebench.schemas import WORLDTEST_COLUMNS
 from tapebench.validation import check_integer
 from tapebench.vocabulary import DETECTION_TASK, PLANNING_TASK, PREDICTION_CANDIDATES, PREDICTION_TASK, WORLDTEST_TASKS
@@ -99,6 +99,31 @@ def _check_actions(actions, n: int, high: int, what: str) -> np.ndarray:
     return actions.astype(np.int64)
 
 
+def _check_flags(flags, n: int, t: int) -> np.ndarray:
+    """A detection step's reports: (n,) booleans (or integers 0 / 1), one per row."""
+    flags = np.asarray(flags)
+    if flags.shape != (n,) or not (flags.dtype == np.bool_ or np.issubdtype(flags.dtype, np.integer)):
+        raise ValueError(f"a world tester's detection reports must be ({n},) booleans, got {flags.dtype} "
+                         f"{flags.shape} at step {t}")
+    if flags.dtype != np.bool_ and n and not np.isin(flags, (0, 1)).all():
+        bad = flags[~np.isin(flags, (0, 1))]
+        raise ValueError(f"a world tester's detection reports must be booleans (or 0 / 1), got {bad[0]} at step {t}")
+    return flags.astype(bool)
+
+
+TESTER_METHODS = tuple(name for name in WorldTester.__dict__ if not name.startswith("_"))
+
+
+def _tester(method, config, context):
+    """The method's world tester for one task, checked to be one (every method of `WorldTester`)."""
+    tester = method.world_test(config, context)
+    missing = [name for name in TESTER_METHODS if not callable(getattr(tester, name, None))]
+    if missing:
+        raise ValueError(f"its world_test returned {type(tester).__name__}, not a world tester: it lacks {missing} "
+                         f"(methods/world_test.py WorldTester)")
+    return tester
+
+
 def interact(tester, rows: WorldTestRows, budget: int, reveal_rules: bool, start: str = "random") -> None:
     """The interaction phase: `budget` steps on each row's hidden rule, no reward, resets allowed. It begins on a
     fresh random tape (`start` "random") or on the all-zero tape ("zeros"); a reset always gives a random one."""
@@ -167,11 +192,9 @@ def score_detection(tester, rows, T: int) -> pd.DataFrame:
     tester.detect_begin(problems)
     report = np.zeros(n, dtype=np.int64)
     for t in range(1, T + 1):
-        flags = np.asarray(tester.detect_step(t, key.tapes[:, t - 1].copy(), problems.actions[:, t - 1].copy(),
-                                              key.tapes[:, t].copy()))
-        if flags.shape != (n,):
-            raise ValueError(f"a world tester's detection reports must be ({n},) booleans, got {flags.shape}")
-        report = np.where((report == 0) & flags.astype(bool), t, report)
+        flags = _check_flags(tester.detect_step(t, key.tapes[:, t - 1].copy(), problems.actions[:, t - 1].copy(),
+                                                key.tapes[:, t].copy()), n, t)
+        report = np.where((report == 0) & flags, t, report)
     delay = np.where(report > 0, report - key.earliest, np.nan)
     return _records(rows, DETECTION_TASK, T, detection_score(report, key.earliest), delay=delay)
 
@@ -205,14 +228,19 @@ def run_world_test(method, config, settings: WorldTestSettings, *, sides: dict, 
             task_rows = planning_rows(rows, length, settings.goal_steps) if task == PLANNING_TASK else rows
             if len(task_rows) == 0:
                 continue
-            tester = method.world_test(config, context)
-            interact(tester, task_rows, budget, method.sees_true_rule, settings.interaction_start)
-            if task == PREDICTION_TASK:
-                frame = score_prediction(tester, task_rows, length, settings.masked_cells)
-            elif task == PLANNING_TASK:
-                frame = score_planning(tester, task_rows, length, settings.goal_steps)
-            else:
-                frame = score_detection(tester, task_rows, length)
+            try:
+                tester = _tester(method, config, context)
+                interact(tester, task_rows, budget, method.sees_true_rule, settings.interaction_start)
+                if task == PREDICTION_TASK:
+                    frame = score_prediction(tester, task_rows, length, settings.masked_cells)
+                elif task == PLANNING_TASK:
+                    frame = score_planning(tester, task_rows, length, settings.goal_steps)
+                else:
+                    frame = score_detection(tester, task_rows, length)
+            except Exception as exc:  # a plug-in's tester may raise anything: name the method and the task
+                what = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+                raise ValueError(f"method {method.id!r}, world test {side} {task} (length {length}): {what}") \
+                    from exc
             frames.append(frame)
             if log is not None:
                 log(f"{method.id} seed {seed} B={budget} {side} {task} (length {length}): mean score "

@@ -384,10 +384,23 @@ def _check_health(config: dict) -> None:
                               f"{t['fail']} (smaller values are worse: warn first, then fail)")
 
 
-def validate_config(config: dict, schema_path) -> dict:
+def _check_logging(config: dict) -> None:
+    """TensorBoard logging needs its optional package: refused here, before any training job starts."""
+    if config.get("logging", {}).get("tensorboard", False):
+        # lazy: the package is looked up (not imported) only when the logging is on
+        from tapebench.training.tensorboard import INSTALL_HINT, tensorboard_installed
+
+        if not tensorboard_installed():
+            raise ConfigError(f"config key 'logging.tensorboard': true, but the tensorboard package is not "
+                              f"installed; install it with `{INSTALL_HINT}` or set logging.tensorboard: false")
+
+
+def validate_config(config: dict, schema_path, command_line: dict | None = None) -> dict:
     """Validate against the JSON schema plus cross-field checks; fill defaults; raise ConfigError naming the key.
 
-    Numeric text under numeric keys (from `snakemake --config`) is turned into numbers in place."""
+    Numeric text under numeric keys (from `snakemake --config`) is turned into numbers in place. `command_line`
+    is what `snakemake --config` gave (the Snakefile passes it): an error in a value given there carries the hint
+    that such values arrive as text."""
     schema = yaml.safe_load(Path(schema_path).read_text())
     _coerce_text(schema, config)
     _check_finite(config)
@@ -425,12 +438,13 @@ def validate_config(config: dict, schema_path) -> dict:
     _check_worldtest(config)
     _check_ladder(config)
     _check_health(config)
-    _check_agents(config)
+    _check_logging(config)
+    _check_agents(config, command_line)
     _check_resources(config)
     return config
 
 
-def _check_agents(config: dict) -> None:
+def _check_agents(config: dict, command_line: dict | None) -> None:
     methods = registry()
     for agent, overrides in config["agents"].items():
         if agent not in methods:
@@ -439,7 +453,7 @@ def _check_agents(config: dict) -> None:
             check_hyperparameters(agent, overrides)
         except ValueError as exc:
             hint = ""
-            if any(isinstance(v, str) for v in (overrides or {}).values()):
+            if "agents" in (command_line or {}) and any(isinstance(v, str) for v in (overrides or {}).values()):
                 hint = (" (values inside a --config mapping arrive as text; give agent hyperparameters "
                         "in a config file passed with --configfile)")
             raise ConfigError(f"config key 'agents.{agent}': {exc}{hint}") from None

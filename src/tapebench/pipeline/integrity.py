@@ -8,7 +8,8 @@ from pathlib import Path
 
 from tapebench.layout import MANIFEST_FILE
 from tapebench.splits.io import load_split
-from tapebench.utils.artifacts import CorruptArtifact, check_checkpoint_archive, check_parquet, read_json, run_dir_of
+from tapebench.utils.artifacts import (CorruptArtifact, check_checkpoint_archive, check_parquet, check_provenance,
+                                       read_json, run_dir_of)
 
 
 # --- a whole results folder -----------------------------------------------------------------------
@@ -36,9 +37,10 @@ def _manifest_problems(path: Path) -> list[Problem]:
 
 
 def scan_results(results) -> list[Problem]:
-    """Cheap integrity checks of every artifact under `results`: Parquet footers, JSON, the split
-    hash, torch checkpoint archives and that each train.json's checkpoints exist. No checkpoint is
-    unpickled; `tapebench train` and `tapebench evaluate` verify their hashes."""
+    """Cheap integrity checks of every artifact under `results`: Parquet footers, that records agree with their
+    path (method, seed, budget, split, H), JSON, the split hash, torch checkpoint archives and that each
+    train.json's checkpoints exist. No checkpoint is unpickled; `tapebench train` and `tapebench evaluate` verify
+    their hashes."""
     results = Path(results)
     if not results.is_dir():
         return []
@@ -49,6 +51,7 @@ def scan_results(results) -> list[Problem]:
         try:
             if path.suffix == ".parquet":
                 check_parquet(path)
+                check_provenance(path)
             elif path.name == MANIFEST_FILE:
                 problems += _manifest_problems(path)
             elif path.suffix == ".json" and path.parent.name == "splits" and not path.name.endswith(".health.json"):

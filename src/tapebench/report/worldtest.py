@@ -9,6 +9,7 @@ from tapebench.report.render import render_table
 from tapebench.report.style import COLUMN_WIDTH, SIDE_LABELS, method_style, pyplot, save_figure
 from tapebench.report.tables import _seeds_text, display_name
 from tapebench.utils.artifacts import read_table
+from tapebench.validation import check_length
 from tapebench.vocabulary import ID_SIDE, OOD_SIDE, PREDICTION_CANDIDATES, PREDICTION_TASK, WORLDTEST_TASKS
 
 TASK_LABELS = {"prediction": "prediction", "planning": "planning (success)", "detection": "change detection"}
@@ -16,7 +17,10 @@ TASK_LABELS = {"prediction": "prediction", "planning": "planning (success)", "de
 
 def _ordered(aggregate: pd.DataFrame, agents=None) -> tuple[list[str], list[str], list[int]]:
     present = list(dict.fromkeys(aggregate["agent"].astype(str)))
-    agents = [a for a in agents if a in present] if agents else present
+    absent = [a for a in agents or () if a not in present]
+    if absent:
+        raise ValueError(f"--agents {absent}: not in the world-test aggregate, whose methods are {present}")
+    agents = list(agents) if agents else present
     tasks = [t for t in WORLDTEST_TASKS if t in set(aggregate["task"])]
     budgets = sorted(int(b) for b in aggregate["budget"].unique())
     return agents, tasks, budgets
@@ -75,6 +79,7 @@ def figure_worldtest(aggregate: pd.DataFrame, stem, *, split: str, agents=None) 
 
 def render_worldtest_table(out, *, aggregate, split, L, agents=None) -> str:
     """The world-test table at `out` (LaTeX)."""
+    L = check_length(L)
     table, _ = read_table(aggregate, "worldtest_aggregate")
     ci = float(table["ci"].iloc[0]) if len(table) else 0.95
     n_resamples = int(table["n_resamples"].iloc[0]) if len(table) else None

@@ -12,12 +12,13 @@ must not change when an unrelated commit changes the code version.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tapebench.layout import SPLITS_DIR
 from tapebench.rule_family import family_from_config
-from tapebench.utils.artifacts import CorruptArtifact, read_json
+from tapebench.utils.artifacts import CorruptArtifact, WrongKind, describe_file, read_json
 from tapebench.utils.io import content_hash, write_json
 from tapebench.vocabulary import ID_SIDE, SPLIT_SIDES, ladder_level, ladder_side
 
@@ -71,15 +72,28 @@ def save_split(path, payload: dict) -> dict:
 
 
 def load_split(path) -> Split:
-    """Read and verify a split file; a malformed or tampered file raises CorruptArtifact (a ValueError)."""
+    """Read and verify a split file. A readable file of another kind (a Parquet table, a training manifest, any
+    file that is not JSON) raises WrongKind naming what it is; only a split file that is malformed or tampered
+    with raises CorruptArtifact (both are ValueErrors)."""
     path = Path(path)
+    expected = f"give a split file written by `tapebench split` ({SPLITS_DIR}/<name>.json)"
+    if not path.is_file():
+        raise FileNotFoundError(f"split file not found: {path}")
+    what = describe_file(path)
+    if what is not None and not what.startswith("a split file"):
+        raise WrongKind(f"{path} is not a split file: it is {what}; {expected}")
+    if path.suffix != ".json":   # not named as a split: unreadable JSON means another kind of file, not damage
+        try:
+            json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise WrongKind(f"{path} is not a split file: it is not JSON; {expected}") from None
     raw = read_json(path, "split file")
     if not isinstance(raw, dict):
-        raise CorruptArtifact(path, f"not a split file: expected a JSON object, got a {type(raw).__name__}")
+        raise WrongKind(f"{path} is not a split file: expected a JSON object, got a {type(raw).__name__}; {expected}")
     required = ("name", "train", "test", "types", "content_hash")
     missing = [k for k in required if k not in raw]
     if missing:
-        raise CorruptArtifact(path, f"not a split file: missing fields {missing}")
+        raise WrongKind(f"{path} is not a split file: a JSON object with missing fields {missing}; {expected}")
     if split_content_hash(raw) != raw["content_hash"]:
         raise CorruptArtifact(path, "failed its integrity check: content hash mismatch, "
                                     "the file was edited after it was generated")

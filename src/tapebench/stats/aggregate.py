@@ -72,6 +72,7 @@ from tapebench.schemas import AGGREGATE_COLUMNS, GROUP, PER_SEED_COLUMNS, SUMMAR
 from tapebench.stats.bootstrap import (DEFAULT_CI, DEFAULT_RESAMPLES, difference_ci, hedges_g, holm,
                                        percentile_interval, resample_indices, welch_test)
 from tapebench.utils.artifacts import read_table
+from tapebench.validation import refuse_duplicates
 from tapebench.vocabulary import DROP_SIDE, ID_SIDE, OOD_SIDE, ladder_level
 
 SOFT_METRICS = tuple(f"soft_success@{eps:g}" for eps in SOFT_EPSILONS)
@@ -89,7 +90,7 @@ def read_tables(paths, what: str) -> pd.DataFrame:
     """Concatenate Parquet files of one kind ("episode" or "per-seed"), naming any that is missing,
     damaged or of another kind."""
 
-    paths = [Path(p) for p in paths]
+    paths = refuse_duplicates(paths, what)
     if not paths:
         raise ValueError(f"no {what} files given")
     missing = [str(p) for p in paths if not p.is_file()]

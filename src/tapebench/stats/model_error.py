@@ -14,6 +14,7 @@ from tapebench.stats.aggregate import group_generator
 from tapebench.stats.bootstrap import DEFAULT_CI, DEFAULT_RESAMPLES, percentile_ci
 from tapebench.utils.artifacts import read_table
 from tapebench.utils.io import provenance, write_parquet
+from tapebench.validation import refuse_duplicates
 
 ALL_TYPES = "all"
 
@@ -66,7 +67,7 @@ def growth(aggregate: pd.DataFrame, agent: str, side: str, depth: int) -> float:
 
 def aggregate_model_error_files(paths, out, *, n_resamples: int, ci: float, seed: int) -> pd.DataFrame:
     frames, probes = [], []
-    for path in paths:
+    for path in refuse_duplicates(paths, "model-error"):
         frame, meta = read_table(path, "model_error")
         frames.append(frame)
         probes.append({k: meta.get("model_error", {}).get(k) for k in ("context", "depth", "H")})

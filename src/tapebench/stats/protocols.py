@@ -10,6 +10,7 @@ from typing import Mapping
 from tapebench import layout
 from tapebench.rule_family import config_family
 from tapebench.settings import noise_study
+from tapebench.validation import refuse_duplicates
 from tapebench.vocabulary import ID_PROTOCOL, ID_SIDE, OOD_PROTOCOL, OOD_SIDE, ladder_side
 
 REFERENCE = OOD_PROTOCOL
@@ -40,6 +41,7 @@ class ComparedProtocol:
             raise ValueError("a protocol needs a name")
         if not self.per_seed:
             raise ValueError(f"protocol {self.name!r} names no per-seed file")
+        refuse_duplicates(self.per_seed, f"protocol {self.name!r}: per-seed")
 
     def to_dict(self) -> dict:
         out = asdict(self)

@@ -30,10 +30,10 @@ from tapebench.envs.batched import BatchedTapeEnv
 from tapebench.methods.contract import BlockUnsupported
 from tapebench.registry import get_method
 from tapebench.training import checkpoint as ckpt
-from tapebench.training.loop import (LOG_INTERVAL_S, EpisodeStats, RunLog, TrainSpec, load_resume, progress_line,
-                                     remove_stale_files, short_list, checkpoint_steps, finished_manifest,
-                                     resolve_device, run_manifest, seed_everything, torch_settings, train,
-                                     training_env_arguments, write_run_checkpoint)
+from tapebench.training.loop import (LOG_INTERVAL_S, EpisodeStats, RunLog, TrainSpec, check_finite_metrics,
+                                     checkpoint_steps, finished_manifest, load_resume, progress_line,
+                                     remove_stale_files, resolve_device, run_manifest, seed_everything, short_list,
+                                     torch_settings, train, training_env_arguments, write_run_checkpoint)
 from tapebench.utils.artifacts import file_sha256
 from tapebench.utils.io import provenance, write_json
 from tapebench.validation import check_integer
@@ -201,6 +201,8 @@ class _StackedBlock:
                 if iteration in checkpoint_at:
                     wall_now = wall_time + (now - segment_start)
                     cpu_now = cpu_time + (time.process_time() - segment_cpu)
+                    for k, m in enumerate(members):
+                        check_finite_metrics(metrics[k], env_steps)
                     for k, m in enumerate(members):
                         block.export_seed(k, m.agent)
                         rng = {**m.host_rng, "torch": m.generator.get_state()}

@@ -356,6 +356,7 @@ def train(spec: TrainSpec, out_dir, *, device="cpu", threads: int | None = 1, co
 
                 now = time.perf_counter()
                 if iteration in checkpoint_at:
+                    check_finite_metrics(metrics, env_steps)
                     write_run_checkpoint(spec, config, agent, out_dir, env_steps, schedule[-1], checkpoints, prov,
                                          fingerprint, iteration, env, stats, ckpt.rng_state(),
                                          wall_time + (now - segment_start),
@@ -458,6 +459,18 @@ def remove_stale_files(out_dir: Path, log) -> None:
     if (out_dir / TENSORBOARD_DIR).is_dir():
         log(f"removing {TENSORBOARD_DIR}/ of an earlier run")
         shutil.rmtree(out_dir / TENSORBOARD_DIR)
+
+
+def check_finite_metrics(metrics: dict, env_steps: int) -> None:
+    """Stop a run whose last update returned a NaN or infinite loss (or any other metric): its weights are no
+    longer numbers, and no checkpoint of them is written. Called before each checkpoint on the metrics dict the
+    agent already returned (Python floats: no extra device sync)."""
+    values = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) or hasattr(v, "__float__")}
+    bad = {k: v for k, v in values.items() if not math.isfinite(v)}
+    if bad:
+        shown = ", ".join(f"{k} = {v}" for k, v in sorted(bad.items()))
+        raise ValueError(f"training diverged by step {env_steps}: {shown}; no checkpoint was written. Check the "
+                         f"method's hyperparameters (learning_rate and the other agents.<method> values)")
 
 
 def progress_line(env_steps, total, segment_steps, segment_start, now, stats, metrics) -> str:

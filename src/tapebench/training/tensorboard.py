@@ -18,6 +18,7 @@ checkpoint, then writes those steps again; a fresh start removes the folder of a
 """
 from __future__ import annotations
 
+import importlib.util
 import time
 from pathlib import Path
 
@@ -25,6 +26,11 @@ from tapebench.layout import TENSORBOARD_DIR
 
 EVERY_STEPS = 1_000
 INSTALL_HINT = "pip install tapebench[tensorboard]"
+
+
+def tensorboard_installed() -> bool:
+    """Whether the optional tensorboard package can be found (looked up, not imported: no torch import)."""
+    return importlib.util.find_spec("tensorboard") is not None
 
 
 def summary_writer_class():

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tapebench.layout import CHECKPOINT_DIR, MANIFEST_FILE, RESUME_FILE
+from tapebench.layout import CHECKPOINT_DIR, MANIFEST_FILE, RESUME_FILE, path_fields
 from tapebench.schemas import TABLE_KINDS, TableKind
 from tapebench.utils.io import read_parquet_meta
 
@@ -31,6 +31,42 @@ class CorruptArtifact(ValueError):
 
 class WrongKind(ValueError):
     """A readable file of another kind than the one asked for (e.g. episode records for an aggregate)."""
+
+
+PARQUET_MAGIC = b"PAR1"
+
+
+def describe_file(path) -> str | None:
+    """What a readable file of the pipeline is, when it can be told cheaply (a Parquet table by its recorded
+    kind or columns, a training manifest, a split): the words a WrongKind message names it by; else None."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError:
+        return None
+    if head == PARQUET_MAGIC:
+        try:
+            meta = read_parquet_meta(path)
+            recorded = meta.get("table")
+            # pyarrow: loaded only when a Parquet file is read
+            import pyarrow.parquet as pq
+
+            columns = pq.read_schema(path).names
+        except Exception:  # a damaged Parquet file: it is still not the JSON file asked for
+            return "a Parquet file"
+        kind = next((k for k in table_kinds() if k.name == recorded), None) or guess_kind(columns)
+        return f"a Parquet table: {kind.label} (written by `{kind.writer}`)" if kind is not None \
+            else "a Parquet table"
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    if isinstance(raw, dict) and {"fingerprint", "checkpoints"} <= set(raw):
+        return f"a training run's manifest ({MANIFEST_FILE}, written by `tapebench train`)"
+    if isinstance(raw, dict) and {"train", "test", "content_hash"} <= set(raw):
+        return "a split file (written by `tapebench split`)"
+    return None
 
 
 def run_dir_of(path) -> Path | None:
@@ -131,4 +167,32 @@ def read_table(path, kind: str) -> tuple[pd.DataFrame, dict]:
         looks = f"it looks like {actual.label} (written by `{actual.writer}`)" if actual is not None \
             else f"it lacks the columns {missing}"
         raise WrongKind(f"{path} is not {expected.label}: {looks}. Give the file written by `{expected.writer}`")
+    check_provenance(path, frame)
     return frame, meta
+
+
+# --- records that must agree with their path ---------------------------------------------------------
+def check_provenance(path, frame: pd.DataFrame | None = None) -> None:
+    """Every record of a file at a path of the pipeline's layout must carry the provenance that path states
+    (`layout.path_fields`: split, method, seed, budget, H): a file copied over another run's raises
+    CorruptArtifact naming the column, what the records say and what the path says. `frame` None: read only
+    those columns."""
+    fields = path_fields(path)
+    if not fields:
+        return
+    if frame is None:
+        # pyarrow: loaded only when a Parquet file is read
+        import pyarrow.parquet as pq
+
+        try:
+            names = pq.read_schema(path).names
+            frame = pq.read_table(path, columns=[c for c in fields if c in names]).to_pandas()
+        except Exception as exc:  # pyarrow raises several types for a damaged file
+            raise CorruptArtifact(path, f"not a readable Parquet file: {_short(exc)}") from None
+    for column, expected in fields.items():
+        if column not in frame.columns or frame.empty:
+            continue
+        found = sorted({int(v) if isinstance(expected, int) else str(v) for v in frame[column].unique()})
+        if found != [expected]:
+            raise CorruptArtifact(path, f"its records have {column} {found}, but its path names {column} "
+                                        f"{expected!r} (a file copied from another run?)")
