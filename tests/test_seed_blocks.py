@@ -2,11 +2,13 @@
 it gets trained alone, and a seed's result does not depend on its neighbours in the block."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 from tapebench.envs.batched import BatchedTapeEnv
-from tapebench.methods import dqn
+from tapebench.methods import curl_dqn, dqn, rad_dqn
 from tapebench.methods.contract import EnvSpec
 from tapebench.training.loop import seed_everything
 
@@ -20,12 +22,12 @@ def tiny(**overrides) -> dqn.Config:
     return dqn.Config(**{**fields, **overrides})
 
 
-def build(config, seeds):
+def build(config, seeds, module=dqn):
     """The agents and generators the training loop builds for a block of `seeds`, and each seed's env seed."""
     agents, generators, env_seeds = [], [], []
     for seed in seeds:
         env_seeds.append(seed_everything(seed))
-        agents.append(dqn.make(config, SPEC, STEPS, "cpu"))
+        agents.append(module.make(config, SPEC, STEPS, "cpu"))
         g = torch.Generator()
         g.set_state(torch.get_rng_state())
         generators.append(g)
@@ -36,10 +38,10 @@ def env(config, env_seed):
     return BatchedTapeEnv(config.num_envs, L=L, H=H, rules=[30, 90, 110], seed=env_seed)
 
 
-def train_alone(config, seed, steps=STEPS):
+def train_alone(config, seed, steps=STEPS, module=dqn):
     """A one-seed run, as the training loop drives it."""
     env_seed = seed_everything(seed)
-    agent = dqn.make(config, SPEC, STEPS, "cpu")
+    agent = module.make(config, SPEC, STEPS, "cpu")
     e = env(config, env_seed)
     obs, metrics = e.reset(), []
     for _ in range(steps // config.num_envs):
@@ -51,9 +53,9 @@ def train_alone(config, seed, steps=STEPS):
     return agent, metrics
 
 
-def train_block(config, seeds, steps=STEPS):
-    agents, generators, env_seeds = build(config, seeds)
-    block = dqn.make_block(agents, generators)
+def train_block(config, seeds, steps=STEPS, module=dqn):
+    agents, generators, env_seeds = build(config, seeds, module)
+    block = module.make_block(agents, generators)
     envs = [env(config, s) for s in env_seeds]
     obs, metrics = torch.stack([e.reset() for e in envs]), []
     for _ in range(steps // config.num_envs):
@@ -90,15 +92,17 @@ def assert_same_state(a: dict, b: dict) -> None:
             assert x == y, key
 
 
-@pytest.mark.parametrize("seeds, overrides", [([0, 1, 2], {}),
-                                               ([4, 9], {"double_dqn": True, "tau": 0.5, "target_update_frequency": 8})])
-def test_block_seeds_equal_single_runs_bit_for_bit(seeds, overrides):
-    config = tiny(**overrides)
-    block, agents, block_metrics = train_block(config, seeds)
+@pytest.mark.parametrize("module, seeds, overrides, steps", [
+    (dqn, [0, 1, 2], {}, STEPS),
+    (dqn, [4, 9], {"double_dqn": True, "tau": 0.5, "target_update_frequency": 8}, STEPS),
+    (rad_dqn, [0, 3], {}, 128)])
+def test_block_seeds_equal_single_runs_bit_for_bit(module, seeds, overrides, steps):
+    config = module.Config(**dataclasses.asdict(tiny(**overrides)))
+    block, agents, block_metrics = train_block(config, seeds, steps, module)
     obs = torch.rand(len(seeds), 5, SPEC.obs_dim).round()
     greedy = block.act(obs, greedy=True)
     for k, seed in enumerate(seeds):
-        alone, alone_metrics = train_alone(config, seed)
+        alone, alone_metrics = train_alone(config, seed, steps, module)
         assert alone.gradient_steps > 0
         block.export_seed(k, agents[k])
         assert_same_state(agents[k].state_dict(), alone.state_dict())
@@ -143,3 +147,7 @@ def test_block_refuses_what_it_cannot_stack():
     agents, generators, _ = build(tiny(), [0])
     with pytest.raises(ValueError, match="one generator per agent"):
         dqn.make_block(agents, [])
+    agents, generators, _ = build(curl_dqn.Config(**dataclasses.asdict(tiny())), [0], curl_dqn)
+    with pytest.raises(NotImplementedError, match="stacks DQNAgent only"):
+        dqn.make_block(agents, generators)
+    assert not hasattr(curl_dqn, "make_block")

@@ -272,13 +272,15 @@ class DQNBlock:
     each seed's gradient is its own), its own gradient-norm clip and element-wise Adam.
     """
 
+    agent_type = DQNAgent   # the single agent a block stacks (a subclass's block names its own)
+
     def __init__(self, agents: list[DQNAgent], generators: list[torch.Generator]):
         if not agents or len(agents) != len(generators):
             raise ValueError(f"a DQN seed block needs one generator per agent, got {len(agents)} agents and "
                              f"{len(generators)} generators")
         first = agents[0]
-        if type(first) is not DQNAgent or any(type(a) is not type(first) for a in agents):
-            raise NotImplementedError(f"the DQN seed block stacks DQNAgent only, got "
+        if any(type(a) is not self.agent_type for a in agents):
+            raise NotImplementedError(f"{type(self).__name__} stacks {self.agent_type.__name__} only, got "
                                       f"{sorted({type(a).__name__ for a in agents})}")
         if any(a.config != first.config or a.total_steps != first.total_steps or a.device != first.device
                for a in agents):
