@@ -355,11 +355,11 @@ class DQNBlock:
 
     def sample_batch(self):
         """Each seed's replay minibatch, (S, batch_size, ...): indices from its own generator, one gather."""
-        idx = torch.stack([torch.randint(0, self.size, (self.config.batch_size,), generator=g)
-                           for g in self.generators]).to(self.device)
-        seeds = torch.arange(self.num_seeds, device=self.device).unsqueeze(1)
-        return (self.obs[seeds, idx], self.actions[seeds, idx], self.rewards[seeds, idx], self.next_obs[seeds, idx],
-                self.terminated[seeds, idx])
+        S, B, capacity = self.num_seeds, self.config.batch_size, self.config.buffer_size
+        idx = torch.stack([torch.randint(0, self.size, (B,), generator=g) for g in self.generators])
+        rows = (idx + capacity * torch.arange(S).unsqueeze(1)).view(-1).to(self.device)   # into (S * capacity) rows
+        take = lambda x: x.view(S * capacity, *x.shape[2:]).index_select(0, rows).view(S, B, *x.shape[2:])
+        return (take(self.obs), take(self.actions), take(self.rewards), take(self.next_obs), take(self.terminated))
 
     def _gradient_step(self) -> list[dict]:
         c = self.config
