@@ -3,6 +3,7 @@ it gets trained alone, and a seed's result does not depend on its neighbours in 
 from __future__ import annotations
 
 import dataclasses
+import io
 
 import pytest
 import torch
@@ -81,6 +82,12 @@ def flat(state, prefix=""):
     return {prefix: state}
 
 
+def saved(state) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    return buffer.getvalue()
+
+
 def assert_same_state(a: dict, b: dict) -> None:
     fa, fb = flat(a), flat(b)
     assert fa.keys() == fb.keys()
@@ -107,6 +114,8 @@ def test_block_seeds_equal_single_runs_bit_for_bit(module, seeds, overrides, ste
         block.export_seed(k, agents[k])
         assert_same_state(agents[k].state_dict(), alone.state_dict())
         assert_same_state(agents[k].policy_state_dict(), alone.policy_state_dict())
+        assert saved(agents[k].state_dict()) == saved(alone.state_dict())   # the same resume file, byte for byte
+        assert saved(agents[k].policy_state_dict()) == saved(alone.policy_state_dict())
         assert torch.equal(block.generators[k].get_state(), torch.get_rng_state())
         assert [m[k] if m[k] else {} for m in block_metrics] == alone_metrics
         assert torch.equal(greedy[k], alone.act(obs[k], greedy=True))
