@@ -102,7 +102,8 @@ def assert_same_state(a: dict, b: dict) -> None:
 @pytest.mark.parametrize("module, seeds, overrides, steps", [
     (dqn, [0, 1, 2], {}, STEPS),
     (dqn, [4, 9], {"double_dqn": True, "tau": 0.5, "target_update_frequency": 8}, STEPS),
-    (rad_dqn, [0, 3], {}, 128)])
+    (rad_dqn, [0, 3], {}, 128),
+    (dqn, [0, 6], {"network": "equivariant", "conv_layers": 5, "conv_channels": 8}, 128)])   # dilation 16 > L
 def test_block_seeds_equal_single_runs_bit_for_bit(module, seeds, overrides, steps):
     config = module.Config(**dataclasses.asdict(tiny(**overrides)))
     block, agents, block_metrics = train_block(config, seeds, steps, module)
@@ -150,9 +151,6 @@ def test_seed_does_not_depend_on_its_neighbours():
 
 
 def test_block_refuses_what_it_cannot_stack():
-    agents, generators, _ = build(tiny(network="equivariant", conv_layers=2, conv_channels=4), [0, 1])
-    with pytest.raises(NotImplementedError, match="mlp"):
-        dqn.make_block(agents, generators)
     agents, generators, _ = build(tiny(), [0])
     with pytest.raises(ValueError, match="one generator per agent"):
         dqn.make_block(agents, [])

@@ -285,17 +285,13 @@ class DQNBlock:
         if any(a.config != first.config or a.total_steps != first.total_steps or a.device != first.device
                for a in agents):
             raise ValueError("a DQN seed block's agents must share config, total_steps and device")
-        if first.config.network != "mlp":
-            raise NotImplementedError(f"the DQN seed block stacks network = \"mlp\" only, got "
-                                      f"{first.config.network!r}: train these seeds one by one")
-        stacked.StackedMLP.check(first.q_network)
         self.config, self.device, self.total_steps = first.config, first.device, first.total_steps
         self.num_actions, self.num_seeds = first.num_actions, len(agents)
         self.generators = generators
         self.q_parameters = stacked.stack_parameters([a.q_network for a in agents], requires_grad=True)
         self.target_parameters = stacked.stack_parameters([a.target_network for a in agents], requires_grad=False)
-        self.q_network = stacked.StackedMLP(self.q_parameters)
-        self.target_network = stacked.StackedMLP(self.target_parameters)
+        self.q_network = stacked.stacked_network(self.q_parameters, first.q_network)
+        self.target_network = stacked.stacked_network(self.target_parameters, first.target_network)
         self.optimizer = adam(self.q_parameters, lr=self.config.learning_rate)
         S, capacity, obs_dim = self.num_seeds, self.config.buffer_size, first.replay.obs.shape[1]
         self.obs = torch.zeros(S, capacity, obs_dim, device=self.device)

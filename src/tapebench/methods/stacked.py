@@ -10,7 +10,10 @@ what `F.linear`'s does), the per-seed gradient norms are the same
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+
+from tapebench.methods.equivariant import PerCellNetwork, circular_pad
 
 
 def stack_parameters(modules: list[nn.Module], requires_grad: bool) -> list[torch.Tensor]:
@@ -53,8 +56,16 @@ class _StackedLinear(torch.autograd.Function):
         return grad_x, torch.bmm(grad.transpose(1, 2), x), grad.sum(dim=1)
 
 
+# below this many multiply-adds per matrix (rows x contraction x columns) the CPU's batched product runs its own
+# summation loop rather than the BLAS kernel `F.linear` uses, and rounds differently
+SMALL_PRODUCT = 400
+
+
 def stacked_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """`F.linear` on each seed's slice, as one batched product: bit for bit what `F.linear` gives on the CPU."""
+    """`F.linear` on each seed's slice, bit for bit what `F.linear` gives on the CPU: one batched product, or seed
+    by seed where the product is small (`SMALL_PRODUCT`)."""
+    if x.shape[1] * weight.shape[1] * weight.shape[2] < SMALL_PRODUCT:
+        return torch.stack([F.linear(x[k], weight[k], bias[k]) for k in range(weight.shape[0])])
     if not torch.is_grad_enabled() or not (weight.requires_grad or bias.requires_grad or x.requires_grad):
         return torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
     return _StackedLinear.apply(x, weight, bias)
@@ -85,6 +96,68 @@ class StackedMLP:
             if i < n - 1:
                 x = torch.relu(x)
         return x
+
+
+class StackedPerCellNetwork:
+    """S equivariant per-cell networks (`equivariant.PerCellNetwork` with ReLU, no extra inputs) as one:
+    obs (S, N, L+1) -> (S, N, L). Inside, cell features are laid out (N, S·channels, L); the convolutions run seed by
+    seed on each seed's channels (`_conv`), the pooled term goes through `stacked_linear`, the rest is element-wise. Parameters in `PerCellNetwork.parameters()` order, each with a leading S."""
+
+    def __init__(self, parameters: list[torch.Tensor], module: PerCellNetwork):
+        trunk = module.trunk
+        self.L, self.layers, self.global_pool = trunk.L, len(trunk.convs), trunk.global_pool
+        self.dilations = [conv.conv.dilation[0] for conv in trunk.convs]
+        self.pads = [conv.pad for conv in trunk.convs]
+        self.parameters = parameters
+
+    @staticmethod
+    def check(module: nn.Module) -> None:
+        """Fail unless `module` is a per-cell network this class stacks."""
+        ok = (isinstance(module, PerCellNetwork) and isinstance(module.trunk.act, nn.ReLU)
+              and not module.trunk.extra and module.trunk.inp.in_channels == 2)
+        if not ok:
+            raise NotImplementedError(f"a seed block stacks equivariant per-cell networks with ReLU and the two "
+                                      f"observation channels only, got {module}")
+
+    @staticmethod
+    def _conv(x, weight, bias, dilation: int = 1):
+        """x (N, S·C_in, L') -> (N, S·C_out, L): seed k's weight (S, C_out, C_in, kernel)[k] on its C_in channels.
+
+        Seed by seed: one grouped convolution (groups = S) computes the same map, but on the CPU it rounds
+        differently from a one-seed run's convolution at some batch sizes (forward at N = 4, the weight gradient of
+        the 1x1 convolutions), so a seed's numbers would depend on the block.
+        """
+        S = weight.shape[0]
+        C = x.shape[1] // S
+        return torch.cat([F.conv1d(x[:, k * C:(k + 1) * C], weight[k], bias[k], dilation=dilation)
+                          for k in range(S)], dim=1)
+
+    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
+        S, N, L = obs.shape[0], obs.shape[1], self.L
+        x = torch.stack([obs[..., :L], obs[..., L:L + 1].expand(-1, -1, L)], dim=2)     # (S, N, 2, L)
+        x = x.transpose(0, 1).reshape(N, S * 2, L)
+        p = self.parameters
+        h = torch.relu(self._conv(x, p[0], p[1]))
+        convs = p[2:2 + 2 * self.layers]
+        pools = p[2 + 2 * self.layers:2 + 4 * self.layers] if self.global_pool else None
+        for i in range(self.layers):
+            pad = self.pads[i]
+            u = self._conv(circular_pad(h, pad) if pad else h, convs[2 * i], convs[2 * i + 1], self.dilations[i])
+            if self.global_pool:
+                mean = h.mean(dim=-1).view(N, S, -1).transpose(0, 1)                    # (S, N, C)
+                pooled = stacked_linear(mean, pools[2 * i], pools[2 * i + 1])
+                u = u + pooled.transpose(0, 1).reshape(N, -1).unsqueeze(-1)
+            h = h + torch.relu(u)
+        return self._conv(h, p[-2], p[-1]).transpose(0, 1)                      # (N, S, L) -> (S, N, L)
+
+
+def stacked_network(parameters: list[torch.Tensor], module: nn.Module):
+    """The stacked form of `module` (an MLP or an equivariant per-cell network) over `parameters`."""
+    if isinstance(module, PerCellNetwork):
+        StackedPerCellNetwork.check(module)
+        return StackedPerCellNetwork(parameters, module)
+    StackedMLP.check(module)
+    return StackedMLP(parameters)
 
 
 @torch.no_grad()
