@@ -100,10 +100,10 @@ On the CPU a block's seed k is bit-identical to seed k trained alone (tests/test
 neighbours: `stacked.stacked_linear` computes the forward pass and the gradients with the same products
 `F.linear` uses, slice by slice.
 
-Blocks exist for DQN and RAD-DQN with `network = "mlp"` (`dqn.make_block`, `rad_dqn.make_block`; double_dqn
-and tau included). With `network = "equivariant"` they raise `NotImplementedError` (the circular convolutions are
-not stacked). CURL-DQN (a contrastive encoder and key encoder besides the Q-network) and PEARL-DQN (not a DQNAgent:
-an inference network and an episode replay) have no `make_block`.
+Blocks exist for DQN and RAD-DQN, with `network = "mlp"` or `"equivariant"` (`dqn.make_block`,
+`rad_dqn.make_block`; double_dqn and tau included; the equivariant network's convolutions run seed by seed inside
+the block, `stacked.StackedPerCellNetwork`). CURL-DQN (a contrastive encoder and key encoder besides the
+Q-network) and PEARL-DQN (not a DQNAgent: an inference network and an episode replay) have no `make_block`.
 """
 from __future__ import annotations
 

@@ -101,7 +101,9 @@ class StackedMLP:
 class StackedPerCellNetwork:
     """S equivariant per-cell networks (`equivariant.PerCellNetwork` with ReLU, no extra inputs) as one:
     obs (S, N, L+1) -> (S, N, L). Inside, cell features are laid out (N, S·channels, L); the convolutions run seed by
-    seed on each seed's channels (`_conv`), the pooled term goes through `stacked_linear`, the rest is element-wise. Parameters in `PerCellNetwork.parameters()` order, each with a leading S."""
+    seed on each seed's channels (`_conv`), the pooled term goes through `stacked_linear`, the rest is element-wise.
+    Parameters in `PerCellNetwork.parameters()` order, each with a leading S. The layout follows the one-seed
+    network's graph step by step, so autograd sums each seed's gradient contributions in the same order."""
 
     def __init__(self, parameters: list[torch.Tensor], module: PerCellNetwork):
         trunk = module.trunk
@@ -148,7 +150,8 @@ class StackedPerCellNetwork:
                 pooled = stacked_linear(mean, pools[2 * i], pools[2 * i + 1])
                 u = u + pooled.transpose(0, 1).reshape(N, -1).unsqueeze(-1)
             h = h + torch.relu(u)
-        return self._conv(h, p[-2], p[-1]).transpose(0, 1)                      # (N, S, L) -> (S, N, L)
+        C = h.shape[1] // S   # the head's output stacked seed-first, so each seed's gradient arrives contiguous
+        return torch.stack([F.conv1d(h[:, k * C:(k + 1) * C], p[-2][k], p[-1][k]).squeeze(1) for k in range(S)])
 
 
 def stacked_network(parameters: list[torch.Tensor], module: nn.Module):
