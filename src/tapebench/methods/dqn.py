@@ -292,7 +292,8 @@ class DQNBlock:
         self.target_parameters = stacked.stack_parameters([a.target_network for a in agents], requires_grad=False)
         self.q_network = stacked.stacked_network(self.q_parameters, first.q_network)
         self.target_network = stacked.stacked_network(self.target_parameters, first.target_network)
-        self.optimizer = adam(self.q_parameters, lr=self.config.learning_rate)
+        self.optimizer = stacked.SeedAdam(self.q_parameters, lr=self.config.learning_rate,
+                                          eps=first.optimizer.param_groups[0]["eps"])
         S, capacity, obs_dim = self.num_seeds, self.config.buffer_size, first.replay.obs.shape[1]
         self.obs = torch.zeros(S, capacity, obs_dim, device=self.device)
         self.next_obs = torch.zeros(S, capacity, obs_dim, device=self.device)

@@ -2,6 +2,7 @@
 
 A seed block holds S seeds' tensors with a leading seed dimension S. Nothing here mixes seeds: every product is a
 batched product over the seed dimension, gradient-norm clipping takes one norm per seed, and Adam is element-wise.
+`SeedAdam` steps each seed's slices as tensors of their own.
 The formulations are chosen to reproduce the single-seed code path bit for bit on the CPU (tests/test_seed_blocks.py):
 `torch.baddbmm` gives what `F.linear` gives on each slice (and `stacked_linear`'s backward
 what `F.linear`'s does), the per-seed gradient norms are the same
@@ -13,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tapebench.methods.common import Adam, adam_update
 from tapebench.methods.equivariant import PerCellNetwork, circular_pad
 
 
@@ -100,10 +102,11 @@ class StackedMLP:
 
 class StackedPerCellNetwork:
     """S equivariant per-cell networks (`equivariant.PerCellNetwork` with ReLU, no extra inputs) as one:
-    obs (S, N, L+1) -> (S, N, L). Inside, cell features are laid out (N, S·channels, L); the convolutions run seed by
-    seed on each seed's channels (`_conv`), the pooled term goes through `stacked_linear`, the rest is element-wise.
-    Parameters in `PerCellNetwork.parameters()` order, each with a leading S. The layout follows the one-seed
-    network's graph step by step, so autograd sums each seed's gradient contributions in the same order."""
+    obs (S, N, L+1) -> (S, N, L), cell features (S, N, channels, L). The convolutions run seed by seed on each seed's
+    slice (`_conv`), the pooled term goes through `stacked_linear`, the rest is element-wise over the block.
+    Parameters in `PerCellNetwork.parameters()` order, each with a leading S. Every tensor is used as the one-seed
+    network uses it (the same consumers in the same order), so autograd sums each seed's gradient contributions
+    in the same order as a one-seed run."""
 
     def __init__(self, parameters: list[torch.Tensor], module: PerCellNetwork):
         trunk = module.trunk
@@ -123,21 +126,17 @@ class StackedPerCellNetwork:
 
     @staticmethod
     def _conv(x, weight, bias, dilation: int = 1):
-        """x (N, S·C_in, L') -> (N, S·C_out, L): seed k's weight (S, C_out, C_in, kernel)[k] on its C_in channels.
+        """x (S, N, C_in, L') -> (S, N, C_out, L): seed k's weight (S, C_out, C_in, kernel)[k] on x[k].
 
         Seed by seed: one grouped convolution (groups = S) computes the same map, but on the CPU it rounds
         differently from a one-seed run's convolution at some batch sizes (forward at N = 4, the weight gradient of
         the 1x1 convolutions), so a seed's numbers would depend on the block.
         """
-        S = weight.shape[0]
-        C = x.shape[1] // S
-        return torch.cat([F.conv1d(x[:, k * C:(k + 1) * C], weight[k], bias[k], dilation=dilation)
-                          for k in range(S)], dim=1)
+        return torch.stack([F.conv1d(x[k], weight[k], bias[k], dilation=dilation) for k in range(weight.shape[0])])
 
     def __call__(self, obs: torch.Tensor) -> torch.Tensor:
-        S, N, L = obs.shape[0], obs.shape[1], self.L
+        L = self.L
         x = torch.stack([obs[..., :L], obs[..., L:L + 1].expand(-1, -1, L)], dim=2)     # (S, N, 2, L)
-        x = x.transpose(0, 1).reshape(N, S * 2, L)
         p = self.parameters
         h = torch.relu(self._conv(x, p[0], p[1]))
         convs = p[2:2 + 2 * self.layers]
@@ -146,12 +145,9 @@ class StackedPerCellNetwork:
             pad = self.pads[i]
             u = self._conv(circular_pad(h, pad) if pad else h, convs[2 * i], convs[2 * i + 1], self.dilations[i])
             if self.global_pool:
-                mean = h.mean(dim=-1).view(N, S, -1).transpose(0, 1)                    # (S, N, C)
-                pooled = stacked_linear(mean, pools[2 * i], pools[2 * i + 1])
-                u = u + pooled.transpose(0, 1).reshape(N, -1).unsqueeze(-1)
+                u = u + stacked_linear(h.mean(dim=-1), pools[2 * i], pools[2 * i + 1]).unsqueeze(-1)
             h = h + torch.relu(u)
-        C = h.shape[1] // S   # the head's output stacked seed-first, so each seed's gradient arrives contiguous
-        return torch.stack([F.conv1d(h[:, k * C:(k + 1) * C], p[-2][k], p[-1][k]).squeeze(1) for k in range(S)])
+        return self._conv(h, p[-2], p[-1]).squeeze(2)
 
 
 def stacked_network(parameters: list[torch.Tensor], module: nn.Module):
@@ -181,6 +177,40 @@ def clip_grad_norm_per_seed_(parameters: list[torch.Tensor], max_norm: float) ->
     return total
 
 
+class SeedAdam(Adam):
+    """The project's Adam (`common.Adam`) over stacked parameters, stepping each seed's slice as its own tensor.
+
+    One call of torch's Adam update on the S x P slices: the kernel treats each tensor on its own, so seed k's
+    slices take exactly the path a one-seed run's tensors take (one Adam over a stacked (S, 4) bias rounds
+    differently from four-element tensors: the vectorised loop covers elements a one-seed run's scalar tail does).
+    State per parameter: "step" (S,) and the moments (S, *shape).
+    """
+
+    @torch.no_grad()
+    def step(self) -> None:
+        group = self.param_groups[0]
+        params, grads, exp_avgs, exp_avg_sqs, steps = [], [], [], [], []
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            state = self.state.get(p)
+            if state is None:
+                state = self.state[p] = {
+                    "step": torch.zeros(p.shape[0], dtype=torch.float32, device=p.device if group["fused"] else "cpu"),
+                    "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
+                    "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format)}
+            for k in range(p.shape[0]):
+                params.append(p[k])
+                grads.append(p.grad[k])
+                exp_avgs.append(state["exp_avg"][k])
+                exp_avg_sqs.append(state["exp_avg_sq"][k])
+                steps.append(state["step"][k])
+        beta1, beta2 = group["betas"]
+        adam_update(params, grads, exp_avgs, exp_avg_sqs, [], steps, foreach=group["foreach"], fused=group["fused"],
+                    amsgrad=False, beta1=beta1, beta2=beta2, lr=group["lr"], weight_decay=group["weight_decay"],
+                    eps=group["eps"], maximize=False)
+
+
 def export_adam_state(block_optimizer, block_parameters: list[torch.Tensor], k: int, optimizer,
                       parameters: list[torch.Tensor]) -> None:
     """Write seed k's Adam state (moments, step count) into a single agent's optimiser over `parameters`."""
@@ -188,7 +218,7 @@ def export_adam_state(block_optimizer, block_parameters: list[torch.Tensor], k: 
     for s, p in zip(block_parameters, parameters, strict=True):
         state = block_optimizer.state.get(s)
         if state is not None:
-            optimizer.state[p] = {"step": state["step"].clone(), "exp_avg": state["exp_avg"][k].clone(),
+            optimizer.state[p] = {"step": state["step"][k].clone(), "exp_avg": state["exp_avg"][k].clone(),
                                   "exp_avg_sq": state["exp_avg_sq"][k].clone()}
     optimizer.param_groups[0]["lr"] = block_optimizer.param_groups[0]["lr"]
 
@@ -206,11 +236,12 @@ def import_adam_state(block_optimizer, block_parameters: list[torch.Tensor], k: 
                                  f"seeds must be resumed from the same step")
             continue
         if block_state is None:
-            block_state = block_optimizer.state[s] = {"step": state["step"].clone(),
+            block_state = block_optimizer.state[s] = {"step": state["step"].expand(s.shape[0]).clone(),
                                                       "exp_avg": torch.zeros_like(s.detach()),
                                                       "exp_avg_sq": torch.zeros_like(s.detach())}
-        elif block_state["step"].item() != state["step"].item():
+        elif block_state["step"][k].item() != state["step"].item():
             raise ValueError(f"seed {k}'s optimiser is at step {state['step'].item()}, the block's at "
-                             f"{block_state['step'].item()}: a block's seeds must be resumed from the same step")
+                             f"{block_state['step'][k].item()}: a block's seeds must be resumed from the same step")
+        block_state["step"][k].copy_(state["step"])
         block_state["exp_avg"][k].copy_(state["exp_avg"])
         block_state["exp_avg_sq"][k].copy_(state["exp_avg_sq"])
