@@ -19,9 +19,9 @@ from __future__ import annotations
 import torch
 
 
-def random_shifts(n: int, L: int, device) -> torch.Tensor:
-    """(n,) shifts k ~ U{0..L-1}."""
-    return torch.randint(0, L, (n,)).to(device)
+def random_shifts(n: int, L: int, device, generator: torch.Generator | None = None) -> torch.Tensor:
+    """(n,) shifts k ~ U{0..L-1}, drawn from `generator` (None: torch's global generator)."""
+    return torch.randint(0, L, (n,), generator=generator).to(device)
 
 
 def shift_tapes(obs: torch.Tensor, shifts: torch.Tensor, L: int) -> torch.Tensor:
@@ -38,11 +38,12 @@ def shift_actions(actions: torch.Tensor, shifts: torch.Tensor, L: int) -> torch.
     return (actions + shifts) % L
 
 
-def flip_bits(obs: torch.Tensor, prob: float, L: int) -> torch.Tensor:
-    """Flip each tape cell of `obs` (N, L+1) with probability `prob`; t/H is kept. Returns a new tensor."""
+def flip_bits(obs: torch.Tensor, prob: float, L: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Flip each tape cell of `obs` (N, L+1) with probability `prob`; t/H is kept. Returns a new tensor.
+    The draws come from `generator` (None: torch's global generator)."""
     out = obs.clone()
     if prob > 0.0:
-        mask = (torch.rand(obs.shape[0], L) < prob).to(obs.device)
+        mask = (torch.rand(obs.shape[0], L, generator=generator) < prob).to(obs.device)
         out[:, :L] = torch.where(mask, 1.0 - obs[:, :L], obs[:, :L])
     return out
 
@@ -54,15 +55,17 @@ def augment_observations(obs: torch.Tensor, L: int, shift: bool, flip_prob: floa
     return flip_bits(obs, flip_prob, L)
 
 
-def augment_transitions(obs, actions, rewards, next_obs, terminated, *, L: int, shift: bool, flip_prob: float):
+def augment_transitions(obs, actions, rewards, next_obs, terminated, *, L: int, shift: bool, flip_prob: float,
+                        generator: torch.Generator | None = None):
     """RAD augmentation of a replay minibatch (obs, actions, rewards, next_obs, terminated).
 
     With `shift`, each transition gets its own k ~ U{0..L-1} applied to the tape of obs and next_obs and
     to the action. Then each tape cell of obs (only) flips with probability `flip_prob`. Rewards and
-    termination are unchanged (the shift preserves them exactly).
+    termination are unchanged (the shift preserves them exactly). The draws come from `generator` (None:
+    torch's global generator; a seed block passes each seed's own).
     """
     if shift:
-        shifts = random_shifts(len(actions), L, obs.device)
+        shifts = random_shifts(len(actions), L, obs.device, generator)
         obs, next_obs = shift_tapes(obs, shifts, L), shift_tapes(next_obs, shifts, L)
         actions = shift_actions(actions, shifts, L)
-    return flip_bits(obs, flip_prob, L), actions, rewards, next_obs, terminated
+    return flip_bits(obs, flip_prob, L, generator), actions, rewards, next_obs, terminated

@@ -66,6 +66,47 @@ The object returned by `make` has:
   Optionally a keyword `repeat` (default 1): `actions` has N x repeat rows, rows i*repeat..(i+1)*repeat-1
   following prefix i, so a planner scores many candidates from one filtered prefix (the world test uses it
   when the signature has it).
+
+Seed blocks
+-----------
+A method may train many seeds in one process as a *seed block* (stacked parameters with a leading seed
+dimension S, batched products, one optimiser step over the stacked tensors). Its module then provides
+
+* `make_block(agents, generators) -> block`: `agents` are S single agents built exactly as S one-seed runs
+  build them (for seed k: `seed_everything(seed_k)`, then `make(config, env_spec, total_steps, device)`), and
+  `generators[k]` a `torch.Generator` holding the state of torch's global generator right after agent k was
+  built, so it continues the stream a one-seed run continues. The agents must share config, total_steps and
+  device. `make_block` raises `NotImplementedError` (with the reason) for a configuration it cannot stack; the
+  loop then trains those seeds one after another.
+
+The block has:
+
+* `act(obs, greedy=False) -> actions`: obs (S, n, obs_dim) float -> (S, n) long. Seed k draws only from
+  `generators[k]`, the same draws in the same order and shapes as its single agent draws from the global
+  generator.
+* `observe(obs, actions, rewards, next_obs, terminated, truncated)`: each with leading dimensions (S, n).
+* `update() -> list[dict]`: learns when due (every seed has taken the same environment steps) and returns S
+  metric dicts with the single agent's keys.
+* `export_seed(k, agent)`: writes seed k's complete training state into the single agent `agent`, so that its
+  `state_dict()` and `policy_state_dict()` are what a one-seed run holds at the same step (checkpoints and
+  resume files are written through the single agent). `import_seed(k, agent)`: the reverse, for resume; every
+  seed must be at the block's step (ValueError otherwise).
+* `generators`: the S generators (the loop saves their states for resume).
+
+Nothing may mix seeds: each seed's loss is its own mean (the losses are summed over seeds for one backward
+pass, never averaged), gradient-norm clipping takes one norm per seed over that seed's slices
+(`stacked.clip_grad_norm_per_seed_`), and Adam is element-wise (`stacked.SeedAdam`: one update call over
+every seed's slices, each slice a tensor of its own, so it rounds as a one-seed run's Adam does). `methods/stacked.py` holds the stacked pieces.
+On the CPU a block's seed k is bit-identical to seed k trained alone (tests/test_seed_blocks.py), whatever its
+neighbours: `stacked.stacked_linear` computes the forward pass and the gradients with products that round as
+`F.linear`'s do (one batched product, or seed by seed below `stacked.SMALL_PRODUCT` multiply-adds per matrix, where
+the CPU's batched product runs its own loop), and the stacked equivariant network follows the one-seed graph step
+by step. Bit identity is tested on the CPU only; on a GPU a block's seeds agree with one-seed runs to rounding.
+
+Blocks exist for DQN and RAD-DQN, with `network = "mlp"` or `"equivariant"` (`dqn.make_block`,
+`rad_dqn.make_block`; double_dqn and tau included; the equivariant network's convolutions run seed by seed inside
+the block, `stacked.StackedPerCellNetwork`). CURL-DQN (a contrastive encoder and key encoder besides the
+Q-network) and PEARL-DQN (not a DQNAgent: an inference network and an episode replay) have no `make_block`.
 """
 from __future__ import annotations
 

@@ -20,8 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tapebench.methods import equivariant
+from tapebench.methods import equivariant, stacked
 from tapebench.methods.common import adam, due_updates, soft_update_
+from tapebench.methods.contract import BlockUnsupported
 
 
 @dataclass
@@ -258,3 +259,157 @@ class EquivariantConfig(Config):
 
 def make(config: Config, env_spec, total_steps: int, device) -> DQNAgent:
     return DQNAgent(config, env_spec, total_steps, device)
+
+
+COUNTERS = ("env_steps", "gradient_steps", "next_train_step", "next_target_step")
+
+
+class DQNBlock:
+    """S seeds of DQN trained as one (methods/contract.py, "Seed blocks"): stacked Q- and target networks, one Adam
+    over the stacked tensors, a stacked replay buffer, seed k's random draws from `generators[k]` only.
+
+    Seed k sees exactly the numbers its single agent would: the same draws in the same order and shapes, the same
+    products (`stacked.StackedMLP`), its own Huber loss (the losses are summed over seeds for one backward pass, so
+    each seed's gradient is its own), its own gradient-norm clip and element-wise Adam.
+    """
+
+    agent_type = DQNAgent   # the single agent a block stacks (a subclass's block names its own)
+
+    def __init__(self, agents: list[DQNAgent], generators: list[torch.Generator]):
+        if not agents or len(agents) != len(generators):
+            raise ValueError(f"a DQN seed block needs one generator per agent, got {len(agents)} agents and "
+                             f"{len(generators)} generators")
+        first = agents[0]
+        if any(type(a) is not self.agent_type for a in agents):
+            raise BlockUnsupported(f"{type(self).__name__} stacks {self.agent_type.__name__} only, got "
+                                      f"{sorted({type(a).__name__ for a in agents})}")
+        if any(a.config != first.config or a.total_steps != first.total_steps or a.device != first.device
+               for a in agents):
+            raise ValueError("a DQN seed block's agents must share config, total_steps and device")
+        self.config, self.device, self.total_steps = first.config, first.device, first.total_steps
+        self.num_actions, self.num_seeds = first.num_actions, len(agents)
+        self.generators = generators
+        self.q_parameters = stacked.stack_parameters([a.q_network for a in agents], requires_grad=True)
+        self.target_parameters = stacked.stack_parameters([a.target_network for a in agents], requires_grad=False)
+        self.q_network = stacked.stacked_network(self.q_parameters, first.q_network)
+        self.target_network = stacked.stacked_network(self.target_parameters, first.target_network)
+        self.optimizer = stacked.SeedAdam(self.q_parameters, lr=self.config.learning_rate,
+                                          eps=first.optimizer.param_groups[0]["eps"])
+        S, capacity, obs_dim = self.num_seeds, self.config.buffer_size, first.replay.obs.shape[1]
+        self.obs = torch.zeros(S, capacity, obs_dim, device=self.device)
+        self.next_obs = torch.zeros(S, capacity, obs_dim, device=self.device)
+        self.actions = torch.zeros(S, capacity, dtype=torch.long, device=self.device)
+        self.rewards = torch.zeros(S, capacity, device=self.device)
+        self.terminated = torch.zeros(S, capacity, device=self.device)
+        self.position, self.size = first.replay.position, first.replay.size
+        for name in COUNTERS:
+            setattr(self, name, getattr(first, name))
+        for k, agent in enumerate(agents):
+            self.import_seed(k, agent)
+
+    epsilon = DQNAgent.epsilon
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, greedy: bool = False) -> torch.Tensor:
+        """obs (S, n, obs_dim) -> actions (S, n): seed k's ε-greedy draws from generators[k]."""
+        greedy_actions = self.q_network(obs).argmax(dim=2)
+        if greedy:
+            return greedy_actions
+        n, epsilon = obs.shape[1], self.epsilon()
+        explore, random_actions = [], []
+        for g in self.generators:
+            explore.append(torch.rand(n, generator=g) < epsilon)
+            random_actions.append(torch.randint(0, self.num_actions, (n,), generator=g))
+        explore = torch.stack(explore).to(self.device)
+        return torch.where(explore, torch.stack(random_actions).to(self.device), greedy_actions)
+
+    def observe(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
+        n = actions.shape[1]
+        slots = ((self.position + torch.arange(n)) % self.config.buffer_size).to(self.device)
+        self.obs[:, slots] = obs
+        self.next_obs[:, slots] = next_obs
+        self.actions[:, slots] = actions
+        self.rewards[:, slots] = rewards
+        self.terminated[:, slots] = terminated.float()
+        self.position = (self.position + n) % self.config.buffer_size
+        self.size = min(self.config.buffer_size, self.size + n)
+        self.env_steps += n
+
+    def update(self) -> list[dict]:
+        metrics = [{} for _ in range(self.num_seeds)]
+        gradient_steps, target_updates = due_updates(self, self.config)
+        for _ in range(gradient_steps):
+            metrics = self._gradient_step()
+        tau = self.config.tau
+        with torch.no_grad():
+            for _ in range(target_updates):
+                for t, o in zip(self.target_parameters, self.q_parameters):
+                    t.copy_(tau * o + (1.0 - tau) * t)
+        if gradient_steps:
+            epsilon = self.epsilon()
+            for m in metrics:
+                m["epsilon"] = epsilon
+        return metrics
+
+    def sample_batch(self):
+        """Each seed's replay minibatch, (S, batch_size, ...): indices from its own generator, one gather."""
+        S, B, capacity = self.num_seeds, self.config.batch_size, self.config.buffer_size
+        idx = torch.stack([torch.randint(0, self.size, (B,), generator=g) for g in self.generators])
+        rows = (idx + capacity * torch.arange(S).unsqueeze(1)).view(-1).to(self.device)   # into (S * capacity) rows
+        take = lambda x: x.view(S * capacity, *x.shape[2:]).index_select(0, rows).view(S, B, *x.shape[2:])
+        return (take(self.obs), take(self.actions), take(self.rewards), take(self.next_obs), take(self.terminated))
+
+    def _gradient_step(self) -> list[dict]:
+        c = self.config
+        obs, actions, rewards, next_obs, terminated = self.sample_batch()
+        with torch.no_grad():
+            if c.double_dqn:
+                next_actions = self.q_network(next_obs).argmax(dim=2, keepdim=True)
+                next_q = self.target_network(next_obs).gather(2, next_actions).squeeze(2)
+            else:
+                next_q = self.target_network(next_obs).max(dim=2).values
+            td_target = rewards + c.gamma * (1.0 - terminated) * next_q
+        q_taken = self.q_network(obs).gather(2, actions.unsqueeze(2)).squeeze(2)
+        losses = F.smooth_l1_loss(q_taken, td_target, reduction="none").mean(dim=1)   # (S,): each seed's own mean
+        self.optimizer.zero_grad()
+        losses.sum().backward()   # a sum: seed k's gradient is d loss_k, never an average over seeds
+        stacked.clip_grad_norm_per_seed_(self.q_parameters, c.max_grad_norm)
+        self.optimizer.step()
+        self.gradient_steps += 1
+        td_loss, q_mean = losses.tolist(), q_taken.detach().mean(dim=1).tolist()
+        return [{"td_loss": loss, "q_mean": q} for loss, q in zip(td_loss, q_mean)]
+
+    # --- one seed in and out of the block ------------------------------------------------------------
+    def export_seed(self, k: int, agent: DQNAgent) -> None:
+        """Write seed k's complete training state into `agent` (what a one-seed run holds at this step)."""
+        stacked.write_parameters(self.q_parameters, k, agent.q_network)
+        stacked.write_parameters(self.target_parameters, k, agent.target_network)
+        stacked.export_adam_state(self.optimizer, self.q_parameters, k, agent.optimizer,
+                                  list(agent.q_network.parameters()))
+        replay, n = agent.replay, self.size
+        for name in ReplayBuffer.FIELDS:
+            getattr(replay, name)[:n] = getattr(self, name)[k, :n]
+        replay.position, replay.size = self.position, n
+        for name in COUNTERS:
+            setattr(agent, name, getattr(self, name))
+
+    def import_seed(self, k: int, agent: DQNAgent) -> None:
+        """Write `agent`'s complete training state into seed k (resume); its counters must be the block's."""
+        counters = {name: getattr(agent, name) for name in COUNTERS}
+        mine = {name: getattr(self, name) for name in COUNTERS}
+        if counters != mine or (agent.replay.position, agent.replay.size) != (self.position, self.size):
+            raise ValueError(f"seed {k} is at {counters} (replay position {agent.replay.position}, size "
+                             f"{agent.replay.size}), the block at {mine} (replay position {self.position}, size "
+                             f"{self.size}): a block's seeds must be at the same step")
+        stacked.read_parameters(self.q_parameters, k, agent.q_network)
+        stacked.read_parameters(self.target_parameters, k, agent.target_network)
+        stacked.import_adam_state(self.optimizer, self.q_parameters, k, agent.optimizer,
+                                  list(agent.q_network.parameters()))
+        n = self.size
+        for name in ReplayBuffer.FIELDS:
+            getattr(self, name)[k, :n] = getattr(agent.replay, name)[:n]
+
+
+def make_block(agents: list[DQNAgent], generators: list[torch.Generator]) -> DQNBlock:
+    """S DQN agents (built as one-seed runs build them) trained as one seed block (methods/contract.py)."""
+    return DQNBlock(agents, generators)

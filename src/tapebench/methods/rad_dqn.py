@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from tapebench.methods import augment, dqn
 
 
@@ -47,3 +49,26 @@ class RADDQNAgent(dqn.DQNAgent):
 
 def make(config: Config, env_spec, total_steps: int, device) -> RADDQNAgent:
     return RADDQNAgent(config, env_spec, total_steps, device)
+
+
+class RADDQNBlock(dqn.DQNBlock):
+    """S seeds of RAD-DQN as one seed block (methods/contract.py, "Seed blocks"): DQN's block with each seed's
+    minibatch augmented with draws from that seed's own generator, after its replay indices (as alone)."""
+
+    agent_type = RADDQNAgent
+
+    def __init__(self, agents: list[RADDQNAgent], generators: list[torch.Generator]):
+        super().__init__(agents, generators)
+        self.L = agents[0].L
+
+    def sample_batch(self):
+        c = self.config
+        batch = super().sample_batch()
+        views = [augment.augment_transitions(*(x[k] for x in batch), L=self.L, shift=c.shift, flip_prob=c.flip_prob,
+                                             generator=g) for k, g in enumerate(self.generators)]
+        return tuple(torch.stack(parts) for parts in zip(*views))
+
+
+def make_block(agents: list[RADDQNAgent], generators: list[torch.Generator]) -> RADDQNBlock:
+    """S RAD-DQN agents (built as one-seed runs build them) trained as one seed block (methods/contract.py)."""
+    return RADDQNBlock(agents, generators)

@@ -1,0 +1,160 @@
+"""Seed blocks (methods/contract.py, "Seed blocks"): S seeds of DQN trained as one block give each seed exactly what
+it gets trained alone, and a seed's result does not depend on its neighbours in the block."""
+from __future__ import annotations
+
+import dataclasses
+import io
+
+import pytest
+import torch
+
+from tapebench.envs.batched import BatchedTapeEnv
+from tapebench.methods import curl_dqn, dqn, rad_dqn
+from tapebench.methods.contract import EnvSpec
+from tapebench.training.loop import seed_everything
+
+L, H, STEPS = 8, 8, 256
+SPEC = EnvSpec.for_tape(L, H)
+
+
+def tiny(**overrides) -> dqn.Config:
+    fields = dict(num_envs=4, hidden_size=32, buffer_size=500, learning_starts=32, batch_size=16,
+                  target_update_frequency=64, max_grad_norm=0.5)
+    return dqn.Config(**{**fields, **overrides})
+
+
+def build(config, seeds, module=dqn):
+    """The agents and generators the training loop builds for a block of `seeds`, and each seed's env seed."""
+    agents, generators, env_seeds = [], [], []
+    for seed in seeds:
+        env_seeds.append(seed_everything(seed))
+        agents.append(module.make(config, SPEC, STEPS, "cpu"))
+        g = torch.Generator()
+        g.set_state(torch.get_rng_state())
+        generators.append(g)
+    return agents, generators, env_seeds
+
+
+def env(config, env_seed):
+    return BatchedTapeEnv(config.num_envs, L=L, H=H, rules=[30, 90, 110], seed=env_seed)
+
+
+def train_alone(config, seed, steps=STEPS, module=dqn):
+    """A one-seed run, as the training loop drives it."""
+    env_seed = seed_everything(seed)
+    agent = module.make(config, SPEC, STEPS, "cpu")
+    e = env(config, env_seed)
+    obs, metrics = e.reset(), []
+    for _ in range(steps // config.num_envs):
+        actions = agent.act(obs)
+        next_obs, rewards, terminated, truncated, info = e.step(actions)
+        agent.observe(obs, actions, rewards, info["final_obs"], terminated, truncated)
+        metrics.append(agent.update())
+        obs = next_obs
+    return agent, metrics
+
+
+def train_block(config, seeds, steps=STEPS, module=dqn):
+    agents, generators, env_seeds = build(config, seeds, module)
+    block = module.make_block(agents, generators)
+    envs = [env(config, s) for s in env_seeds]
+    obs, metrics = torch.stack([e.reset() for e in envs]), []
+    for _ in range(steps // config.num_envs):
+        actions = block.act(obs)
+        out = [e.step(a) for e, a in zip(envs, actions)]
+        next_obs, rewards, terminated, truncated = (torch.stack([o[i] for o in out]) for i in range(4))
+        final = torch.stack([o[4]["final_obs"] for o in out])
+        block.observe(obs, actions, rewards, final, terminated, truncated)
+        metrics.append(block.update())
+        obs = next_obs
+    return block, agents, metrics
+
+
+def flat(state, prefix=""):
+    """A nested state dict as {path: value}, tensors and numbers alike."""
+    if isinstance(state, dict):
+        out = {}
+        for key, value in state.items():
+            out.update(flat(value, f"{prefix}/{key}"))
+        return out
+    if isinstance(state, (list, tuple)):
+        return flat(dict(enumerate(state)), prefix)
+    return {prefix: state}
+
+
+def saved(state) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    return buffer.getvalue()
+
+
+def assert_same_state(a: dict, b: dict) -> None:
+    fa, fb = flat(a), flat(b)
+    assert fa.keys() == fb.keys()
+    for key in fa:
+        x, y = fa[key], fb[key]
+        if isinstance(x, torch.Tensor):
+            assert x.dtype == y.dtype and x.shape == y.shape and torch.equal(x, y), key
+        else:
+            assert x == y, key
+
+
+@pytest.mark.parametrize("module, seeds, overrides, steps", [
+    (dqn, [0, 1, 2], {}, STEPS),
+    (dqn, [4, 9], {"double_dqn": True, "tau": 0.5, "target_update_frequency": 8}, STEPS),
+    (rad_dqn, [0, 3], {}, 128),
+    (dqn, [0, 6], {"network": "equivariant", "conv_layers": 5, "conv_channels": 4}, 96)])   # dilation 16 > L
+def test_block_seeds_equal_single_runs_bit_for_bit(module, seeds, overrides, steps):
+    config = module.Config(**dataclasses.asdict(tiny(**overrides)))
+    block, agents, block_metrics = train_block(config, seeds, steps, module)
+    obs = torch.rand(len(seeds), 5, SPEC.obs_dim).round()
+    greedy = block.act(obs, greedy=True)
+    for k, seed in enumerate(seeds):
+        alone, alone_metrics = train_alone(config, seed, steps, module)
+        assert alone.gradient_steps > 0
+        block.export_seed(k, agents[k])
+        assert_same_state(agents[k].state_dict(), alone.state_dict())
+        assert_same_state(agents[k].policy_state_dict(), alone.policy_state_dict())
+        assert saved(agents[k].state_dict()) == saved(alone.state_dict())   # the same resume file, byte for byte
+        assert saved(agents[k].policy_state_dict()) == saved(alone.policy_state_dict())
+        assert torch.equal(block.generators[k].get_state(), torch.get_rng_state())
+        assert [m[k] if m[k] else {} for m in block_metrics] == alone_metrics
+        assert torch.equal(greedy[k], alone.act(obs[k], greedy=True))
+
+
+def test_export_import_round_trip():
+    config = tiny()
+    block, agents, _ = train_block(config, [3, 4], steps=128)
+    for k, agent in enumerate(agents):
+        block.export_seed(k, agent)
+    states = [a.state_dict() for a in agents]
+    again = dqn.make_block(agents, [torch.Generator() for _ in agents])   # import_seed for every seed
+    for k, agent in enumerate(agents):
+        fresh = dqn.make(config, SPEC, STEPS, "cpu")
+        fresh.load_state_dict(states[k])
+        again.export_seed(k, fresh)
+        assert_same_state(fresh.state_dict(), states[k])
+    agents[1].env_steps += config.num_envs
+    with pytest.raises(ValueError, match="same step"):
+        block.import_seed(1, agents[1])
+
+
+def test_seed_does_not_depend_on_its_neighbours():
+    config = tiny()
+    a, agents_a, _ = train_block(config, [0, 1, 2], steps=128)
+    b, agents_b, _ = train_block(config, [0, 5, 7], steps=128)
+    a.export_seed(0, agents_a[0])
+    b.export_seed(0, agents_b[0])
+    assert_same_state(agents_a[0].state_dict(), agents_b[0].state_dict())
+    a.export_seed(1, agents_a[1])
+    assert not torch.equal(agents_a[1].q_network[0].weight, agents_b[0].q_network[0].weight)
+
+
+def test_block_refuses_what_it_cannot_stack():
+    agents, generators, _ = build(tiny(), [0])
+    with pytest.raises(ValueError, match="one generator per agent"):
+        dqn.make_block(agents, [])
+    agents, generators, _ = build(curl_dqn.Config(**dataclasses.asdict(tiny())), [0], curl_dqn)
+    with pytest.raises(NotImplementedError, match="stacks DQNAgent only"):
+        dqn.make_block(agents, generators)
+    assert not hasattr(curl_dqn, "make_block")
