@@ -97,16 +97,11 @@ Nothing may mix seeds: each seed's loss is its own mean (the losses are summed o
 pass, never averaged), gradient-norm clipping takes one norm per seed over that seed's slices
 (`stacked.clip_grad_norm_per_seed_`), and Adam is element-wise (`stacked.SeedAdam`: one update call over
 every seed's slices, each slice a tensor of its own, so it rounds as a one-seed run's Adam does). `methods/stacked.py` holds the stacked pieces.
-On the CPU a block's seed k is bit-identical to seed k trained alone (tests/test_seed_blocks.py), whatever its
-neighbours: `stacked.stacked_linear` computes the forward pass and the gradients with products that round as
-`F.linear`'s do (one batched product, or seed by seed below `stacked.SMALL_PRODUCT` multiply-adds per matrix, where
-the CPU's batched product runs its own loop), and the stacked equivariant network follows the one-seed graph step
-by step. Bit identity is tested on the CPU only; on a GPU a block's seeds agree with one-seed runs to rounding.
-
-Blocks exist for DQN and RAD-DQN, with `network = "mlp"` or `"equivariant"` (`dqn.make_block`,
-`rad_dqn.make_block`; double_dqn and tau included; the equivariant network's convolutions run seed by seed inside
-the block, `stacked.StackedPerCellNetwork`). CURL-DQN (a contrastive encoder and key encoder besides the
-Q-network) and PEARL-DQN (not a DQNAgent: an inference network and an episode replay) have no `make_block`.
+A method whose block is bit for bit its one-seed runs on some devices says so on its `make_block`
+(`make_block.bit_exact_devices`, e.g. ("cpu",)); elsewhere a seed's run fingerprint includes its block's seeds, so a
+rerun of the same config reproduces it. `stacked.stacked_linear` computes the forward pass and the gradients with
+products that round as `F.linear`'s do (one batched product for the shapes where a probe finds it exact, seed by
+seed elsewhere). Which methods stack, and how exactly: docs/methods.md#seed-blocks.
 """
 from __future__ import annotations
 
