@@ -1,0 +1,75 @@
+"""DreamerV3 seed blocks (methods/dreamer_block.py): a stacked block trains each seed as its one-seed run does,
+and a seed does not depend on its neighbours in the block."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tapebench.training import checkpoint as ckpt
+from tapebench.training.blocks import train_block
+from tapebench.training.loop import TrainSpec, train
+
+# tiny sizes; learning_starts 64 and an update every 8 env steps: 24 world-model and actor-critic updates per run
+HYPER = {"num_envs": 4, "deter_size": 16, "hidden_size": 16, "stoch_groups": 8, "batch_size": 4,
+         "sequence_length": 8, "train_ratio": 4, "learning_starts": 64, "buffer_size": 256,
+         "imagination_horizon": 4, "imagination_starts": 16}
+STEPS = 256
+# the largest difference of any state tensor from the one-seed run's (measured: see the test's output)
+BOUND = 1e-4
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def spec(seed):
+    return TrainSpec(agent="dreamer", rules=(30, 90, 110), seed=seed, hyperparameters=HYPER, L=8, H=8,
+                     total_steps=STEPS, eval_every=STEPS // 2)
+
+
+def tensors(obj, prefix=""):
+    """Every tensor of a nested checkpoint payload by path."""
+    if isinstance(obj, torch.Tensor):
+        return {prefix: obj}
+    if isinstance(obj, dict):
+        return {k: v for key, value in obj.items() for k, v in tensors(value, f"{prefix}/{key}").items()}
+    if isinstance(obj, (list, tuple)):
+        return {k: v for i, value in enumerate(obj) for k, v in tensors(value, f"{prefix}/{i}").items()}
+    return {}
+
+
+def largest_difference(run_a, run_b) -> float:
+    """Largest absolute difference over the full training state (resume.pt) and every checkpoint of two runs."""
+    worst = 0.0
+    files = [ckpt.RESUME_FILE] + sorted(p.relative_to(run_a).as_posix() for p in (run_a / "checkpoints").iterdir())
+    for name in files:
+        a, b = ckpt.load(run_a / name), ckpt.load(run_b / name)
+        key = "agent" if name == ckpt.RESUME_FILE else "policy"
+        ta, tb = tensors(a[key]), tensors(b[key])
+        assert ta.keys() == tb.keys() and ta, name
+        for path in ta:
+            x, y = ta[path], tb[path]
+            assert x.shape == y.shape and x.dtype == y.dtype, f"{name}: {path}"
+            if x.is_floating_point():
+                worst = max(worst, (x - y).abs().max().item() if x.numel() else 0.0)
+            else:
+                assert torch.equal(x, y), f"{name}: {path}"
+    return worst
+
+
+def test_a_stacked_block_trains_each_seed_as_its_one_seed_run(tmp_path):
+    seeds = [0, 1, 2]
+    train_block([spec(s) for s in seeds], [tmp_path / f"block{s}" for s in seeds], quiet=True, keep_resume=True)
+    differences = []
+    for s in seeds:
+        train(spec(s), tmp_path / f"alone{s}", quiet=True, keep_resume=True)
+        differences.append(largest_difference(tmp_path / f"alone{s}", tmp_path / f"block{s}"))
+    print(f"DreamerV3 block of {len(seeds)} vs one-seed runs after {STEPS} env steps: largest state difference "
+          f"{max(differences):.3g}")
+    assert max(differences) <= BOUND
+
+
+def test_a_seed_does_not_depend_on_its_neighbours(tmp_path):
+    train_block([spec(s) for s in (0, 1, 2)], [tmp_path / f"a{s}" for s in (0, 1, 2)], quiet=True, keep_resume=True)
+    train_block([spec(s) for s in (0, 5, 7)], [tmp_path / f"b{s}" for s in (0, 5, 7)], quiet=True, keep_resume=True)
+    difference = largest_difference(tmp_path / "a0", tmp_path / "b0")
+    print(f"DreamerV3 seed 0 in blocks [0, 1, 2] and [0, 5, 7]: largest state difference {difference:.3g}")
+    assert difference <= BOUND
