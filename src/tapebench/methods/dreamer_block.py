@@ -144,11 +144,11 @@ class DreamerBlock:
             self.import_seed(k, a)
 
     # --- random draws: seed k's from generators[k], stacked ------------------------------------
-    def _rand(self, *shapes) -> torch.Tensor:
-        """torch.rand(shapes[k]) from each seed's generator, stacked (padded with 2.0 where shapes differ)."""
+    def _rand(self, *shapes, size: int | None = None) -> torch.Tensor:
+        """torch.rand(shapes[k]) from each seed's generator, stacked; with `size`, each padded with 2.0 to that
+        length in the first dimension (shapes that differ there)."""
         draws = [torch.rand(shape, generator=g) for shape, g in zip(shapes, self.generators)]
-        if len({d.shape for d in draws}) > 1:
-            size = max(d.shape[0] for d in draws)
+        if size is not None:
             draws = [torch.cat([d, torch.full((size - len(d),) + d.shape[1:], 2.0)]) for d in draws]
         return torch.stack(draws).to(self.device)
 
@@ -293,21 +293,20 @@ class DreamerBlock:
         h0 = torch.zeros(S, M, D, device=dev)
         start_post = self._posterior(h0, mlp(P, "encoder.", start_obs))          # (S, M, G, K)
         start_probs = start_post.exp()
-        start_uniform = self._rand(*[(int(n), G, 1) for n in counts.tolist()])   # (S, M, G, 1)
+        start_uniform = self._rand(*[(int(n), G, 1) for n in counts.tolist()], size=M)   # (S, M, G, 1)
         start_sample = F.one_hot(sample_index(start_probs.detach(), start_uniform), K).to(start_probs.dtype)
         start_z = (start_sample + start_probs - start_probs.detach()).reshape(S, M, G * K)
         slot = (flat_starts.long().cumsum(1) - 1).reshape(S, B, T)
         seeds = torch.arange(S, device=dev).reshape(S, 1, 1)
         start_z_t = to_class_major(start_z, G, K)[seeds, slot]                    # (S, B, T, K*G)
         starts_t = starts.permute(2, 0, 1).unsqueeze(-1)                          # (T, S, B, 1)
-        restarts = starts.any(1).any(0).tolist()
         post_in, action_in = post_in.unbind(1), action_in.unbind(1)
         start_z_t = start_z_t.unbind(2)
         uniform = uniform.unbind(1)
         hs, raws, zs = [], [], []
         h, z = torch.zeros(S, B, D, device=dev), start_z_t[0]
         for t in range(T):
-            if t > 0 and restarts[t]:
+            if t > 0:   # at every step (not only where a seed restarts): the same graph whatever the neighbours
                 h = h.masked_fill(starts_t[t], 0.0)
                 z = torch.where(starts_t[t], start_z_t[t], z)
             x = self._ln_silu(torch.baddbmm(action_in[t], z, w["img_zT"]), "img_in.1")
@@ -335,7 +334,10 @@ class DreamerBlock:
         start_nll = F.binary_cross_entropy_with_logits(mlp(P, "decoder.", torch.cat([h0, start_z], dim=-1)),
                                                        start_obs[..., :self.L], reduction="none").sum(-1)
         start_kl, _ = kl_loss(start_post, self._prior(h0), c.free_bits, c.kl_dyn_scale, c.kl_rep_scale)
-        start_loss = torch.where(valid, start_nll + start_kl, 0.0).sum(1) / (B * T)
+        # a sequential sum over each seed's own start slots: the padding to M (the block's largest count)
+        # leaves it unchanged, so a seed's loss does not depend on its neighbours' counts
+        start_sum = torch.where(valid, start_nll + start_kl, 0.0).cumsum(1).gather(1, (counts - 1).unsqueeze(1))
+        start_loss = start_sum.squeeze(1) / (B * T)
         loss = (decoder_nll + reward_nll + cont_nll + kl).reshape(S, -1).mean(1) + start_loss     # (S,)
         with torch.no_grad():
             wrong = ((decoder_logits > 0).float() != tape).float().reshape(S, -1).mean(1)
