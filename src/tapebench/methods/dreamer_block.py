@@ -26,6 +26,10 @@ from tapebench.methods.world_model import (REWARD_GRID, VALUE_GRID, class_major_
                                            kl_loss, softmax, to_class_major, to_group_major, unimix_logits)
 
 NETS = ("model", "actor", "critic", "slow_critic")
+# seeds per group of the update's forward and backward passes (cache-sized working sets; the unroll of the
+# world model is latency-bound and gains from more seeds at once, imagination is compute-bound and does not)
+WORLD_MODEL_GROUP = 20
+ACTOR_CRITIC_GROUP = 4
 OPTIMISERS = {"model": "learner.optimizer", "actor": "actor_optimizer", "critic": "critic_optimizer"}
 
 
@@ -33,6 +37,16 @@ def _attr(obj, dotted: str):
     for name in dotted.split("."):
         obj = getattr(obj, name)
     return obj
+
+
+class _Slice:
+    """The seeds `group` (a slice) of a `StackedParams` (views: gradients reach the stacked tensors)."""
+
+    def __init__(self, params: "StackedParams", group: slice):
+        self.params, self.group = params, group
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self.params[name][self.group]
 
 
 class StackedParams:
@@ -140,6 +154,7 @@ class DreamerBlock:
         self.return_range = torch.stack([a.normalizer.range for a in agents])
         self.h = torch.stack([a.h for a in agents])
         self._pending = None
+        self.group = slice(0, self.S)   # the seeds the compute helpers work on (all but inside update())
         for k, a in enumerate(agents):
             self.import_seed(k, a)
 
@@ -147,43 +162,46 @@ class DreamerBlock:
     def _rand(self, *shapes, size: int | None = None) -> torch.Tensor:
         """torch.rand(shapes[k]) from each seed's generator, stacked; with `size`, each padded with 2.0 to that
         length in the first dimension (shapes that differ there)."""
-        draws = [torch.rand(shape, generator=g) for shape, g in zip(shapes, self.generators)]
+        draws = [torch.rand(shape, generator=g) for shape, g in zip(shapes, self.generators[self.group])]
         if size is not None:
             draws = [torch.cat([d, torch.full((size - len(d),) + d.shape[1:], 2.0)]) for d in draws]
         return torch.stack(draws).to(self.device)
 
     def _rand_same(self, *shape) -> torch.Tensor:
-        return self._rand(*([shape] * self.S))
+        return self._rand(*([shape] * len(self.generators[self.group])))
+
+    def _net(self, name: str) -> _Slice:
+        return _Slice(self.nets[name], self.group)
 
     # --- the RSSM over stacked tensors -------------------------------------------------------------
     def _latent(self, raw: torch.Tensor) -> torch.Tensor:
         return unimix_logits(raw.reshape(*raw.shape[:-1], self.G, self.K), self.config.unimix)
 
     def _posterior(self, h, embed):
-        return self._latent(mlp(self.nets["model"], "post_net.", torch.cat([h, embed], dim=-1)))
+        return self._latent(mlp(self._net("model"), "post_net.", torch.cat([h, embed], dim=-1)))
 
     def _prior(self, h):
-        return self._latent(mlp(self.nets["model"], "prior_net.", h))
+        return self._latent(mlp(self._net("model"), "prior_net.", h))
 
     def _gru(self, x, h, transposed=None):
-        P = self.nets["model"]
+        P = self._net("model")
         w_ih, w_hh = transposed if transposed is not None else (P["gru.weight_ih"].transpose(1, 2),
                                                                 P["gru.weight_hh"].transpose(1, 2))
         return gru_cell(x, h, w_ih, w_hh, P["gru.bias_ih"], P["gru.bias_hh"])
 
     def _ln_silu(self, x, name):
-        P = self.nets["model"]
+        P = self._net("model")
         return F.silu(layer_norm(x, P[name + ".weight"], P[name + ".bias"]))
 
     def _transition(self, h, z, actions):
-        P = self.nets["model"]
+        P = self._net("model")
         onehot = F.one_hot(actions, self.num_actions).to(h.dtype)
         x = linear(torch.cat([z, onehot], dim=-1), P["img_in.0.weight"], P["img_in.0.bias"])
         return self._gru(self._ln_silu(x, "img_in.1"), h)
 
     def _unroll_weights(self) -> dict:
         """`RSSM.unroll_weights` stacked, the per-step products' weights transposed: (S, in, out)."""
-        P, Z, D, order = self.nets["model"], self.Z, self.D, self.order
+        P, Z, D, order = self._net("model"), self.Z, self.D, self.order
         img, post, prior = P["img_in.0.weight"], P["post_net.0.weight"], P["prior_net.3.weight"]
         return {"img_zT": img[:, :, :Z][:, :, order].transpose(1, 2).contiguous(),
                 "img_a": img[:, :, Z:], "img_b": P["img_in.0.bias"],
@@ -196,7 +214,7 @@ class DreamerBlock:
                         P["gru.weight_hh"].transpose(1, 2).contiguous())}
 
     def _prior_raw(self, w, h):
-        P = self.nets["model"]
+        P = self._net("model")
         x = self._ln_silu(linear(h, P["prior_net.0.weight"], P["prior_net.0.bias"]), "prior_net.1")
         return linear(x, w["prior_out"], w["prior_out_b"])
 
@@ -207,13 +225,13 @@ class DreamerBlock:
     @torch.no_grad()
     def act(self, obs: torch.Tensor) -> torch.Tensor:
         S, n = obs.shape[:2]
-        post = self._posterior(self.h, mlp(self.nets["model"], "encoder.", obs))
+        post = self._posterior(self.h, mlp(self._net("model"), "encoder.", obs))
         probs = post.exp()
         index = sample_index(probs, self._rand_same(n, self.G, 1))
         sample = F.one_hot(index, self.K).to(probs.dtype)
         z = (sample + probs - probs).reshape(S, n, self.Z)       # what sample_straight_through gives
         feat = torch.cat([self.h, z], dim=-1)
-        logits = unimix_logits(mlp(self.nets["actor"], "", feat), self.config.unimix)
+        logits = unimix_logits(mlp(self._net("actor"), "", feat), self.config.unimix)
         actions = sample_index(logits.exp(), self._rand_same(n, 1))
         self._pending = z
         return actions
@@ -240,39 +258,48 @@ class DreamerBlock:
         while self.env_steps >= self.next_update:
             self.next_update += c.update_every
             wm_metrics, states = self._world_model_update()
-            ac_metrics = self._actor_critic_update(*states)
+            ac_metrics = self._actor_critic_update(states)
             metrics = [{**a, **b} for a, b in zip(wm_metrics, ac_metrics)]
         return metrics
+
+    def _groups(self, size: int) -> list:
+        return [slice(lo, min(lo + size, self.S)) for lo in range(0, self.S, size)]
 
     def _sample_chunks(self) -> dict:
         B, T = self.config.batch_size, self.config.sequence_length
         rows, starts = [], []
-        for g in self.generators:
+        for g in self.generators[self.group]:
             rows.append(torch.randint(0, self.rows, (B,), generator=g))
             starts.append(torch.randint(0, self.size - T + 1, (B,), generator=g))
         rows, starts = torch.stack(rows), torch.stack(starts)                        # (S, B)
         oldest = (self.position - self.size) % self.capacity
         slots = (oldest + starts.unsqueeze(-1) + torch.arange(T)) % self.capacity   # (S, B, T)
-        seeds = torch.arange(self.S).reshape(-1, 1, 1)
+        seeds = torch.arange(self.S)[self.group].reshape(-1, 1, 1)
         index = (seeds.to(self.device), rows.unsqueeze(-1).to(self.device), slots.to(self.device))
         return {name: field[index] for name, field in self.replay.items()}
 
     def _world_model_update(self):
-        c = self.config
-        chunk = self._sample_chunks()
-        loss, metrics, states = self._observe_chunk(chunk)
-        params = self.nets["model"].tensors()
-        opt = self.optimizers["model"]
+        """One world-model step of every seed; the forward and backward passes run in groups of seeds."""
+        c, opt = self.config, self.optimizers["model"]
+        metrics, states = [], []
         opt.zero_grad()
-        loss.sum().backward()
-        clip_grad_norm_(params, c.model_grad_clip)
+        try:
+            for group in self._groups(WORLD_MODEL_GROUP):
+                self.group = group
+                loss, group_metrics, group_states = self._observe_chunk(self._sample_chunks())
+                loss.sum().backward()     # per-seed losses summed: each seed's gradient is its own loss's
+                metrics += group_metrics
+                states.append(group_states)
+        finally:
+            self.group = slice(0, self.S)
+        clip_grad_norm_(self.nets["model"].tensors(), c.model_grad_clip)
         opt.step()
         self.updates += 1
         return metrics, states
 
     def _observe_chunk(self, chunk):
         """`world_model.observe_chunk` per seed: (losses (S,), per-seed metric dicts, states)."""
-        c, P = self.config, self.nets["model"]
+        c, P = self.config, self._net("model")
         obs, next_obs, actions = chunk["obs"], chunk["next_obs"], chunk["actions"]
         S, B, T = actions.shape
         G, K, D, dev = self.G, self.K, self.D, self.device
@@ -363,7 +390,7 @@ class DreamerBlock:
         uniform_action = self._rand_same(T, N, 1).transpose(0, 1)                 # (T, S, N, 1)
         uniform_latent = self._rand_same(T, N, 1, G).transpose(0, 1)              # (T, S, N, 1, G)
         z = to_class_major(z, G, K)
-        A_ = self.nets["actor"]
+        A_ = self._net("actor")
         for j in range(T):
             probs = softmax(mlp(A_, "", feats[j]))
             if c.unimix > 0:
@@ -378,43 +405,21 @@ class DreamerBlock:
             actions[j] = a
         return feats, actions
 
-    def _actor_critic_update(self, h, z, start_weight) -> list:
-        c, S = self.config, self.S
-        n = h.shape[1]
-        if c.imagination_starts < n:
-            pick = torch.stack([torch.randperm(n, generator=g)[:c.imagination_starts] for g in self.generators])
-            pick = pick.to(h.device)
-            h, z = (x.gather(1, pick.unsqueeze(-1).expand(-1, -1, x.shape[-1])) for x in (h, z))
-            start_weight = start_weight.gather(1, pick)
-        feats, actions = self._imagine(h, z)
-        feats = feats.transpose(0, 1).contiguous()                                 # (S, T+1, N, F)
-        actions = actions.transpose(0, 1)                                          # (S, T, N)
-        M = self.nets["model"]
-        with torch.no_grad():
-            rewards = REWARD_GRID.mean(mlp(M, "reward_head.", feats[:, 1:]))     # (S, T, N)
-            conts = torch.sigmoid(mlp(M, "cont_head.", feats[:, 1:]).squeeze(-1))
-            target_values = VALUE_GRID.mean(mlp(self.nets["slow_critic"], "", feats[:, 1:]))
-            tm = (rewards.transpose(0, 1), conts.transpose(0, 1), target_values.transpose(0, 1))
-            returns = lambda_returns(tm[0], tm[1], torch.cat([tm[2][:1], tm[2]]), c.gamma, c.lambda_)
-            discount = torch.cumprod(torch.cat([torch.ones_like(tm[1][:1]), c.gamma * tm[1][:-1]]), 0)
-            returns, discount = returns.transpose(0, 1), discount.transpose(0, 1)   # (S, T, N)
-            weight = discount * start_weight.unsqueeze(1)
-            flat = returns.reshape(S, -1).float().cpu()
-            quantiles = torch.quantile(flat, torch.tensor([0.05, 0.95]), dim=1)    # (2, S)
-            self.return_range = (c.return_norm_decay * self.return_range
-                                 + (1.0 - c.return_norm_decay) * (quantiles[1] - quantiles[0]))
-            scale = torch.clamp(self.return_range, min=1.0).to(returns.device)
-        critic_logits = mlp(self.nets["critic"], "", feats[:, :-1])
-        values = VALUE_GRID.mean(critic_logits).detach()
-        advantages = (returns - values) / scale.reshape(S, 1, 1)
-        logits = unimix_logits(mlp(self.nets["actor"], "", feats[:, :-1]), c.unimix)
-        logp = logits.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-        entropy = -(logits.exp() * logits).sum(-1)
-        actor_loss = -(weight * (logp * advantages + c.ent_coef * entropy)).reshape(S, -1).mean(1)
-        critic_loss = (weight * VALUE_GRID.loss(critic_logits, returns)).reshape(S, -1).mean(1)
+    def _actor_critic_update(self, states: list) -> list:
+        """One actor and critic step of every seed from the world-model update's posterior states (one
+        (h, z, weight) per group of seeds); imagination and the losses run in groups of seeds."""
+        c = self.config
         for name in ("actor", "critic"):
             self.optimizers[name].zero_grad()
-        (actor_loss.sum() + critic_loss.sum()).backward()   # disjoint parameters: each net gets its own loss
+        rows = []
+        try:
+            for group, (h, z, start_weight) in zip(self._groups(WORLD_MODEL_GROUP), states):
+                for lo in range(0, h.shape[0], ACTOR_CRITIC_GROUP):
+                    hi = min(lo + ACTOR_CRITIC_GROUP, h.shape[0])
+                    self.group = slice(group.start + lo, group.start + hi)
+                    rows += self._actor_critic_losses(h[lo:hi], z[lo:hi], start_weight[lo:hi])
+        finally:
+            self.group = slice(0, self.S)
         for name in ("actor", "critic"):
             clip_grad_norm_(self.nets[name].tensors(), c.ac_grad_clip)
             self.optimizers[name].step()
@@ -422,10 +427,50 @@ class DreamerBlock:
             tau = c.slow_critic_tau
             for t, o in zip(self.nets["slow_critic"].tensors(), self.nets["critic"].tensors()):
                 t.copy_(tau * o + (1.0 - tau) * t)
-            rows = torch.stack([actor_loss, critic_loss, entropy.reshape(S, -1).mean(1), scale,
-                                returns[:, 0].mean(-1)], 1).tolist()
         names = ("actor_loss", "critic_loss", "entropy", "return_scale", "imagined_return")
         return [dict(zip(names, row)) for row in rows]
+
+    def _actor_critic_losses(self, h, z, start_weight) -> list:
+        """`DreamerAgent.actor_critic_update` up to the backward pass for the seeds of `self.group`;
+        returns their metric rows."""
+        c, S, group = self.config, h.shape[0], self.group
+        n = h.shape[1]
+        if c.imagination_starts < n:
+            pick = torch.stack([torch.randperm(n, generator=g)[:c.imagination_starts]
+                                for g in self.generators[group]])
+            pick = pick.to(h.device)
+            h, z = (x.gather(1, pick.unsqueeze(-1).expand(-1, -1, x.shape[-1])) for x in (h, z))
+            start_weight = start_weight.gather(1, pick)
+        feats, actions = self._imagine(h, z)
+        feats = feats.transpose(0, 1).contiguous()                                 # (S, T+1, N, F)
+        actions = actions.transpose(0, 1)                                          # (S, T, N)
+        M = self._net("model")
+        with torch.no_grad():
+            rewards = REWARD_GRID.mean(mlp(M, "reward_head.", feats[:, 1:]))     # (S, T, N)
+            conts = torch.sigmoid(mlp(M, "cont_head.", feats[:, 1:]).squeeze(-1))
+            target_values = VALUE_GRID.mean(mlp(self._net("slow_critic"), "", feats[:, 1:]))
+            tm = (rewards.transpose(0, 1), conts.transpose(0, 1), target_values.transpose(0, 1))
+            returns = lambda_returns(tm[0], tm[1], torch.cat([tm[2][:1], tm[2]]), c.gamma, c.lambda_)
+            discount = torch.cumprod(torch.cat([torch.ones_like(tm[1][:1]), c.gamma * tm[1][:-1]]), 0)
+            returns, discount = returns.transpose(0, 1), discount.transpose(0, 1)   # (S, T, N)
+            weight = discount * start_weight.unsqueeze(1)
+            flat = returns.reshape(S, -1).float().cpu()
+            quantiles = torch.quantile(flat, torch.tensor([0.05, 0.95]), dim=1)    # (2, S)
+            self.return_range[group] = (c.return_norm_decay * self.return_range[group]
+                                        + (1.0 - c.return_norm_decay) * (quantiles[1] - quantiles[0]))
+            scale = torch.clamp(self.return_range[group], min=1.0).to(returns.device)
+        critic_logits = mlp(self._net("critic"), "", feats[:, :-1])
+        values = VALUE_GRID.mean(critic_logits).detach()
+        advantages = (returns - values) / scale.reshape(S, 1, 1)
+        logits = unimix_logits(mlp(self._net("actor"), "", feats[:, :-1]), c.unimix)
+        logp = logits.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+        entropy = -(logits.exp() * logits).sum(-1)
+        actor_loss = -(weight * (logp * advantages + c.ent_coef * entropy)).reshape(S, -1).mean(1)
+        critic_loss = (weight * VALUE_GRID.loss(critic_logits, returns)).reshape(S, -1).mean(1)
+        (actor_loss.sum() + critic_loss.sum()).backward()   # disjoint parameters: each net gets its own loss
+        with torch.no_grad():
+            return torch.stack([actor_loss, critic_loss, entropy.reshape(S, -1).mean(1), scale,
+                                returns[:, 0].mean(-1)], 1).tolist()
 
     # --- one seed's state in and out --------------------------------------------------------------
     def export_seed(self, k: int, agent: DreamerAgent) -> None:
