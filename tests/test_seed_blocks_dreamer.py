@@ -73,3 +73,28 @@ def test_a_seed_does_not_depend_on_its_neighbours(tmp_path):
     difference = largest_difference(tmp_path / "a0", tmp_path / "b0")
     print(f"DreamerV3 seed 0 in blocks [0, 1, 2] and [0, 5, 7]: largest state difference {difference:.3g}")
     assert difference <= BOUND
+
+
+def test_a_killed_block_resumes_to_the_checkpoints_of_an_uninterrupted_one(tmp_path, monkeypatch):
+    import tapebench.training.blocks as blocks
+
+    class Killed(Exception):
+        pass
+
+    original, calls = blocks.write_run_checkpoint, []
+
+    def write_then_die(*args, **kwargs):
+        original(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == 2:   # both seeds' first checkpoint and resume.pt are on disk
+            raise Killed
+
+    seeds = (3, 4)
+    monkeypatch.setattr(blocks, "write_run_checkpoint", write_then_die)
+    with pytest.raises(Killed):
+        train_block([spec(s) for s in seeds], [tmp_path / f"k{s}" for s in seeds], quiet=True)
+    monkeypatch.setattr(blocks, "write_run_checkpoint", original)
+    resumed = train_block([spec(s) for s in seeds], [tmp_path / f"k{s}" for s in seeds], quiet=True)
+    fresh = train_block([spec(s) for s in seeds], [tmp_path / f"f{s}" for s in seeds], quiet=True)
+    assert all(m["resumes"] == 1 for m in resumed)
+    assert [m["checkpoints"] for m in resumed] == [m["checkpoints"] for m in fresh]   # bit for bit

@@ -142,11 +142,9 @@ class DreamerBlock:
                            for name, path in OPTIMISERS.items()}
         replay = first.learner.replay
         self.rows, self.capacity = replay.rows, replay.capacity
-        self.replay = {name: torch.stack([getattr(a.learner.replay, name) for a in agents])
-                       for name in replay.FIELDS}
-        for k, a in enumerate(agents):   # the one-seed replays become views of the stacked one (held once)
-            for name in replay.FIELDS:
-                setattr(a.learner.replay, name, self.replay[name][k])
+        # filled by import_seed below; the one-seed replays become views of the stacked one (held once)
+        self.replay = {name: torch.zeros((self.S,) + getattr(replay, name).shape, dtype=getattr(replay, name).dtype,
+                                         device=self.device) for name in replay.FIELDS}
         self.row_first = torch.stack([a.learner.replay.row_first for a in agents])
         self.position, self.size = replay.position, replay.size
         self.env_steps, self.next_update, self.updates = (first.learner.env_steps, first.learner.next_update,
@@ -155,8 +153,10 @@ class DreamerBlock:
         self.h = torch.stack([a.h for a in agents])
         self._pending = None
         self.group = slice(0, self.S)   # the seeds the compute helpers work on (all but inside update())
+        self._fresh = True
         for k, a in enumerate(agents):
             self.import_seed(k, a)
+        self._fresh = False
 
     # --- random draws: seed k's from generators[k], stacked ------------------------------------
     def _rand(self, *shapes, size: int | None = None) -> torch.Tensor:
@@ -523,8 +523,13 @@ class DreamerBlock:
                 mine["exp_avg_sq"][k].copy_(state["exp_avg_sq"])
         replay = agent.learner.replay
         for name in replay.FIELDS:
-            self.replay[name][k].copy_(getattr(replay, name))
-            setattr(replay, name, self.replay[name][k])
+            field, mine = getattr(replay, name), self.replay[name][k]
+            if field.data_ptr() != mine.data_ptr():
+                if replay.size:
+                    mine.copy_(field)
+                elif not self._fresh:     # an empty ring is all zeros, as the stacked one starts
+                    mine.zero_()
+                setattr(replay, name, mine)
         self.row_first[k] = replay.row_first
         self.position, self.size = replay.position, replay.size
         learner = agent.learner
