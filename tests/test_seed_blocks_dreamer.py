@@ -14,8 +14,9 @@ HYPER = {"num_envs": 4, "deter_size": 16, "hidden_size": 16, "stoch_groups": 8, 
          "sequence_length": 8, "train_ratio": 16, "learning_starts": 64, "buffer_size": 256,
          "imagination_horizon": 4, "imagination_starts": 16}
 STEPS = 256
-# the largest difference of any state tensor from the one-seed run's (measured: see the test's output)
-BOUND = 1e-4
+# the largest difference of any state tensor from the one-seed run's (measured 1.6e-05: batched layer-norm,
+# reduction and weight-gradient kernels round differently from the one-seed agent's)
+BOUND = 1e-3
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -68,11 +69,14 @@ def test_a_stacked_block_trains_each_seed_as_its_one_seed_run(tmp_path):
 
 
 def test_a_seed_does_not_depend_on_its_neighbours(tmp_path):
-    train_block([spec(s) for s in (0, 1, 2)], [tmp_path / f"a{s}" for s in (0, 1, 2)], quiet=True, keep_resume=True)
-    train_block([spec(s) for s in (0, 5, 7)], [tmp_path / f"b{s}" for s in (0, 5, 7)], quiet=True, keep_resume=True)
-    difference = largest_difference(tmp_path / "a0", tmp_path / "b0")
-    print(f"DreamerV3 seed 0 in blocks [0, 1, 2] and [0, 5, 7]: largest state difference {difference:.3g}")
-    assert difference <= BOUND
+    """Bit for bit: nothing in a block mixes seeds, not even in rounding (padding rows, sums, the unroll's graph)."""
+    for block in ((0, 1, 2), (0, 5, 7), (0, 9)):
+        train_block([spec(s) for s in block], [tmp_path / f"{block}" / f"s{s}" for s in block], quiet=True,
+                    keep_resume=True)
+    differences = [largest_difference(tmp_path / "(0, 1, 2)" / "s0", tmp_path / f"{block}" / "s0")
+                   for block in ((0, 5, 7), (0, 9))]
+    print(f"DreamerV3 seed 0 in blocks [0, 1, 2], [0, 5, 7] and [0, 9]: largest state differences {differences}")
+    assert differences == [0.0, 0.0]
 
 
 def test_a_killed_block_resumes_to_the_checkpoints_of_an_uninterrupted_one(tmp_path, monkeypatch):

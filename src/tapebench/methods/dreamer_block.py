@@ -66,30 +66,46 @@ class StackedParams:
         return [self.p[n] for n in self.names]
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """Per seed x @ weight.T + bias: x (S, ..., in), weight (S, out, in), bias (S, out) -> (S, ..., out)."""
+def rows(v: torch.Tensor, n: int) -> torch.Tensor:
+    """v (S, H) repeated over n rows (S, n, H) by a product with ones: its backward, a sum over the rows, is then a
+    matrix product too, whose result does not change with zero-gradient padding rows (a sum reduction's does)."""
+    return torch.bmm(v.new_ones(v.shape[0], n, 1), v.unsqueeze(1))
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, padded: bool = False) -> torch.Tensor:
+    """Per seed x @ weight.T + bias: x (S, ..., in), weight (S, out, in), bias (S, out) -> (S, ..., out).
+    `padded`: x holds padding rows (their gradients zero) whose number depends on the other seeds."""
     S = x.shape[0]
-    out = torch.baddbmm(bias.unsqueeze(1), x.reshape(S, -1, x.shape[-1]), weight.transpose(1, 2))
+    x3 = x.reshape(S, -1, x.shape[-1])
+    out = torch.baddbmm(rows(bias, x3.shape[1]) if padded else bias.unsqueeze(1), x3, weight.transpose(1, 2))
     return out.reshape(*x.shape[:-1], weight.shape[1])
 
 
-def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """Per-seed LayerNorm (eps 1e-5) of x (S, ..., H) with weight, bias (S, H)."""
+def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, padded: bool = False) -> torch.Tensor:
+    """Per-seed LayerNorm (eps 1e-5) of x (S, ..., H) with weight, bias (S, H) (`padded` as in `linear`)."""
+    if padded:
+        x3 = x.reshape(x.shape[0], -1, x.shape[-1])
+        n = x3.shape[1]
+        return torch.addcmul(rows(bias, n), F.layer_norm(x3, x.shape[-1:]), rows(weight, n)).reshape(x.shape)
     shape = (x.shape[0],) + (1,) * (x.dim() - 2) + (x.shape[-1],)
     return torch.addcmul(bias.reshape(shape), F.layer_norm(x, x.shape[-1:]), weight.reshape(shape))
 
 
-def mlp(P: StackedParams, prefix: str, x: torch.Tensor) -> torch.Tensor:
+def mlp(P, prefix: str, x: torch.Tensor, padded: bool = False) -> torch.Tensor:
     """`world_model.mlp` (Linear -> LayerNorm -> SiLU -> Linear) with stacked weights; prefix '' for a bare mlp."""
-    x = linear(x, P[prefix + "0.weight"], P[prefix + "0.bias"])
-    x = F.silu(layer_norm(x, P[prefix + "1.weight"], P[prefix + "1.bias"]))
-    return linear(x, P[prefix + "3.weight"], P[prefix + "3.bias"])
+    x = linear(x, P[prefix + "0.weight"], P[prefix + "0.bias"], padded)
+    x = F.silu(layer_norm(x, P[prefix + "1.weight"], P[prefix + "1.bias"], padded))
+    return linear(x, P[prefix + "3.weight"], P[prefix + "3.bias"], padded)
 
 
 def gru_cell(x, h, w_ih, w_hh, b_ih, b_hh):
-    """`nn.GRUCell` with stacked weights (torch's CPU formula): x (S, N, in), h (S, N, D)."""
-    gi = torch.baddbmm(b_ih.unsqueeze(1), x, w_ih)
-    gh = torch.baddbmm(b_hh.unsqueeze(1), h, w_hh)
+    """`nn.GRUCell` with stacked weights (torch's CPU formula): x (S, N, in), h (S, N, D); w_ih, w_hh transposed
+    (S, in, 3D)."""
+    return gru_gates(torch.baddbmm(b_ih.unsqueeze(1), x, w_ih), torch.baddbmm(b_hh.unsqueeze(1), h, w_hh), h)
+
+
+def gru_gates(gi, gh, h):
+    """The GRU cell from its input and hidden products (biases included)."""
     i_r, i_z, i_n = gi.chunk(3, -1)
     h_r, h_z, h_n = gh.chunk(3, -1)
     reset = (i_r + h_r).sigmoid()
@@ -118,6 +134,40 @@ def clip_grad_norm_(tensors: list, max_norm: float) -> None:
     coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
     for g in grads:
         g.mul_(coef.reshape((S,) + (1,) * (g.dim() - 1)))
+
+
+class DeferredWeightGrad:
+    """Per-step products x_t @ W of an unroll whose weight gradient is one product after the backward pass.
+
+    Autograd would compute sum_t x_t^T g_t as one small product per step (a few rows each); here the steps'
+    inputs and output gradients are concatenated and multiplied once (`backward`), then passed on to W."""
+
+    def __init__(self, weight: torch.Tensor):
+        self.weight, self.detached = weight, weight.detach()
+        self.inputs, self.grads = [], []
+
+    def __call__(self, bias: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        y = torch.baddbmm(bias, x, self.detached)
+        if y.requires_grad and self.weight.requires_grad:
+            self.inputs.append(x.detach())
+            self.grads.append(None)
+            y.register_hook(lambda g, i=len(self.grads) - 1: self.grads.__setitem__(i, g))
+        return y
+
+    def gradient(self):
+        pairs = [(x, g) for x, g in zip(self.inputs, self.grads) if g is not None]
+        if not pairs:
+            return None
+        x, g = torch.cat([x for x, _ in pairs], 1), torch.cat([g for _, g in pairs], 1)
+        return torch.bmm(x.transpose(1, 2), g)
+
+    @staticmethod
+    def backward(deferred: list) -> None:
+        """After the loss's backward pass: the deferred weights' gradients on to the parameters."""
+        pairs = [(d.weight, d.gradient()) for d in deferred]
+        pairs = [(w, g) for w, g in pairs if g is not None]
+        if pairs:
+            torch.autograd.backward([w for w, _ in pairs], [g for _, g in pairs])
 
 
 class DreamerBlock:
@@ -177,11 +227,11 @@ class DreamerBlock:
     def _latent(self, raw: torch.Tensor) -> torch.Tensor:
         return unimix_logits(raw.reshape(*raw.shape[:-1], self.G, self.K), self.config.unimix)
 
-    def _posterior(self, h, embed):
-        return self._latent(mlp(self._net("model"), "post_net.", torch.cat([h, embed], dim=-1)))
+    def _posterior(self, h, embed, padded=False):
+        return self._latent(mlp(self._net("model"), "post_net.", torch.cat([h, embed], dim=-1), padded))
 
-    def _prior(self, h):
-        return self._latent(mlp(self._net("model"), "prior_net.", h))
+    def _prior(self, h, padded=False):
+        return self._latent(mlp(self._net("model"), "prior_net.", h, padded))
 
     def _gru(self, x, h, transposed=None):
         P = self._net("model")
@@ -286,8 +336,9 @@ class DreamerBlock:
         try:
             for group in self._groups(WORLD_MODEL_GROUP):
                 self.group = group
-                loss, group_metrics, group_states = self._observe_chunk(self._sample_chunks())
+                loss, group_metrics, group_states, deferred = self._observe_chunk(self._sample_chunks())
                 loss.sum().backward()     # per-seed losses summed: each seed's gradient is its own loss's
+                DeferredWeightGrad.backward(deferred)
                 metrics += group_metrics
                 states.append(group_states)
         finally:
@@ -298,7 +349,8 @@ class DreamerBlock:
         return metrics, states
 
     def _observe_chunk(self, chunk):
-        """`world_model.observe_chunk` per seed: (losses (S,), per-seed metric dicts, states)."""
+        """`world_model.observe_chunk` per seed: (losses (S,), per-seed metric dicts, states, the unroll's
+        deferred weight gradients: `DeferredWeightGrad.backward` after the loss's backward pass)."""
         c, P = self.config, self._net("model")
         obs, next_obs, actions = chunk["obs"], chunk["next_obs"], chunk["actions"]
         S, B, T = actions.shape
@@ -313,12 +365,13 @@ class DreamerBlock:
         flat_starts = starts.reshape(S, B * T)
         counts = flat_starts.sum(1)
         M = int(counts.max())
-        # each seed's start slots in row-major order of (b, t), padded to M
+        # each seed's start slots in row-major order of (b, t), padded to M (the start branch's products and
+        # sums are padding-invariant: `padded`, the sequential start-loss sum)
         pick = torch.argsort((~flat_starts).to(torch.int8), dim=1, stable=True)[:, :M]
         valid = torch.arange(M, device=dev) < counts.unsqueeze(1)                 # (S, M)
         start_obs = obs.reshape(S, B * T, -1).gather(1, pick.unsqueeze(-1).expand(-1, -1, obs.shape[-1]))
         h0 = torch.zeros(S, M, D, device=dev)
-        start_post = self._posterior(h0, mlp(P, "encoder.", start_obs))          # (S, M, G, K)
+        start_post = self._posterior(h0, mlp(P, "encoder.", start_obs, True), True)          # (S, M, G, K)
         start_probs = start_post.exp()
         start_uniform = self._rand(*[(int(n), G, 1) for n in counts.tolist()], size=M)   # (S, M, G, 1)
         start_sample = F.one_hot(sample_index(start_probs.detach(), start_uniform), K).to(start_probs.dtype)
@@ -330,17 +383,19 @@ class DreamerBlock:
         post_in, action_in = post_in.unbind(1), action_in.unbind(1)
         start_z_t = start_z_t.unbind(2)
         uniform = uniform.unbind(1)
+        deferred = [DeferredWeightGrad(x) for x in (w["img_zT"], *w["gru"], w["post_hT"], w["post_outT"])]
+        img_z, gru_ih, gru_hh, post_h, post_out = deferred
+        b_ih, b_hh = P["gru.bias_ih"].unsqueeze(1), P["gru.bias_hh"].unsqueeze(1)
+        post_out_b = w["post_out_b"].unsqueeze(1)
         hs, raws, zs = [], [], []
         h, z = torch.zeros(S, B, D, device=dev), start_z_t[0]
         for t in range(T):
             if t > 0:   # at every step (not only where a seed restarts): the same graph whatever the neighbours
                 h = h.masked_fill(starts_t[t], 0.0)
                 z = torch.where(starts_t[t], start_z_t[t], z)
-            x = self._ln_silu(torch.baddbmm(action_in[t], z, w["img_zT"]), "img_in.1")
-            h = self._gru(x, h, w["gru"])
-            raw = torch.baddbmm(w["post_out_b"].unsqueeze(1),
-                                self._ln_silu(torch.baddbmm(post_in[t], h, w["post_hT"]), "post_net.1"),
-                                w["post_outT"])
+            x = self._ln_silu(img_z(action_in[t], z), "img_in.1")
+            h = gru_gates(gru_ih(b_ih, x), gru_hh(b_hh, h), h)
+            raw = post_out(post_out_b, self._ln_silu(post_h(post_in[t], h), "post_net.1"))
             probs = class_major_probs(raw, K, c.unimix)                          # (S, B, K, G)
             sample = class_major_sample(probs.detach(), uniform[t])
             z = (sample + (probs - probs.detach())).reshape(S, B, K * G)
@@ -358,9 +413,9 @@ class DreamerBlock:
         cont_nll = F.binary_cross_entropy_with_logits(mlp(P, "cont_head.", feat).squeeze(-1),
                                                       1.0 - chunk["terminated"].float(), reduction="none")
         kl, kl_value = kl_loss(post, prior, c.free_bits, c.kl_dyn_scale, c.kl_rep_scale)
-        start_nll = F.binary_cross_entropy_with_logits(mlp(P, "decoder.", torch.cat([h0, start_z], dim=-1)),
+        start_nll = F.binary_cross_entropy_with_logits(mlp(P, "decoder.", torch.cat([h0, start_z], dim=-1), True),
                                                        start_obs[..., :self.L], reduction="none").sum(-1)
-        start_kl, _ = kl_loss(start_post, self._prior(h0), c.free_bits, c.kl_dyn_scale, c.kl_rep_scale)
+        start_kl, _ = kl_loss(start_post, self._prior(h0, True), c.free_bits, c.kl_dyn_scale, c.kl_rep_scale)
         # a sequential sum over each seed's own start slots: the padding to M (the block's largest count)
         # leaves it unchanged, so a seed's loss does not depend on its neighbours' counts
         start_sum = torch.where(valid, start_nll + start_kl, 0.0).cumsum(1).gather(1, (counts - 1).unsqueeze(1))
@@ -374,7 +429,7 @@ class DreamerBlock:
         metrics = [dict(zip(names, row)) for row in values]
         weight = 1.0 - chunk["terminated"].float()
         states = (h.detach().reshape(S, B * T, -1), z.detach().reshape(S, B * T, -1), weight.reshape(S, B * T))
-        return loss, metrics, states
+        return loss, metrics, states, deferred
 
     @torch.no_grad()
     def _imagine(self, h, z):
