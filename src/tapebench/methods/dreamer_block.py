@@ -431,34 +431,40 @@ class DreamerBlock:
         states = (h.detach().reshape(S, B * T, -1), z.detach().reshape(S, B * T, -1), weight.reshape(S, B * T))
         return loss, metrics, states, deferred
 
-    @torch.no_grad()
     def _imagine(self, h, z):
-        """`DreamerAgent.imagine` stacked: features (T+1, S, N, F), actions (T, S, N)."""
+        """`DreamerAgent.imagine` stacked: features (T+1, S, N, F), actions (T, S, N) and the actor's raw outputs
+        (T, S, N, A) at the features 0..T-1, with gradients to the actor (the actor loss reuses them: the one-seed
+        agent computes them a second time)."""
         c, S, N = self.config, h.shape[0], h.shape[1]
         G, K, D, T, A = self.G, self.K, self.D, c.imagination_horizon, self.num_actions
-        w = self._unroll_weights()
-        seeds = torch.arange(S, device=h.device).unsqueeze(1)
-        action_in = self._action_inputs(w, torch.arange(A, device=h.device).expand(S, A))   # (S, A, H)
-        feats = torch.empty(T + 1, S, N, D + self.Z, device=h.device)
-        feats[0, :, :, :D], feats[0, :, :, D:] = h, z
-        actions = torch.empty(T, S, N, dtype=torch.long, device=h.device)
-        uniform_action = self._rand_same(T, N, 1).transpose(0, 1)                 # (T, S, N, 1)
-        uniform_latent = self._rand_same(T, N, 1, G).transpose(0, 1)              # (T, S, N, 1, G)
-        z = to_class_major(z, G, K)
-        A_ = self._net("actor")
+        actor = self._net("actor")
+        with torch.no_grad():
+            w = self._unroll_weights()
+            seeds = torch.arange(S, device=h.device).unsqueeze(1)
+            action_in = self._action_inputs(w, torch.arange(A, device=h.device).expand(S, A))   # (S, A, H)
+            feats = torch.empty(T + 1, S, N, D + self.Z, device=h.device)
+            feats[0, :, :, :D], feats[0, :, :, D:] = h, z
+            actions = torch.empty(T, S, N, dtype=torch.long, device=h.device)
+            uniform_action = self._rand_same(T, N, 1).transpose(0, 1)                 # (T, S, N, 1)
+            uniform_latent = self._rand_same(T, N, 1, G).transpose(0, 1)              # (T, S, N, 1, G)
+            z = to_class_major(z, G, K)
+        raws = []
         for j in range(T):
-            probs = softmax(mlp(A_, "", feats[j]))
-            if c.unimix > 0:
-                probs = probs * (1.0 - c.unimix) + c.unimix / A
-            a = (uniform_action[j] > probs[..., :-1].cumsum(-1)).sum(-1)          # (S, N)
-            x = self._ln_silu(torch.baddbmm(action_in[seeds, a], z, w["img_zT"]), "img_in.1")
-            h = self._gru(x, h, w["gru"])
-            sample = class_major_sample(class_major_probs(self._prior_raw(w, h), K, c.unimix), uniform_latent[j])
-            z = sample.reshape(S, N, K * G)
-            feats[j + 1, :, :, :D] = h
-            feats[j + 1, :, :, D:].view(S, N, G, K).copy_(sample.transpose(-1, -2))
-            actions[j] = a
-        return feats, actions
+            raws.append(mlp(actor, "", feats[j].clone()))   # a copy: feats is written on below
+            with torch.no_grad():
+                probs = softmax(raws[j].detach())
+                if c.unimix > 0:
+                    probs = probs * (1.0 - c.unimix) + c.unimix / A
+                a = (uniform_action[j] > probs[..., :-1].cumsum(-1)).sum(-1)          # (S, N)
+                x = self._ln_silu(torch.baddbmm(action_in[seeds, a], z, w["img_zT"]), "img_in.1")
+                h = self._gru(x, h, w["gru"])
+                sample = class_major_sample(class_major_probs(self._prior_raw(w, h), K, c.unimix),
+                                            uniform_latent[j])
+                z = sample.reshape(S, N, K * G)
+                feats[j + 1, :, :, :D] = h
+                feats[j + 1, :, :, D:].view(S, N, G, K).copy_(sample.transpose(-1, -2))
+                actions[j] = a
+        return feats, actions, torch.stack(raws)
 
     def _actor_critic_update(self, states: list) -> list:
         """One actor and critic step of every seed from the world-model update's posterior states (one
@@ -496,7 +502,7 @@ class DreamerBlock:
             pick = pick.to(h.device)
             h, z = (x.gather(1, pick.unsqueeze(-1).expand(-1, -1, x.shape[-1])) for x in (h, z))
             start_weight = start_weight.gather(1, pick)
-        feats, actions = self._imagine(h, z)
+        feats, actions, actor_raw = self._imagine(h, z)
         feats = feats.transpose(0, 1).contiguous()                                 # (S, T+1, N, F)
         actions = actions.transpose(0, 1)                                          # (S, T, N)
         M = self._net("model")
@@ -517,7 +523,7 @@ class DreamerBlock:
         critic_logits = mlp(self._net("critic"), "", feats[:, :-1])
         values = VALUE_GRID.mean(critic_logits).detach()
         advantages = (returns - values) / scale.reshape(S, 1, 1)
-        logits = unimix_logits(mlp(self._net("actor"), "", feats[:, :-1]), c.unimix)
+        logits = unimix_logits(actor_raw.transpose(0, 1), c.unimix)                # (S, T, N, A)
         logp = logits.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
         entropy = -(logits.exp() * logits).sum(-1)
         actor_loss = -(weight * (logp * advantages + c.ent_coef * entropy)).reshape(S, -1).mean(1)
