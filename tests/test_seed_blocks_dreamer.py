@@ -68,14 +68,22 @@ def test_a_stacked_block_trains_each_seed_as_its_one_seed_run(tmp_path):
     assert max(differences) <= BOUND
 
 
-def test_a_seed_does_not_depend_on_its_neighbours(tmp_path):
-    """Bit for bit: nothing in a block mixes seeds, not even in rounding (padding rows, sums, the unroll's graph)."""
-    for block in ((0, 1, 2), (0, 5, 7), (0, 9)):
+def test_a_seed_does_not_depend_on_its_neighbours(tmp_path, monkeypatch):
+    """Bit for bit: nothing in a block mixes seeds, not even in rounding (padding rows, sums, the unroll's graph),
+    whatever the block's size and its groups of seeds in the update."""
+    from tapebench.methods import dreamer_block
+
+    defaults = dreamer_block.WORLD_MODEL_GROUP, dreamer_block.ACTOR_CRITIC_GROUP
+    for block in ((0, 1, 2), (0, 5, 7), (0, 9, 10, 11)):
+        groups = (2, 2) if len(block) == 4 else defaults     # the update in two groups, [0, 9] and [10, 11]
+        monkeypatch.setattr(dreamer_block, "WORLD_MODEL_GROUP", groups[0])
+        monkeypatch.setattr(dreamer_block, "ACTOR_CRITIC_GROUP", groups[1])
         train_block([spec(s) for s in block], [tmp_path / f"{block}" / f"s{s}" for s in block], quiet=True,
                     keep_resume=True)
     differences = [largest_difference(tmp_path / "(0, 1, 2)" / "s0", tmp_path / f"{block}" / "s0")
-                   for block in ((0, 5, 7), (0, 9))]
-    print(f"DreamerV3 seed 0 in blocks [0, 1, 2], [0, 5, 7] and [0, 9]: largest state differences {differences}")
+                   for block in ((0, 5, 7), (0, 9, 10, 11))]
+    print(f"DreamerV3 seed 0 in blocks [0, 1, 2], [0, 5, 7] and [0, 9, 10, 11] (groups of 2): largest state "
+          f"differences {differences}")
     assert differences == [0.0, 0.0]
 
 

@@ -28,8 +28,8 @@ from tapebench.methods.world_model import (REWARD_GRID, VALUE_GRID, class_major_
 NETS = ("model", "actor", "critic", "slow_critic")
 # seeds per group of the update's forward and backward passes (cache-sized working sets; the unroll of the
 # world model is latency-bound and gains from more seeds at once, imagination is compute-bound and does not)
-WORLD_MODEL_GROUP = 20
-ACTOR_CRITIC_GROUP = 4
+WORLD_MODEL_GROUP = 10
+ACTOR_CRITIC_GROUP = 2
 OPTIMISERS = {"model": "learner.optimizer", "actor": "actor_optimizer", "critic": "critic_optimizer"}
 
 
@@ -313,7 +313,12 @@ class DreamerBlock:
         return metrics
 
     def _groups(self, size: int) -> list:
-        return [slice(lo, min(lo + size, self.S)) for lo in range(0, self.S, size)]
+        """Consecutive groups of `size` seeds; none of one seed in a block of several (a trailing one joins the
+        group before): torch runs a batched product of one matrix through other kernels, which round differently."""
+        bounds = list(range(0, self.S, max(size, 2))) + [self.S]
+        if len(bounds) > 2 and bounds[-1] - bounds[-2] == 1:
+            del bounds[-2]
+        return [slice(lo, hi) for lo, hi in zip(bounds, bounds[1:])]
 
     def _sample_chunks(self) -> dict:
         B, T = self.config.batch_size, self.config.sequence_length
@@ -468,17 +473,16 @@ class DreamerBlock:
 
     def _actor_critic_update(self, states: list) -> list:
         """One actor and critic step of every seed from the world-model update's posterior states (one
-        (h, z, weight) per group of seeds); imagination and the losses run in groups of seeds."""
+        (h, z, weight) per group of its seeds); imagination and the losses run in groups of seeds."""
         c = self.config
         for name in ("actor", "critic"):
             self.optimizers[name].zero_grad()
         rows = []
         try:
-            for group, (h, z, start_weight) in zip(self._groups(WORLD_MODEL_GROUP), states):
-                for lo in range(0, h.shape[0], ACTOR_CRITIC_GROUP):
-                    hi = min(lo + ACTOR_CRITIC_GROUP, h.shape[0])
-                    self.group = slice(group.start + lo, group.start + hi)
-                    rows += self._actor_critic_losses(h[lo:hi], z[lo:hi], start_weight[lo:hi])
+            h, z, start_weight = (torch.cat(x) for x in zip(*states))
+            for group in self._groups(ACTOR_CRITIC_GROUP):
+                self.group = group
+                rows += self._actor_critic_losses(h[group], z[group], start_weight[group])
         finally:
             self.group = slice(0, self.S)
         for name in ("actor", "critic"):
