@@ -290,3 +290,9 @@ class LargeConfig(Config):
 
 def make(config: Config, env_spec, total_steps: int, device) -> DreamerAgent:
     return DreamerAgent(config, env_spec, total_steps, device)
+
+
+def make_block(agents: list, generators: list):
+    """Seeds of one configuration as one stacked model (the seed-block contract; `dreamer_block.py`)."""
+    from tapebench.methods.dreamer_block import DreamerBlock
+    return DreamerBlock(agents, generators)
