@@ -22,6 +22,8 @@ HYPER = {"num_envs": 4, "buffer_size": 500, "learning_starts": 32, "batch_size":
 class LockstepBlock:
     """The seed-block contract with no stacking: seed k's own agent, torch's global generator swapped to seed k's."""
 
+    bit_exact_devices = ("cpu",)
+
     def __init__(self, agents, generators):
         self.agents, self.generators = agents, generators
 
@@ -165,3 +167,27 @@ def test_bench_seeds_times_one_process_beside_separate_processes(tmp_path, capsy
     assert row["separate_startup_s"] > row["one_process_startup_s"] > 0   # two start-ups against one
     assert main(["bench", "seeds", "--seeds", "0"]) == 2
     assert main(["bench", "sb3", "--seeds", "2", "3"]) == 2
+
+
+def test_where_stacking_only_rounds_alike_the_fingerprint_names_the_block(tmp_path, lockstep_method):
+    """A method whose stacked seeds are not bit for bit its one-seed runs (no bit-exact device): each seed's
+    fingerprint names its block, so the same config reproduces it, and the block is trained whole."""
+    dqn = get_method("dqn_lockstep")
+
+    def inexact(agents, generators):
+        return LockstepBlock(agents, generators)
+
+    inexact.bit_exact_devices = ()
+    register(dataclasses.replace(dqn, id="dqn_inexact", make_block=inexact))
+    try:
+        runs = [tmp_path / f"s{s}" for s in (0, 1)]
+        first = train_block([spec("dqn_inexact", s) for s in (0, 1)], runs, quiet=True)
+        alone = train(spec("dqn_inexact", 0), tmp_path / "alone", quiet=True)
+        assert first[0]["fingerprint"] != alone["fingerprint"]
+        assert first[0]["fingerprint"] == dataclasses.replace(spec("dqn_inexact", 0), block=(0, 1)).fingerprint()
+        (runs[1] / "train.json").unlink()                      # one seed unfinished: the whole block trains again
+        again = train_block([spec("dqn_inexact", s) for s in (0, 1)], runs, quiet=True)
+        assert [m["checkpoints"] for m in again] == [m["checkpoints"] for m in first]
+        assert all(m["block"]["seeds"] == [0, 1] for m in again)
+    finally:
+        unregister("dqn_inexact")

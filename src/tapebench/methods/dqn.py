@@ -413,3 +413,6 @@ class DQNBlock:
 def make_block(agents: list[DQNAgent], generators: list[torch.Generator]) -> DQNBlock:
     """S DQN agents (built as one-seed runs build them) trained as one seed block (methods/contract.py)."""
     return DQNBlock(agents, generators)
+
+
+make_block.bit_exact_devices = ("cpu",)   # where a block's seeds are bit for bit one-seed runs

@@ -465,3 +465,6 @@ class PPOBlock:
 
 def make_block(agents: list[PPOAgent], generators: list[torch.Generator]) -> PPOBlock:
     return PPOBlock(agents, generators)
+
+
+make_block.bit_exact_devices = PPOBlock.BIT_EXACT_DEVICES   # where a block's seeds are bit for bit one-seed runs

@@ -54,3 +54,6 @@ def make(config: Config, env_spec, total_steps: int, device) -> ppo.PPOAgent:
 def make_block(agents: list[ppo.PPOAgent], generators: list) -> ppo.PPOBlock:
     """PPO's seed block: domain randomisation lives in each seed's own training environment, not in the agent."""
     return ppo.make_block(agents, generators)
+
+
+make_block.bit_exact_devices = ppo.make_block.bit_exact_devices

@@ -72,3 +72,6 @@ class RADDQNBlock(dqn.DQNBlock):
 def make_block(agents: list[RADDQNAgent], generators: list[torch.Generator]) -> RADDQNBlock:
     """S RAD-DQN agents (built as one-seed runs build them) trained as one seed block (methods/contract.py)."""
     return RADDQNBlock(agents, generators)
+
+
+make_block.bit_exact_devices = ("cpu",)   # where a block's seeds are bit for bit one-seed runs

@@ -74,12 +74,19 @@ def train_block(specs: Sequence[TrainSpec], out_dirs: Sequence, *, device="cpu",
         check_integer(threads, "threads", minimum=1)
     common = dict(device=device, threads=threads, config_slice=config_slice, quiet=quiet, keep_resume=keep_resume)
     method = get_method(specs[0].agent)
+    stack = stacked and not tensorboard and method.make_block is not None and len(specs) > 1
+    exact = not stack or resolve_device(device).type in getattr(method.make_block, "bit_exact_devices", ())
+    if not exact:   # a seed's numbers depend on being stacked: its fingerprint names the block, which is retrained whole
+        specs = [dataclasses.replace(spec, block=tuple(s.seed for s in specs)) for spec in specs]
     pending = [i for i, (spec, out) in enumerate(zip(specs, out_dirs))
                if finished_manifest(out, spec.fingerprint(), lambda message: None) is None]
-    if stacked and not tensorboard and method.make_block is not None and len(pending) > 1:
+    if pending and not exact:
+        pending = list(range(len(specs)))
+    if stack and len(pending) > 1:
         try:
             stacked_runs = _StackedBlock([specs[i] for i in pending], [out_dirs[i] for i in pending], **common)
         except BlockUnsupported as exc:
+            specs = [dataclasses.replace(spec, block=None) for spec in specs]
             if not quiet:
                 print(f"[{specs[0].agent}] {exc}; training the seeds one after another", flush=True)
         else:

@@ -72,6 +72,8 @@ class TrainSpec:
     eval_every: int = 10_000               # environment steps between checkpoints
     split: dict | None = None              # {"name", "content_hash"} of the split the rules come from
     family: dict | None = None             # {k, r} of a non-elementary rule family (None: elementary)
+    block: tuple[int, ...] | None = None   # the seeds it is trained with as one stacked block, where stacking does
+                                           # not reproduce a one-seed run bit for bit (training/blocks.py); else None
 
     def __post_init__(self):
         object.__setattr__(self, "rules", tuple(check_rules(self.rules, self.rule_family)))
