@@ -58,7 +58,8 @@ def largest_difference(run_a, run_b) -> float:
 
 def test_a_stacked_block_trains_each_seed_as_its_one_seed_run(tmp_path):
     seeds = [0, 1, 2]
-    train_block([spec(s) for s in seeds], [tmp_path / f"block{s}" for s in seeds], quiet=True, keep_resume=True)
+    train_block([spec(s) for s in seeds], [tmp_path / f"block{s}" for s in seeds], quiet=True, keep_resume=True,
+                stacking="always")
     differences = []
     for s in seeds:
         train(spec(s), tmp_path / f"alone{s}", quiet=True, keep_resume=True)
@@ -79,7 +80,7 @@ def test_a_seed_does_not_depend_on_its_neighbours(tmp_path, monkeypatch):
         monkeypatch.setattr(dreamer_block, "WORLD_MODEL_GROUP", groups[0])
         monkeypatch.setattr(dreamer_block, "ACTOR_CRITIC_GROUP", groups[1])
         train_block([spec(s) for s in block], [tmp_path / f"{block}" / f"s{s}" for s in block], quiet=True,
-                    keep_resume=True)
+                    keep_resume=True, stacking="always")
     differences = [largest_difference(tmp_path / "(0, 1, 2)" / "s0", tmp_path / f"{block}" / "s0")
                    for block in ((0, 5, 7), (0, 9, 10, 11))]
     print(f"DreamerV3 seed 0 in blocks [0, 1, 2], [0, 5, 7] and [0, 9, 10, 11] (groups of 2): largest state "
@@ -104,9 +105,9 @@ def test_a_killed_block_resumes_to_the_checkpoints_of_an_uninterrupted_one(tmp_p
     seeds = (3, 4)
     monkeypatch.setattr(blocks, "write_run_checkpoint", write_then_die)
     with pytest.raises(Killed):
-        train_block([spec(s) for s in seeds], [tmp_path / f"k{s}" for s in seeds], quiet=True)
+        train_block([spec(s) for s in seeds], [tmp_path / f"k{s}" for s in seeds], quiet=True, stacking="always")
     monkeypatch.setattr(blocks, "write_run_checkpoint", original)
-    resumed = train_block([spec(s) for s in seeds], [tmp_path / f"k{s}" for s in seeds], quiet=True)
-    fresh = train_block([spec(s) for s in seeds], [tmp_path / f"f{s}" for s in seeds], quiet=True)
+    resumed = train_block([spec(s) for s in seeds], [tmp_path / f"k{s}" for s in seeds], quiet=True, stacking="always")
+    fresh = train_block([spec(s) for s in seeds], [tmp_path / f"f{s}" for s in seeds], quiet=True, stacking="always")
     assert all(m["resumes"] == 1 for m in resumed)
     assert [m["checkpoints"] for m in resumed] == [m["checkpoints"] for m in fresh]   # bit for bit

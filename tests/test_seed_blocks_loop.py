@@ -181,12 +181,14 @@ def test_where_stacking_only_rounds_alike_the_fingerprint_names_the_block(tmp_pa
     register(dataclasses.replace(dqn, id="dqn_inexact", make_block=inexact))
     try:
         runs = [tmp_path / f"s{s}" for s in (0, 1)]
-        first = train_block([spec("dqn_inexact", s) for s in (0, 1)], runs, quiet=True)
+        first = train_block([spec("dqn_inexact", s) for s in (0, 1)], runs, quiet=True, stacking="always")
         alone = train(spec("dqn_inexact", 0), tmp_path / "alone", quiet=True)
         assert first[0]["fingerprint"] != alone["fingerprint"]
         assert first[0]["fingerprint"] == dataclasses.replace(spec("dqn_inexact", 0), block=(0, 1)).fingerprint()
         (runs[1] / "train.json").unlink()                      # one seed unfinished: the whole block trains again
-        again = train_block([spec("dqn_inexact", s) for s in (0, 1)], runs, quiet=True)
+        again = train_block([spec("dqn_inexact", s) for s in (0, 1)], runs, quiet=True, stacking="always")
+        auto = train_block([spec("dqn_inexact", s) for s in (0, 1)], [tmp_path / "a0", tmp_path / "a1"], quiet=True)
+        assert auto[0]["fingerprint"] == alone["fingerprint"]   # auto on the CPU: one after another, bit for bit
         assert [m["checkpoints"] for m in again] == [m["checkpoints"] for m in first]
         assert all(m["block"]["seeds"] == [0, 1] for m in again)
     finally:

@@ -2,8 +2,8 @@
 
 For each agent and each N of `--seeds`, in the same run:
 
-* one process: `tapebench train --seeds 0-(N-1)` on `--device` (a stacked block where the method has
-  `make_block`, else its seeds one after another in that process);
+* one process: `tapebench train --seeds 0-(N-1) --stacking always` on `--device` (a stacked block where the method
+  has `make_block`, else its seeds one after another in that process);
 * separate: N processes `tapebench train --seed k`, one after another on the same core, on the CPU (the
   baseline the issue's goals are stated against: one CPU core running the seeds one by one).
 
@@ -30,7 +30,8 @@ DEFAULT_AGENTS = ["dqn", "ppo", "dreamer"]
 
 def train_command(agent: str, seeds: list[int] | int, out: str, params: dict, rules: str, device: str) -> list[str]:
     """One `tapebench train` process: a seed block (`seeds` a list, `out` with {seed}) or one seed (an int)."""
-    chosen = ["--seed", str(seeds)] if isinstance(seeds, int) else ["--seeds", f"{seeds[0]}-{seeds[-1]}"]
+    chosen = ["--seed", str(seeds)] if isinstance(seeds, int) else \
+        ["--seeds", f"{seeds[0]}-{seeds[-1]}", "--stacking", "always"]
     return [sys.executable, "-m", "tapebench", "train", "--agent", agent, "--rules", rules, *chosen,
             "--params", json.dumps(params), "--device", device, "--threads", "1", "--quiet", "--out", out]
 

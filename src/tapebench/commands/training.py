@@ -30,7 +30,7 @@ from tapebench.pipeline.resources import check_training
 from tapebench.registry import registry
 from tapebench.splits.io import load_split
 from tapebench.training.evaluate import evaluate_run, model_error_run, write_evaluation
-from tapebench.training.blocks import SEED_FIELD, train_block, write_block_record
+from tapebench.training.blocks import SEED_FIELD, STACKING, train_block, write_block_record
 from tapebench.training.loop import PAPER_ENV, PAPER_TRAINING, RunLog, TrainSpec, resolve_device, torch_settings, train
 from tapebench.utils.io import provenance, write_parquet
 from tapebench.validation import check_noise, parse_param_sections, parse_rule_list, parse_seed_list, seed_argument
@@ -86,7 +86,7 @@ def run_train(args) -> int:
         train(specs[0], args.out, **common)
         return 0
     out_dirs = [args.out.replace(SEED_FIELD, str(seed)) for seed in seeds]
-    manifests = train_block(specs, out_dirs, stacked=not args.one_by_one, **common)
+    manifests = train_block(specs, out_dirs, stacking=args.stacking, **common)
     if args.block_record is not None:
         write_block_record(args.block_record, manifests, out_dirs, config_slice)
     return 0
@@ -95,8 +95,8 @@ def run_train(args) -> int:
 def _block_seeds(args) -> list[int]:
     """The seeds of this job: --seed, or --seeds (with {seed} in --out)."""
     if args.seeds is None:
-        if args.block_record is not None or args.one_by_one:
-            raise ValueError("--block-record and --one-by-one need --seeds")
+        if args.block_record is not None or args.stacking != "auto":
+            raise ValueError("--block-record and --stacking need --seeds")
         return [args.seed]
     seeds = parse_seed_list(args.seeds)
     if SEED_FIELD not in args.out:
@@ -240,8 +240,9 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="run folder to write (created after the arguments are checked)")
     p.add_argument("--block-record", metavar="PATH",
                    help="with --seeds: write a JSON record of the block's finished runs here (the pipeline's target)")
-    p.add_argument("--one-by-one", action="store_true",
-                   help="with --seeds: train the seeds one after another even if the method can stack them")
+    p.add_argument("--stacking", choices=STACKING, default="auto",
+                   help="with --seeds: auto (default) stacks a method where its stacked seeds are its one-seed runs bit "
+                        "for bit, and on a GPU; always wherever the method can; never: one after another")
     p.add_argument("--params", default="{}",
                    help='settings as JSON: {"env": {"L", "H", "success_bonus"}, "training": {"total_steps", '
                         '"eval_every"}, "agent": {hyperparameters}, "logging": {"tensorboard": true|false}}; what '

@@ -328,7 +328,7 @@ def _stacked_rate(method_id: str, seeds: int, config: dict, rules, steps: int) -
                        hyperparameters=config["agents"].get(method_id, {}) or {}) for seed in range(seeds)]
     with tempfile.TemporaryDirectory(prefix=f"tapebench-projection-{method_id}-block-") as tmp:
         with heartbeat(f"{method_id}: training a block of {seeds} seeds, {steps} steps each"):
-            manifests = train_block(specs, [f"{tmp}/seed{seed}" for seed in range(seeds)], quiet=True)
+            manifests = train_block(specs, [f"{tmp}/seed{seed}" for seed in range(seeds)], quiet=True)  # auto, as the DAG
     if "block" not in manifests[0]:
         return None
     return manifests[0]["training"]["env_steps"] * seeds / manifests[0]["block"]["cpu_time_s"]

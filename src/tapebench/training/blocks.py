@@ -40,6 +40,7 @@ from tapebench.validation import check_integer
 
 
 SEED_FIELD = "{seed}"   # where a block's run-folder pattern puts each seed
+STACKING = ("auto", "always", "never")
 
 
 def check_block(specs: Sequence[TrainSpec]) -> None:
@@ -58,12 +59,16 @@ def check_block(specs: Sequence[TrainSpec]) -> None:
 
 def train_block(specs: Sequence[TrainSpec], out_dirs: Sequence, *, device="cpu", threads: int | None = 1,
                 config_slice: dict | None = None, quiet: bool = False, keep_resume: bool = False,
-                tensorboard: bool = False, stacked: bool = True) -> list[dict]:
+                tensorboard: bool = False, stacking: str = "auto") -> list[dict]:
     """Train the seeds of `specs` (one method, one configuration) into `out_dirs`; returns their manifests.
 
-    `stacked=False` trains them one after another even when the method could stack them (the reference the
-    stacked path is tested against). TensorBoard logging trains one after another too (it logs one run).
+    `stacking` (one of STACKING): "auto" stacks a method that has `make_block` where its stacked seeds are its
+    one-seed runs bit for bit (`make_block.bit_exact_devices`) and on any GPU (where nothing is bit-exact and the
+    batched products pay); "always" wherever the method has `make_block`; "never" trains the seeds one after
+    another. TensorBoard logging trains one after another (it logs one run).
     """
+    if stacking not in STACKING:
+        raise ValueError(f"stacking must be one of {list(STACKING)}, got {stacking!r}")
     specs, out_dirs = list(specs), [Path(p) for p in out_dirs]
     check_block(specs)
     if len(out_dirs) != len(specs):
@@ -74,8 +79,11 @@ def train_block(specs: Sequence[TrainSpec], out_dirs: Sequence, *, device="cpu",
         check_integer(threads, "threads", minimum=1)
     common = dict(device=device, threads=threads, config_slice=config_slice, quiet=quiet, keep_resume=keep_resume)
     method = get_method(specs[0].agent)
-    stack = stacked and not tensorboard and method.make_block is not None and len(specs) > 1
-    exact = not stack or resolve_device(device).type in getattr(method.make_block, "bit_exact_devices", ())
+    device_type = resolve_device(device).type
+    stack = stacking != "never" and not tensorboard and method.make_block is not None and len(specs) > 1
+    exact = not stack or device_type in getattr(method.make_block, "bit_exact_devices", ())
+    if stack and not exact and stacking == "auto" and device_type == "cpu":
+        stack, exact = False, True
     if not exact:   # a seed's numbers depend on being stacked: its fingerprint names the block, which is retrained whole
         specs = [dataclasses.replace(spec, block=tuple(s.seed for s in specs)) for spec in specs]
     pending = [i for i, (spec, out) in enumerate(zip(specs, out_dirs))
