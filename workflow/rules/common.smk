@@ -17,11 +17,13 @@ from tapebench.pipeline.config import (
     validate_config,
     worldtest_slice,
 )
+from tapebench.pipeline.reruns import check_every_job
 from tapebench.registry import build_config, get_method
 from tapebench.rule_family import config_family
 from tapebench.settings import noise_study, worldtest_study
 
 validate_config(config, workflow.source_path("../schemas/config.schema.yaml"))
+check_every_job()  # jobs behind a training job's ancient() verdict are checked for reruns too (pipeline/reruns.py)
 
 
 resource_scopes:
