@@ -43,6 +43,18 @@ def test_method_entries_are_validated(kwargs, needle):
         Method(**{**base, **kwargs})
 
 
+def test_summaries_are_whole_sentences():
+    """`tapebench methods` prints each summary whole: a docstring's first sentence with its wrapped lines joined."""
+    from tapebench.registry import doc_summary
+
+    assert doc_summary("PlaNet-style MPC: a model, planned with a\ncategorical CEM. Details follow.\n\nMore.") == \
+        "PlaNet-style MPC: a model, planned with a categorical CEM."
+    assert doc_summary("DQN (Mnih et al., 2015), e.g. with\nDouble-DQN.") == "DQN (Mnih et al., 2015), e.g. with Double-DQN."
+    assert doc_summary(None) == ""
+    planet = methods.registry()["planet"].summary
+    assert planet.endswith("in latent space.") and "\n" not in planet
+
+
 def test_trained_method_needs_num_envs():
     @dataclasses.dataclass
     class NoEnvs:

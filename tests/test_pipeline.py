@@ -30,6 +30,20 @@ def test_lint_is_clean():
     assert "Lints for" not in proc.stdout + proc.stderr
 
 
+def test_the_snakefiles_header_commands_parse_as_meant():
+    """`--configfile` takes every word up to the next option, so a target after it is read as a second config file:
+    each command in the Snakefile's header names its targets as targets and only existing YAML files as configs."""
+    from snakemake.cli import get_argument_parser
+
+    commands = [m.group(1).split() for m in re.finditer(r"^#[^:\n]*:\s+(snakemake .*)$",
+                                                         (REPO / "Snakefile").read_text(), re.M)]
+    assert len(commands) == 3, commands
+    for command in commands:
+        args = get_argument_parser().parse_args(command[1:])
+        assert args.targets == ["results/table3.tex"], command
+        assert all(str(f).endswith(".yaml") and (REPO / f).is_file() for f in args.configfile or []), command
+
+
 def test_workflow_is_formatted_with_snakefmt():
     """The Snakefile and every .smk file are as snakefmt writes them (settings: [tool.snakefmt] in pyproject)."""
     if shutil.which("snakefmt") is None:

@@ -64,6 +64,16 @@ def test_plugin_method_trains_evaluates_and_lands_in_table3(site, tmp_path):
     assert text.index("Linear Q &") < text.index("Reference (not learned)") < text.index("Random policy &")
 
 
+def test_the_example_plugin_imports_torch_only_to_make_an_agent(site):
+    """As the docs ask of a plug-in: listing the methods (every table and figure job does) imports no torch."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    probe = ("import sys\nfrom tapebench.registry import registry\nm = registry()['linear_q']\n"
+             "print(m.display_name, m.trains, 'torch' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["Linear", "Q", "True", "False"]
+
+
 def test_plugins_are_not_visible_without_installation():
     proc = subprocess.run([sys.executable, "-m", "tapebench.cli", "methods"], capture_output=True, text=True,
                           timeout=120)

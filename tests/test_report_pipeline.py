@@ -96,6 +96,21 @@ def test_html_report_has_every_output_with_caption_and_category(tiny_reports):
     assert "TAPE benchmark outputs of this configuration: main split" in page
 
 
+def test_html_report_after_a_partial_build_reports_what_was_built(tiny_build, tmp_path):
+    """The README's quick start builds Table 3 only; `snakemake --report` afterwards reports the outputs that exist
+    (here: the whole tiny build but Table 1 and one figure) instead of stopping at a missing one."""
+    workdir = copy_workdir(tiny_build, tmp_path)
+    (workdir / "results/table1.tex").unlink()
+    (workdir / "results/figures/figure4_spacetime.png").unlink()
+    report = subprocess.run([sys.executable, "-m", "snakemake", "--report", "report.html", "--configfile", "tiny.yaml"],
+                            cwd=workdir, capture_output=True, text=True, timeout=600)
+    assert report.returncode == 0, report.stderr[-4000:]
+    page = (workdir / "report.html").read_text()
+    assert '"results/table3.tex": {"name"' in page and '"results/figures/figure4_spacetime.pdf": {"name"' in page
+    assert '"results/table1.tex": {"name"' not in page
+    assert '"results/figures/figure4_spacetime.png": {"name"' not in page
+
+
 def test_pdf_joins_the_default_target_only_when_switched_on(tmp_path):
     workdir = make_workdir(tmp_path)
     default = {rule for rule, _ in scheduled_jobs(snakemake(workdir, "--dry-run").stdout)}

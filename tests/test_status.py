@@ -62,11 +62,12 @@ def workdir(tmp_path_factory):
     return root
 
 
-def status_json(workdir, capsys, *extra) -> dict:
+def status_json(workdir, capsys, *extra, whole=False) -> dict:
     capsys.readouterr()
     assert main(["status", "--results", str(workdir / "results"), "--json", *extra]) == 0
     out = json.loads(capsys.readouterr().out)
-    return {(r["split"], r["agent"], r["seed"]): r for r in out["runs"]}
+    runs = {(r["split"], r["agent"], r["seed"]): r for r in out["runs"]}
+    return (runs, out) if whole else runs
 
 
 def test_each_run_state_with_progress_eta_and_failure_log(workdir, capsys):
@@ -94,8 +95,26 @@ def test_each_run_state_with_progress_eta_and_failure_log(workdir, capsys):
     assert f"rm -r {workdir / 'results/runs/main/ppo/seed1'}" in damaged["note"]
 
 
+def test_runs_of_another_preset_are_not_counted_against_the_paper_protocol(workdir, capsys):
+    """Without --configfile, runs trained for the tiny preset's 128 steps are not listed among the paper protocol's
+    pending runs: the note names the run, both step counts and the --configfile to give."""
+    runs, out = status_json(workdir, capsys, whole=True)
+    assert len(runs) == 5 and "pending" not in {r["state"] for r in runs.values()}
+    assert out["expected_by"] == []
+    assert "was trained with training.total_steps = 128" in out["note"] and "says 200000" in out["note"]
+    assert "--configfile config/quick.yaml" in out["note"]
+    capsys.readouterr()
+    assert main(["status", "--results", str(workdir / "results")]) == 0
+    table = capsys.readouterr().out
+    assert re.search(r"5 training runs: 1 done, 1 running, 1 interrupted, 1 failed, 1 damaged; longest running ETA "
+                     r"\S+\n", table)
+    assert out["note"] in table and "expected by" not in table
+
+
 def test_runs_the_config_expects_are_pending(workdir, capsys):
-    runs = status_json(workdir, capsys)    # config/config.yaml alone: 20 seeds x its 7 methods that train
+    # config/config.yaml given: 20 seeds x its 7 methods that train, whatever the runs found were trained with
+    runs, out = status_json(workdir, capsys, "--configfile", str(workdir / "config/config.yaml"), whole=True)
+    assert out["expected_by"] == [str(workdir / "config/config.yaml")] * 2 and out["note"]
     assert len(runs) == 140
     assert {agent for _, agent, _ in runs} == {"dqn", "ppo", "ppo_dr", "rad_dqn", "curl_dqn", "pearl_dqn", "dreamer"}
     assert runs[("main", "ppo", 19)]["state"] == "pending" and runs[("main", "ppo", 19)]["evaluations"] == []
@@ -108,7 +127,8 @@ def test_table_output(workdir, capsys):
     assert out.splitlines()[0].split() == ["split", "agent", "seed", "state", "progress", "steps/s", "eta",
                                            "evaluated", "H", "note"]
     assert "5 training runs: 1 done, 1 running, 1 interrupted, 1 failed, 1 damaged" in out
-    assert re.search(r"evaluation files 2 of 10; longest running ETA 9m[45]\ds", out)
+    assert re.search(r"evaluation files 2 of 10; longest running ETA 9m[45]\ds \(pending: expected by \S+/config/"
+                     r"config.yaml \+ \S+/tiny.yaml\)\n", out)
     assert "damaged file" not in out
 
 

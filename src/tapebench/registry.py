@@ -61,11 +61,19 @@ class Ref:
     def load(self):
         module = importlib.import_module(self.module)
         if self.attribute == "__doc__":
-            lines = (module.__doc__ or "").strip().splitlines()
-            return lines[0] if lines else ""
+            return doc_summary(module.__doc__)
         if self.optional:
             return getattr(module, self.attribute, None)
         return getattr(module, self.attribute)
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`(\"'])")
+
+
+def doc_summary(doc: str | None) -> str:
+    """The first sentence of a docstring's first paragraph, its wrapped lines joined (a method's summary)."""
+    paragraph = " ".join(line.strip() for line in (doc or "").strip().split("\n\n")[0].splitlines())
+    return _SENTENCE_END.split(paragraph, maxsplit=1)[0]
 
 
 LAZY_PARTS = ("Config", "make_agent", "make_block", "make_policy", "training_env", "world_test", "summary")

@@ -1,6 +1,7 @@
 # Helpers shared by every stage: config validation, the config slices that become params, paths.
 import json
 import os
+from pathlib import Path
 
 from tapebench import layout
 from tapebench.pipeline.config import (
@@ -20,6 +21,7 @@ from tapebench.pipeline.config import (
     validate_config,
     worldtest_slice,
 )
+from tapebench.pipeline.reruns import check_every_job
 from tapebench.registry import build_config, get_method
 from tapebench.rule_family import config_family
 from tapebench.settings import checkpoints_per_run, noise_study, worldtest_study
@@ -29,6 +31,7 @@ validate_config(
     workflow.source_path("../schemas/config.schema.yaml"),
     command_line=dict(workflow.config_settings.config),
 )
+check_every_job()  # jobs behind a training job's ancient() verdict are checked for reruns too (pipeline/reruns.py)
 
 
 resource_scopes:
@@ -73,6 +76,13 @@ def rule_set_flag(wildcards, input):
 def lambda_bins_arg(sample):
     bins = sample["lambda_bins"]
     return str(bins) if isinstance(bins, int) else ",".join(repr(float(e)) for e in bins)
+
+
+def for_report(path, **options):
+    """`report(path, ...)` once the file exists, else the plain path: `snakemake --report` after a partial run (the
+    quick start builds Table 3 only) reports the outputs that run built instead of stopping at the first missing one.
+    The flag decides nothing else, so a later build marks the new outputs without rerunning anything."""
+    return report(path, **options) if Path(path).exists() else path
 
 
 def one_of(names):

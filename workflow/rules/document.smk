@@ -22,7 +22,7 @@ rule report_pdf:
         outputs=REPORT_TARGETS,
         latex=layout.LATEX_CHECK,
     output:
-        pdf=report(
+        pdf=for_report(
             layout.REPORT_PDF,
             category="Compiled report",
             caption="../report/compiled.rst",

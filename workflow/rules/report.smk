@@ -1,6 +1,6 @@
 # Every table and figure, generated from the one registry in src/tapebench/report/registry.py: one render
 # job per entry (per split for split-scoped entries) that this config asks for, each calling
-# `tapebench render ID` with its inputs; outputs are registered with report() for `snakemake --report`,
+# `tapebench render ID` with its inputs; outputs, once built, are registered with report() for `snakemake --report`,
 # under the entry's category with a caption naming the entry and its protocol (workflow/report/output.rst).
 
 from tapebench.report import document as report_document
@@ -15,7 +15,7 @@ for _entry, _job in report_registry.jobs(config):
             **_job.files(_entry),
         output:
             **{
-                key: report(
+                key: for_report(
                     path,
                     category=_entry.category,
                     subcategory=_entry.title,

@@ -151,9 +151,25 @@ def _duration(seconds: float | None) -> str:
         f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
-def format_status(runs: list[RunStatus], others, horizons=None) -> str:
+def preset_mismatch(results: Path, config: dict, sources: list[str]) -> str | None:
+    """A note when the main split's finished runs were trained with another training.total_steps than `config`
+    (e.g. the quick preset's runs read against config/config.yaml alone), else None."""
+    want = config["training"]["total_steps"]
+    for manifest in sorted((results / "runs" / config["main_split"]).glob(f"*/seed*/{MANIFEST_FILE}")):
+        try:
+            steps = json.loads(manifest.read_text())["provenance"]["config"]["training"]["total_steps"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue      # a damaged manifest is reported in the table
+        if steps != want:
+            return (f"{manifest.parent} was trained with training.total_steps = {steps}, but {' + '.join(sources)} "
+                    f"says {want}: give the preset(s) the pipeline was started with as --configfile (e.g. "
+                    f"--configfile config/quick.yaml) to list the runs they expect")
+    return None
+
+
+def format_status(runs: list[RunStatus], others, horizons=None, sources=(), note=None) -> str:
     if not runs and not others:
-        return "no training runs found"
+        return "\n".join(["no training runs found", *([note] if note else [])])
     header = ("split", "agent", "seed", "state", "progress", "steps/s", "eta", "evaluated H", "note")
     rows = [(r.split, r.agent, str(r.seed), r.state, r.progress,
              f"{r.steps_per_second:.0f}" if r.steps_per_second else "", _duration(r.eta_s),
@@ -171,7 +187,9 @@ def format_status(runs: list[RunStatus], others, horizons=None) -> str:
     running = [r for r in runs if r.state == "running" and r.eta_s is not None]
     if running:
         summary += f"; longest running ETA {_duration(max(r.eta_s for r in running))}"
-    lines += ["", summary]
+    if sources:
+        summary += f" (pending: expected by {' + '.join(sources)})"
+    lines += ["", summary, *([note] if note else [])]
     if others:
         lines += ["", f"{len(others)} damaged file(s) outside the training runs:"]
         lines += [f"  {p.path}: {p.problem}; {recovery(p.remove)}" for p in others]
@@ -185,7 +203,9 @@ def register(sub) -> None:
                     "the log to read), damaged (with the rm that recovers) or pending, and which evaluation "
                     "files exist. When config/config.yaml is found beside the results folder, the runs the "
                     "config expects but that have not started are listed as pending (give the presets you "
-                    "started the pipeline with as --configfile). Safe to run while the pipeline is running; "
+                    "started the pipeline with as --configfile; without it, runs trained for another "
+                    "training.total_steps than config/config.yaml's are named and nothing is listed as "
+                    "pending). Safe to run while the pipeline is running; "
                     "it only reads files.")
     p.add_argument("--results", default="results", help="results folder of the run (default: results)")
     p.add_argument("--logs", help="Snakemake job logs (default: logs beside the results folder)")
@@ -207,18 +227,23 @@ def run(args) -> int:
     logs = Path(args.logs) if args.logs else root / "logs"
     if not results.is_dir() and not (root / "config" / "config.yaml").is_file():
         raise FileNotFoundError(f"results folder not found: {results} (give --results PATH)")
-    expected, horizons = [], None
+    expected, horizons, sources, note = [], None, [], None
     if (root / "config" / "config.yaml").is_file():
         config = load_config(args.configfile, root=root)
         schema = root / "workflow" / "schemas" / "config.schema.yaml"
         if schema.is_file():
             validate_config(config, schema)
-            expected, horizons = expected_runs(config), config["evaluation"]["horizons"]
+            sources = [str(root / "config" / "config.yaml"), *args.configfile]
+            note = preset_mismatch(results, config, sources)
+            if note is None or args.configfile:     # the presets given are taken at their word
+                expected, horizons = expected_runs(config), config["evaluation"]["horizons"]
+            else:                                   # not another preset's runs listed as pending
+                sources = []
     runs, others = collect(results, logs, expected)
     if args.json:
         print(json.dumps({"runs": [{**asdict(r), "progress": r.progress} for r in runs],
-                          "damaged_files": [{"path": str(p.path), "problem": p.problem} for p in others]},
-                         indent=2))
+                          "damaged_files": [{"path": str(p.path), "problem": p.problem} for p in others],
+                          "expected_by": sources, "note": note}, indent=2))
     else:
-        print(format_status(runs, others, horizons))
+        print(format_status(runs, others, horizons, sources, note))
     return 0
