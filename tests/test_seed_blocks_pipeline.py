@@ -29,6 +29,9 @@ def test_seed_blocks_keep_runs_and_rerun_only_what_changed(tiny_build, tmp_path)
     blocks = sorted((wc["split"], wc["agent"], wc["first"], wc["last"]) for rule, wc in jobs if rule == "train_block")
     assert blocks == [("main", "dqn", "0", "1"), ("main", "ppo", "0", "1")]
     assert "train" not in {rule for rule, _ in jobs}
+    proc = snakemake(work, "--dry-run", "--forceall", configfiles=("tiny.yaml", "blocks.yaml"))   # every output
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not [wc for rule, wc in scheduled_jobs(proc.stdout) if rule == "train"]   # no seed trained twice
 
     proc = snakemake(work, TARGET, configfiles=("tiny.yaml", "blocks.yaml"))
     assert proc.returncode == 0, proc.stderr[-3000:]

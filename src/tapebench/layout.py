@@ -44,6 +44,16 @@ def seed_block(split: str, agent: str, first, last) -> str:
     return f"results/runs/{split}/{agent}/seeds{first}-{last}.json"
 
 
+SEED_BLOCK_RECORD = re.compile(r"seeds(\d+)-(\d+)\.json$")
+
+
+def block_of(seed: int, seeds: int, seeds_per_job: int) -> tuple[int, int]:
+    """(first, last) of the block that trains `seed` of `seeds` seeds (0..seeds-1) in blocks of `seeds_per_job`
+    consecutive seeds from 0; the last block may be shorter (docs/protocol.md#seed-blocks)."""
+    first = int(seed) // seeds_per_job * seeds_per_job
+    return first, min(first + seeds_per_job, max(int(seeds), int(seed) + 1)) - 1
+
+
 # --- the files in a run folder: `run_dir`, `sweep_run_dir`, `fixed_z_run_dir`, `multi_rule_run_dir` ----------
 def manifest(run: str) -> str:
     """A finished training run's manifest."""

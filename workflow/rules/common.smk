@@ -123,11 +123,8 @@ SEEDS_PER_JOB = config["training"]["seeds_per_job"]
 
 
 def seed_block(split, seed):
-    """(first, last): the seed block that trains `seed` on `split`, blocks of training.seeds_per_job consecutive
-    seeds from 0 (adding seeds adds blocks; the last block of a split may be shorter)."""
-    seed = int(seed)
-    first = seed // SEEDS_PER_JOB * SEEDS_PER_JOB
-    return first, min(first + SEEDS_PER_JOB, max(len(split_seeds(split)), seed + 1)) - 1
+    """(first, last): the seed block that trains `seed` on `split` (training.seeds_per_job)."""
+    return layout.block_of(seed, len(split_seeds(split)), SEEDS_PER_JOB)
 
 
 def trained_run(wildcards):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from tapebench import layout
 from tapebench.report.render import render_table
 from tapebench.report.tables import display_name
 from tapebench.stats.compute import compute_table
@@ -37,9 +38,20 @@ def compute_context(table, *, split: str) -> dict:
     return {"split": split, "rows": rows, "total": float(table["cpu_hours"].sum())}
 
 
+def run_manifests(paths) -> list:
+    """The train.json files behind `paths`: each a run's train.json or a seed block's record (its runs' train.json)."""
+    files = []
+    for path in paths:
+        if layout.SEED_BLOCK_RECORD.search(str(path)):
+            files += [layout.manifest(run["run"]) for run in read_json(path, "a seed block's record")["runs"]]
+        else:
+            files.append(path)
+    return files
+
+
 def render_compute_table(out, *, split, evaluations, manifests=None, agents=None, parquet=None) -> str:
     """The compute table at `out` (LaTeX) and, with `parquet`, its rows."""
-    runs = [run_record(read_json(path, "a training run's train.json")) for path in manifests or []]
+    runs = [run_record(read_json(path, "a training run's train.json")) for path in run_manifests(manifests or [])]
     evals = [evaluation_record(read_parquet_meta(path)) for path in evaluations]
     table = compute_table(runs, evals, list(agents) if agents else None)
     if parquet:

@@ -547,12 +547,15 @@ _WORLDTEST: list[Output] = [
 def _compute_jobs(config):
     split = _main(config)
     manifests, evaluations = [], []
+    per_job = int(config["training"].get("seeds_per_job", 1))
     for method in config["methods"]:
         seeds = [0] if get_method(method).deterministic else range(config["seeds"])
         for seed in seeds:
             run = layout.run_dir(split, method, seed)
-            if get_method(method).trains:
+            if get_method(method).trains and per_job == 1:
                 manifests.append(layout.manifest(run))
+            elif get_method(method).trains and seed % per_job == 0:   # the block's record names its runs
+                manifests.append(layout.seed_block(split, method, *layout.block_of(seed, config["seeds"], per_job)))
             evaluations += [layout.evaluation(run, H) for H in config["evaluation"]["horizons"]]
     values = {"split": split, "manifests": manifests, "evaluations": evaluations, "agents": list(config["methods"]),
               "parquet": layout.COMPUTE_TABLE}
@@ -563,7 +566,8 @@ _COMPUTE: list[Output] = [
     Output("compute", TABLE, "Compute: steps/s, wall time per run and CPU-hours of training and evaluation per method",
            "tapebench.report.compute:render_compute_table", (
                _value("split", "split name"),
-               Option("manifests", "train.json of every training run", many=True, required=False),
+               Option("manifests", "train.json of every training run, or the records of its seed blocks", many=True,
+                      required=False),
                Option("evaluations", "evaluation records (`tapebench evaluate`) of every run and method", many=True),
                _value("agents", "methods and their order (default: as found)", many=True, required=False),
                _value("parquet", "also write the table as Parquet", required=False)),
