@@ -321,8 +321,9 @@ def _stacked_rate(method_id: str, seeds: int, config: dict, rules, steps: int) -
     from tapebench.training.blocks import train_block
     from tapebench.training.loop import TrainSpec
 
-    if get_method(method_id).make_block is None:
-        return None
+    make_block = get_method(method_id).make_block
+    if make_block is None or "cpu" not in getattr(make_block, "bit_exact_devices", ()):
+        return None   # the pipeline (`--stacking auto`) trains its blocks' seeds one after another on a CPU
     specs = [TrainSpec(agent=method_id, rules=tuple(rules), seed=seed, L=int(config["env"]["L"]),
                        H=int(config["env"]["H"]), total_steps=steps, eval_every=steps,
                        hyperparameters=config["agents"].get(method_id, {}) or {}) for seed in range(seeds)]
