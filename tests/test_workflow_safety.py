@@ -47,7 +47,8 @@ def test_injection_string_is_one_argument_even_without_the_config_check(tmp_path
     marker = tmp_path / "INJECTED"
     hostile = f"0-255 --out x; touch {marker}; true"
     common = workdir / "workflow" / "rules" / "common.smk"
-    check = 'validate_config(config, workflow.source_path("../schemas/config.schema.yaml"))'
+    check = ('validate_config(\n    config,\n    workflow.source_path("../schemas/config.schema.yaml"),\n'
+             '    command_line=dict(workflow.config_settings.config),\n)')
     assert check in common.read_text()
     # validate with a harmless rule list, then put the hostile one back: only the shell quoting is left
     common.write_text(common.read_text().replace(check, (

@@ -203,7 +203,8 @@ class Method:
         config = kwargs.pop("Config", "Config")
         return cls(id=id, display_name=display_name, family=family,
                    Config=part(config) if isinstance(config, str) else config, make_agent=part("make"),
-                   make_block=part("make_block", optional=True), training_env=part("training_env", optional=True),
+                   make_block=kwargs.pop("make_block", part("make_block", optional=True)),
+                   training_env=part("training_env", optional=True),
                    summary=kwargs.pop("summary", part("__doc__")),
                    **kwargs)
 
@@ -241,8 +242,10 @@ def _builtin() -> list[Method]:
               Config="EquivariantConfig", fixed=("network",), every_checkpoint=False,
               summary="PEARL-DQN with a shift-equivariant Q-network, the task latent broadcast to every cell"),
         agent("rl2_a2c", "RL2-A2C", "task_inference", "rl2_a2c"),
-        agent("dreamer", "DreamerV3", "world_model", "dreamer", world_model=True),
+        agent("dreamer", "DreamerV3", "world_model", "dreamer", world_model=True,
+              make_block=part("dreamer_block", "make_block")),
         agent("dreamer_large", "DreamerV3 (large)", "world_model", "dreamer", Config="LargeConfig", world_model=True,
+              make_block=part("dreamer_block", "make_block"),
               summary="DreamerV3 with world-model widths x2 and train ratio 64: a more accurate world model at ~8x "
                       "the CPU"),
         agent("planet", "PlaNet-MPC", "world_model", "planet", world_model=True, every_checkpoint=False),

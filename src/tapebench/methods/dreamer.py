@@ -291,13 +291,3 @@ class LargeConfig(Config):
 def make(config: Config, env_spec, total_steps: int, device) -> DreamerAgent:
     return DreamerAgent(config, env_spec, total_steps, device)
 
-
-def make_block(agents: list, generators: list):
-    """Seeds of one configuration as one stacked model (the seed-block contract; `dreamer_block.py`)."""
-    from tapebench.methods.dreamer_block import DreamerBlock
-    return DreamerBlock(agents, generators)
-
-
-# a block's seeds agree with one-seed runs to rounding (about 1e-5 after 100 updates), and bit for bit whatever their
-# neighbours: a seed's run fingerprint names its block's seeds
-make_block.bit_exact_devices = ()

@@ -23,14 +23,14 @@ checks the effect on the tiny protocol, so a Snakemake release that decides reru
 """
 from __future__ import annotations
 
+from snakemake.dag import DAG
+from snakemake.persistence import ParamsChange
+
 _PATCHED = "_tapebench_checks_every_job"
 
 
 def check_every_job() -> None:
     """Make Snakemake's `DAG.update_needrun` check every job for reruns (idempotent)."""
-    from snakemake.dag import DAG
-    from snakemake.persistence import ParamsChange
-
     if getattr(DAG, _PATCHED, False):
         return
     files_of = ParamsChange.__iter__
