@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from tapebench.methods.common import adam
 from tapebench.methods.dreamer import DreamerAgent, lambda_returns
+from tapebench.methods.stacked import clip_grad_norm_per_seed_
 from tapebench.methods.world_model import (REWARD_GRID, VALUE_GRID, class_major_logprobs, class_major_probs,
                                            kl_loss, softmax, to_class_major, to_group_major, unimix_logits)
 
@@ -123,17 +124,6 @@ def class_major_sample(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tens
     """`world_model.class_major_sample` over (..., K, G) with uniforms (..., 1, G)."""
     index = (uniform > probs[..., :-1, :].cumsum(-2)).sum(-2, keepdim=True)
     return torch.zeros_like(probs).scatter_(-2, index, 1.0)
-
-
-def clip_grad_norm_(tensors: list, max_norm: float) -> None:
-    """`nn.utils.clip_grad_norm_` per seed: seed k's norm over its slices of every gradient."""
-    grads = [t.grad for t in tensors]
-    S = grads[0].shape[0]
-    norms = torch.stack([torch.linalg.vector_norm(g.reshape(S, -1), 2, dim=1) for g in grads])   # (P, S)
-    total = torch.linalg.vector_norm(norms, 2, dim=0)
-    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
-    for g in grads:
-        g.mul_(coef.reshape((S,) + (1,) * (g.dim() - 1)))
 
 
 class DeferredWeightGrad:
@@ -348,7 +338,7 @@ class DreamerBlock:
                 states.append(group_states)
         finally:
             self.group = slice(0, self.S)
-        clip_grad_norm_(self.nets["model"].tensors(), c.model_grad_clip)
+        clip_grad_norm_per_seed_(self.nets["model"].tensors(), c.model_grad_clip)
         opt.step()
         self.updates += 1
         return metrics, states
@@ -486,7 +476,7 @@ class DreamerBlock:
         finally:
             self.group = slice(0, self.S)
         for name in ("actor", "critic"):
-            clip_grad_norm_(self.nets[name].tensors(), c.ac_grad_clip)
+            clip_grad_norm_per_seed_(self.nets[name].tensors(), c.ac_grad_clip)
             self.optimizers[name].step()
         with torch.no_grad():
             tau = c.slow_critic_tau

@@ -29,7 +29,7 @@ from torch.distributions import Categorical
 from tapebench.methods import equivariant
 from tapebench.methods.common import adam, gae
 from tapebench.methods.contract import BlockUnsupported
-from tapebench.methods.stacked import StackedEquivariant, StackedSequential
+from tapebench.methods.stacked import StackedEquivariant, StackedSequential, clip_grad_norm_per_seed_
 
 
 @dataclass
@@ -405,7 +405,7 @@ class PPOBlock:
                 loss = policy_loss - c.ent_coef * entropy_loss + c.vf_coef * value_loss   # (S,): one loss per seed
                 self.optimizer.zero_grad()
                 loss.sum().backward()
-                self._clip_grad_norms()
+                clip_grad_norm_per_seed_(self.parameters, self.config.max_grad_norm)
                 self.optimizer.step()
         self.updates_done += 1
         self.position = 0
@@ -415,15 +415,6 @@ class PPOBlock:
                  "clip_fraction": float(np.mean(fractions[k]))} for k in range(S)]
 
     @torch.no_grad()
-    def _clip_grad_norms(self) -> None:
-        """`nn.utils.clip_grad_norm_` seed by seed: each seed's norm over its own slices of every parameter."""
-        grads = [p.grad for p in self.parameters]
-        norms = torch.stack([torch.linalg.vector_norm(g.reshape(self.S, -1), dim=1) for g in grads], dim=1)
-        total = torch.linalg.vector_norm(norms, dim=1)
-        scale = torch.clamp(self.config.max_grad_norm / (total + 1e-6), max=1.0)
-        for g in grads:
-            g.mul_(scale.view((self.S,) + (1,) * (g.dim() - 1)))
-
     # --- one seed in and out --------------------------------------------------------------------------------------
     def export_seed(self, k: int, agent: PPOAgent) -> None:
         """Seed k's complete training state into the one-seed `agent` (its own tensors, no views of the block's)."""
