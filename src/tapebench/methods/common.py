@@ -38,6 +38,16 @@ class Adam:
         for p in self.param_groups[0]["params"]:
             p.grad = None
 
+    def _new_state(self, p: torch.Tensor, fused: bool) -> dict:
+        """torch's first-step state: the step count on the device when fused, else on the CPU."""
+        return {"step": torch.zeros((), dtype=torch.float32, device=p.device if fused else "cpu"),
+                "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
+                "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format)}
+
+    def _update_tensors(self, p: torch.Tensor, state: dict):
+        """(parameter, gradient, first moment, second moment, step) tensors torch's update gets for `p`."""
+        yield p, p.grad, state["exp_avg"], state["exp_avg_sq"], state["step"]
+
     @torch.no_grad()
     def step(self) -> None:
         group = self.param_groups[0]
@@ -46,16 +56,14 @@ class Adam:
             if p.grad is None:
                 continue
             state = self.state.get(p)
-            if state is None:   # torch's first-step state: the step count on the device when fused, else on the CPU
-                state = self.state[p] = {
-                    "step": torch.zeros((), dtype=torch.float32, device=p.device if group["fused"] else "cpu"),
-                    "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
-                    "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format)}
-            params.append(p)
-            grads.append(p.grad)
-            exp_avgs.append(state["exp_avg"])
-            exp_avg_sqs.append(state["exp_avg_sq"])
-            steps.append(state["step"])
+            if state is None:
+                state = self.state[p] = self._new_state(p, bool(group["fused"]))
+            for param, grad, exp_avg, exp_avg_sq, step in self._update_tensors(p, state):
+                params.append(param)
+                grads.append(grad)
+                exp_avgs.append(exp_avg)
+                exp_avg_sqs.append(exp_avg_sq)
+                steps.append(step)
         beta1, beta2 = group["betas"]
         adam_update(params, grads, exp_avgs, exp_avg_sqs, [], steps, foreach=group["foreach"], fused=group["fused"],
                     amsgrad=False, beta1=beta1, beta2=beta2, lr=group["lr"], weight_decay=group["weight_decay"],

@@ -28,7 +28,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from tapebench.methods import equivariant
-from tapebench.methods.common import Adam, adam_update
+from tapebench.methods.common import Adam
 from tapebench.methods.contract import BlockUnsupported
 from tapebench.methods.equivariant import PerCellNetwork, circular_pad
 
@@ -355,29 +355,14 @@ class SeedAdam(Adam):
     State per parameter: "step" (S,) and the moments (S, *shape).
     """
 
-    @torch.no_grad()
-    def step(self) -> None:
-        group = self.param_groups[0]
-        params, grads, exp_avgs, exp_avg_sqs, steps = [], [], [], [], []
-        for p in group["params"]:
-            if p.grad is None:
-                continue
-            state = self.state.get(p)
-            if state is None:
-                state = self.state[p] = {
-                    "step": torch.zeros(p.shape[0], dtype=torch.float32, device=p.device if group["fused"] else "cpu"),
-                    "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
-                    "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format)}
-            for k in range(p.shape[0]):
-                params.append(p[k])
-                grads.append(p.grad[k])
-                exp_avgs.append(state["exp_avg"][k])
-                exp_avg_sqs.append(state["exp_avg_sq"][k])
-                steps.append(state["step"][k])
-        beta1, beta2 = group["betas"]
-        adam_update(params, grads, exp_avgs, exp_avg_sqs, [], steps, foreach=group["foreach"], fused=group["fused"],
-                    amsgrad=False, beta1=beta1, beta2=beta2, lr=group["lr"], weight_decay=group["weight_decay"],
-                    eps=group["eps"], maximize=False)
+    def _new_state(self, p: torch.Tensor, fused: bool) -> dict:
+        state = super()._new_state(p, fused)
+        state["step"] = state["step"].expand(p.shape[0]).clone()
+        return state
+
+    def _update_tensors(self, p: torch.Tensor, state: dict):
+        for k in range(p.shape[0]):
+            yield p[k], p.grad[k], state["exp_avg"][k], state["exp_avg_sq"][k], state["step"][k]
 
 
 def export_adam_state(block_optimizer, block_parameters: list[torch.Tensor], k: int, optimizer,
