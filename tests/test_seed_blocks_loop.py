@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import pandas as pd
 import pytest
 import torch
 
@@ -153,6 +154,20 @@ def test_the_cli_trains_a_block_into_each_seeds_folder_and_records_it(tmp_path, 
     assert main(["train", "--agent", "dqn", "--rules", "30", "--seeds", "a-b", "--out", str(tmp_path / "s{seed}")]) == 2
     assert "cannot parse seed list item 'a-b'" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+    # evaluation in blocks: each seed's records as its own command writes them, whatever ran before in the process
+    evaluate = ["evaluate", "--rules", "30,90", "--H", "8", "--quiet", "--params", json.dumps({"evaluation": {
+        "episodes_per_rule": 2}})]
+    for source in (["--run", str(tmp_path / "seed{seed}")], ["--method", "random"]):
+        single, block = tmp_path / "single{seed}.parquet", tmp_path / "block{seed}.parquet"
+        one_seed = [a.replace("{seed}", "3") for a in source]
+        assert main([*evaluate, *one_seed, "--seed", "3", "--out", str(single).replace("{seed}", "3")]) == 0
+        assert main([*evaluate, *source, "--seeds", "2-3", "--out", str(block)]) == 0
+        pd.testing.assert_frame_equal(pd.read_parquet(str(block).replace("{seed}", "3")),
+                                      pd.read_parquet(str(single).replace("{seed}", "3")))
+        assert set(pd.read_parquet(str(block).replace("{seed}", "2"))["seed"]) == {2}
+    assert main([*evaluate, "--run", str(tmp_path / "seed2"), "--seeds", "2-3", "--out", str(tmp_path / "e{seed}")]) == 2
+    assert "--seeds needs {seed} in --run" in capsys.readouterr().err
 
 
 def test_bench_seeds_times_one_process_beside_separate_processes(tmp_path, capsys):

@@ -110,6 +110,21 @@ def run_evaluate(args) -> int:
         raise ValueError("give --run DIR (a trained run) or --method ID --seed N (a method that does not train)")
     split, _ = _rule_source(args)
     rules = tuple(parse_rule_list(args.rules)) if split is None else None
+    if args.seeds is None:
+        return _evaluate_one(args, params, split, rules)
+    seeds = parse_seed_list(args.seeds)
+    patterns = {"--out": args.out, **({"--run": args.run} if args.run is not None else {})}
+    for flag, pattern in patterns.items():
+        if SEED_FIELD not in pattern:
+            raise ValueError(f"--seeds needs {SEED_FIELD} in {flag} (each seed's own file), got {pattern!r}")
+    for seed in seeds:      # one after another in this process: each seed's records as its own command writes them
+        named = {flag.lstrip("-"): pattern.replace(SEED_FIELD, str(seed)) for flag, pattern in patterns.items()}
+        _evaluate_one(argparse.Namespace(**{**vars(args), "seed": seed, "seeds": None, **named}), params, split, rules)
+    return 0
+
+
+def _evaluate_one(args, params: dict, split, rules) -> int:
+    """One seed's evaluation: a trained run's checkpoints (--run) or a method's own seed (--method, --seed)."""
     env, evaluation = params.get("env", {}), params.get("evaluation", {})
     common = dict(episodes_per_rule=evaluation.get("episodes_per_rule", DEFAULT_EPISODES_PER_RULE),
                   eval_seed=evaluation.get("eval_seed", DEFAULT_EVAL_SEED),
@@ -195,12 +210,15 @@ or a method that does not train (--method with --seed, its own random stream), o
 training rules (ID) and test rules (OOD), or an explicit rule list, at horizon --H.
 Writes one record per episode (agent, seed, checkpoint, side, rule, success, distances, return).
 Every method, seed and checkpoint plays the same episodes, so comparisons are paired.
+With --seeds, a block of seeds is evaluated in one process (one start-up), each into its own file.
 """
 EVALUATE_EPILOG = """\
 example:
   tapebench evaluate --run runs/dqn/seed0 --split results/splits/main.json --H 32 \\
       --params '{"evaluation": {"episodes_per_rule": 5}}' --out runs/dqn/seed0/eval_H32.parquet
   tapebench evaluate --method mpc --seed 3 --split results/splits/main.json --H 32 --out mpc_seed3.parquet
+  tapebench evaluate --run 'runs/dqn/seed{seed}' --seeds 0-3 --split results/splits/main.json --H 32 \\
+      --out 'runs/dqn/seed{seed}/eval_H32.parquet'
 """
 
 
@@ -258,7 +276,11 @@ def register(sub) -> None:
     p.add_argument("--run", help="run folder written by `tapebench train`")
     p.add_argument("--method", help="instead of --run, a method that does not train: "
                                     f"{', '.join(sorted(m for m, x in registry().items() if x.make_policy))}")
-    p.add_argument("--seed", type=seed_argument, default=0, help="with --method: the method's seed (default 0)")
+    seeds = p.add_mutually_exclusive_group()
+    seeds.add_argument("--seed", type=seed_argument, default=0, help="with --method: the method's seed (default 0)")
+    seeds.add_argument("--seeds", metavar="LIST",
+                       help="a block of seeds evaluated one after another in one process, e.g. '0-3': --out (and --run) "
+                            f"then name each seed's file with {SEED_FIELD} (docs/protocol.md#seed-blocks)")
     p.add_argument("--H", type=int, required=True, help="evaluation horizon (steps per episode)")
     p.add_argument("--out", required=True, help="Parquet file of per-episode records to write")
     p.add_argument("--params", default="{}",
