@@ -21,7 +21,7 @@
 #   TAPEBENCH_SLURM_STOP_TIMEOUT   seconds to wait for each daemon to exit after SIGTERM (default 20)
 #   TAPEBENCH_SLURM_FORCE_CONF=1   overwrite an /etc/slurm/slurm.conf that this script did not write
 #   TAPEBENCH_SLURM_CPU_FACTOR     the node advertises this many CPUs per core (default 2; see write_conf)
-#   TAPEBENCH_SLURM_GPU_RULES      cpu-profile: rules forced to gpu=0 (default "train")
+#   TAPEBENCH_SLURM_GPU_RULES      cpu-profile: rules forced to gpu=0 (default "train train_block")
 #   PYTHON                         interpreter for the pip check and cpu-profile (default python3)
 set -euo pipefail
 
@@ -341,13 +341,13 @@ cmd_status() {
 # -------------------------------------------------------------------------------------------------- cpu-profile
 # A CPU-only variant of slurm/config.yaml for machines without GPUs (CI). Derived, not copied by hand, so it
 # cannot drift from the real profile: `gpu` is set to 0 for every rule in set-resources and for the rules in
-# $TAPEBENCH_SLURM_GPU_RULES (default: train, whose rule declares gpu=config training.gpus); gpu_model/gres
+# $TAPEBENCH_SLURM_GPU_RULES (default: train and train_block, whose rules declare gpu=config training.gpus); gpu_model/gres
 # are dropped; cores/cpus_per_task/threads are capped to this machine's cores and mem_mb to the node's memory
 # per advertised CPU; status checks start after 2 s.
 cmd_cpu_profile() {
     local out="${1:-$DIR/profile-cpu}"
     mkdir -p "$out"
-    "$PYTHON" - "$REPO_ROOT/slurm/config.yaml" "$out/config.yaml" "$(nproc)" "${TAPEBENCH_SLURM_GPU_RULES:-train}" <<'EOF'
+    "$PYTHON" - "$REPO_ROOT/slurm/config.yaml" "$out/config.yaml" "$(nproc)" "${TAPEBENCH_SLURM_GPU_RULES:-train train_block}" <<'EOF'
 import sys, subprocess, yaml
 src, dst, ncpu = sys.argv[1], sys.argv[2], int(sys.argv[3])
 gpu_rules = sys.argv[4].split()

@@ -25,6 +25,12 @@ rule train:
     jobid: 6
     wildcards: split=main, agent=dqn, seed=0
 [Tue Nov 24 20:53:22 2026]
+rule evaluate_seeds0_2:
+    input: results/splits/main.json, results/runs/main/dqn/seeds0-2.json
+    output: results/runs/main/dqn/seed0/eval_H32.parquet, results/runs/main/dqn/seed1/eval_H32.parquet
+    jobid: 7
+    wildcards: split=main, agent=dqn, H=32
+[Tue Nov 24 20:53:22 2026]
 localrule all:
     input: results/runs/main/dqn/seed0/train.json
     jobid: 0
@@ -33,10 +39,12 @@ localrule all:
 
 def test_dry_run_parse_and_dependencies():
     jobs = parse_dry_run(DRY_RUN)
-    assert [(j.rule, j.jobid) for j in jobs] == [("split", 4), ("train", 6), ("all", 0)]
+    assert [(j.rule, j.jobid) for j in jobs] == [("split", 4), ("train", 6), ("evaluate", 7), ("all", 0)]
     assert jobs[1].wildcards == {"split": "main", "agent": "dqn", "seed": "0"}
+    # an evaluation rule of one seed block (layout.block_rule) is its rule over the block's seeds
+    assert jobs[2].wildcards == {"split": "main", "agent": "dqn", "H": "32", "first": "0", "last": "2"}
     assert jobs[1].inputs == ["results/splits/main.json", "results/health/main.json"]
-    assert dependencies(jobs) == {4: set(), 6: {4}, 0: {6}}
+    assert dependencies(jobs) == {4: set(), 6: {4}, 7: {4}, 0: {6}}
 
 
 def test_list_scheduling_by_hand():
@@ -63,6 +71,9 @@ def test_job_costs_from_the_config():
     # 3 checkpoints x 2 sides batches, 3 x 256 rules x 5 episodes, at the measured H
     seconds, _ = job_seconds(DagJob(2, "evaluate", {"agent": "dqn", "split": "main", "H": "32"}), config, model)
     assert seconds == pytest.approx(3.0 + 6 * 0.1 + 3 * 256 * 5 * 1e-3)
+    # a block of three seeds in one job: three seeds' evaluations, one start-up
+    block = DagJob(6, "evaluate", {"agent": "dqn", "split": "main", "H": "32", "first": "3", "last": "5"})
+    assert job_seconds(block, config, model)[0] == pytest.approx(3.0 + 3 * (6 * 0.1 + 3 * 256 * 5 * 1e-3))
     # a method's evaluation at twice the measured horizon costs twice as much per batch and episode
     seconds, _ = job_seconds(DagJob(3, "evaluate_method", {"agent": "random", "split": "main", "H": "64"}), config,
                              model)

@@ -1,6 +1,6 @@
 """Seed blocks in the pipeline (training.seeds_per_job, docs/protocol.md#seed-blocks), on a copy of the session's
 tiny build (one job per seed): switching to blocks keeps every finished run and Table 3 byte for byte, adding a
-seed trains only the new seed's block, a hyperparameter edit reruns only that method's blocks, and a second dry
+seed trains and evaluates only the new seed's block, a hyperparameter edit reruns only that method's blocks, and a second dry
 run schedules nothing."""
 from __future__ import annotations
 
@@ -46,11 +46,13 @@ def test_seed_blocks_keep_runs_and_rerun_only_what_changed(tiny_build, tmp_path)
     ran = scheduled_jobs(proc.stdout + proc.stderr)
     assert sorted((wc["agent"], wc["first"], wc["last"]) for rule, wc in ran if rule == "train_block") == [
         ("dqn", "2", "2"), ("ppo", "2", "2")]
-    assert {wc["seed"] for rule, wc in ran if rule == "evaluate"} == {"2"}
+    # its evaluations too: one job per method and block (docs/protocol.md#seed-blocks)
+    assert {rule for rule, _ in ran if rule.startswith("evaluate")} == {"evaluate_seeds2_2", "evaluate_method_seeds2_2"}
     assert manifest.stat().st_mtime_ns == stamp
 
     (work / "lr.yaml").write_text(yaml.safe_dump({"agents": {"dqn": {"learning_rate": 0.001}}}))
     jobs = dry_run(work, "blocks.yaml", "three.yaml", "lr.yaml")
     assert sorted((wc["agent"], wc["first"], wc["last"]) for rule, wc in jobs if rule == "train_block") == [
         ("dqn", "0", "1"), ("dqn", "2", "2")]
-    assert {wc["agent"] for rule, wc in jobs if rule in ("evaluate", "aggregate_seed")} == {"dqn"}
+    assert {(rule, wc["agent"]) for rule, wc in jobs if rule.startswith("evaluate") or rule == "aggregate_seed"} == {
+        ("evaluate_seeds0_1", "dqn"), ("evaluate_seeds2_2", "dqn"), ("aggregate_seed", "dqn")}

@@ -47,6 +47,15 @@ def seed_block(split: str, agent: str, first, last) -> str:
 SEED_BLOCK_RECORD = re.compile(r"seeds(\d+)-(\d+)\.json$")
 
 
+def block_rule(rule: str, first, last) -> str:
+    """The name of the rule whose one job evaluates seeds first..last (training.seeds_per_job > 1): `rule`'s jobs in
+    blocks, one rule per block because each job names every seed's own file among its outputs."""
+    return f"{rule}_seeds{first}_{last}"
+
+
+BLOCK_RULE = re.compile(r"(\w+?)_seeds(\d+)_(\d+)$")
+
+
 def block_of(seed: int, seeds: int, seeds_per_job: int) -> tuple[int, int]:
     """(first, last) of the block that trains `seed` of `seeds` seeds (0..seeds-1) in blocks of `seeds_per_job`
     consecutive seeds from 0; the last block may be shorter (docs/protocol.md#seed-blocks)."""

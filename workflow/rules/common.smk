@@ -134,6 +134,67 @@ def trained_run(wildcards):
     return layout.seed_block(wildcards.split, wildcards.agent, *seed_block(wildcards.split, wildcards.seed))
 
 
+# Evaluation jobs per seed, or per seed block (evaluate.smk, noise.smk; docs/protocol.md#seed-blocks)
+PER_SEED = ["{seed}"]  # the seeds of a job with one seed per job: the {seed} wildcard
+
+
+def evaluation_blocks(splits):
+    """[(seeds, split constraint)]: the {seed} wildcard (seeds_per_job = 1), or each block of consecutive seeds with
+    the splits whose seeds it covers."""
+    if SEEDS_PER_JOB == 1:
+        return [(PER_SEED, None)]
+    blocks = {}
+    for split in dict.fromkeys(splits):
+        count = len(split_seeds(split))
+        for seed in range(count):
+            blocks.setdefault(layout.block_of(seed, count, SEEDS_PER_JOB), {})[split] = None
+    return [([str(s) for s in range(first, last + 1)], list(on)) for (first, last), on in sorted(blocks.items())]
+
+
+def block_name(rule, seeds):
+    return rule if seeds == PER_SEED else layout.block_rule(rule, seeds[0], seeds[-1])
+
+
+def block_log(folder, seeds):
+    """A job's log: per seed, or per block (seeds{first}-{last})."""
+    if seeds == PER_SEED:
+        return f"logs/{folder}/seed{{seed}}_H{{H}}.log"
+    return f"logs/{folder}/seeds{seeds[0]}-{seeds[-1]}_H{{H}}.log"
+
+
+def block_seed_args(seeds, flag="--seed", run_of=None):
+    """The arguments naming a job's seeds: `--seed N` or `--run FOLDER` for one seed; for a block, `--seeds a-b`, with
+    `--run PATTERN` (the folder with {seed}) for trained runs (`tapebench evaluate --seeds`)."""
+    if seeds == PER_SEED:
+        return lambda w: [flag, w.seed if run_of is None else run_of(w, w.seed)]
+    block = ["--seeds", f"{seeds[0]}-{seeds[-1]}"]
+    return lambda w: block if run_of is None else [flag, run_of(w, "{seed}"), *block]
+
+
+def block_out(file_of, seeds):
+    """--out: the seed's file, or the block's pattern with {seed}."""
+    return lambda w: file_of(w, w.seed if seeds == PER_SEED else "{seed}")
+
+
+def block_trained_runs(seeds):
+    """What a block's evaluation reads: its run's train.json, or its training block's record."""
+    if seeds == PER_SEED:
+        return trained_run
+    return lambda w: layout.seed_block(w.split, w.agent, seeds[0], seeds[-1])
+
+
+def block_constraints(agents, splits):
+    return {"agent": one_of(agents)} | ({} if splits is None else {"split": one_of(splits)})
+
+
+def block_runtime(runtime, seeds):
+    return lambda w: runtime(w) * len(seeds)
+
+
+def evaluation_file(w, seed):
+    return layout.evaluation(run_dir(w.split, w.agent, seed), w.H)
+
+
 # What a job declares to the scheduler (`resources: mem_mb, runtime`), estimated from its config slice
 # (tapebench.pipeline.resources); validate_config has refused any config whose job would exceed resources.max_mem_mb
 def _job_of(wildcards):

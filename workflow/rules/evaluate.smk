@@ -1,50 +1,75 @@
 # Evaluation on the common-random-number episodes, ID (train side) and OOD (test side): every checkpoint
 # of a trained run, or one seed (its own random stream) of a method that does not train.
+# With training.seeds_per_job > 1 the seeds of a block are evaluated in one job (one process start-up): one rule
+# per block (layout.block_rule), since a job names each seed's own file among its outputs
+# (docs/protocol.md#seed-blocks); with 1, one job per seed.
 
 
-rule evaluate:
-    input:
-        split=layout.split_file("{split}"),
-        trained=trained_run,
-    output:
-        layout.evaluation(layout.run_dir("{split}", "{agent}", "{seed}"), "{H}"),
-    log:
-        "logs/evaluate/{split}/{agent}/seed{seed}_H{H}.log",
-    wildcard_constraints:
-        agent=one_of(TRAINED),
-    conda:
-        CONDA_ENV
-    threads: 1
-    resources:
-        mem_mb=eval_mem_mb,
-        runtime=eval_runtime,
-    params:
-        slice=eval_params,
-        run_dir=lambda w: run_dir(w.split, w.agent, w.seed),
-    shell:
-        "tapebench evaluate --run {params.run_dir:q} --split {input.split:q} --H {wildcards.H:q}"
-        " --params {params.slice:q} --threads {threads:q} --out {output:q} > {log:q} 2>&1"
+EVALUATED_SPLITS = [*SPLIT_NAMES, LADDER_SPLIT]
+UNTRAINED_SEEDED = [m for m in EVALUATED_UNTRAINED if not get_method(m).deterministic]
+UNTRAINED_ONE_SEED = [m for m in EVALUATED_UNTRAINED if get_method(m).deterministic]
+
+for seeds, splits in evaluation_blocks(EVALUATED_SPLITS):
+
+    rule:
+        name:
+            block_name("evaluate", seeds)
+        input:
+            split=layout.split_file("{split}"),
+            trained=block_trained_runs(seeds),
+        output:
+            [layout.evaluation(layout.run_dir("{split}", "{agent}", s), "{H}") for s in seeds],
+        log:
+            block_log("evaluate/{split}/{agent}", seeds),
+        wildcard_constraints:
+            **block_constraints(TRAINED, splits),
+        conda:
+            CONDA_ENV
+        threads: 1
+        resources:
+            mem_mb=eval_mem_mb,
+            runtime=block_runtime(eval_runtime, seeds),
+        params:
+            slice=eval_params,
+            run=block_seed_args(seeds, "--run", lambda w, s: run_dir(w.split, w.agent, s)),
+            out=block_out(evaluation_file, seeds),
+        shell:
+            "tapebench evaluate {params.run:q} --split {input.split:q} --H {wildcards.H:q}"
+            " --params {params.slice:q} --threads {threads:q} --out {params.out:q} > {log:q} 2>&1"
 
 
-rule evaluate_method:
-    input:
-        split=layout.split_file("{split}"),
-        health=layout.split_health("{split}"),
-    output:
-        layout.evaluation(layout.run_dir("{split}", "{agent}", "{seed}"), "{H}"),
-    log:
-        "logs/evaluate/{split}/{agent}/seed{seed}_H{H}.log",
-    wildcard_constraints:
-        agent=one_of(EVALUATED_UNTRAINED),
-    conda:
-        CONDA_ENV
-    threads: 1
-    resources:
-        mem_mb=eval_mem_mb,
-        runtime=eval_runtime,
-    params:
-        slice=method_eval_params,
-    shell:
-        "NUMBA_NUM_THREADS={threads:q} tapebench evaluate --method {wildcards.agent:q} --seed {wildcards.seed:q}"
-        " --split {input.split:q} --H {wildcards.H:q} --params {params.slice:q} --threads {threads:q}"
-        " --out {output:q} > {log:q} 2>&1"
+# a deterministic method (the exact optimum) runs one seed: one job per seed whatever seeds_per_job says
+METHOD_BLOCKS = [(s, on, UNTRAINED_SEEDED) for s, on in evaluation_blocks(EVALUATED_SPLITS)]
+if SEEDS_PER_JOB == 1:
+    METHOD_BLOCKS = [(PER_SEED, None, EVALUATED_UNTRAINED)]
+elif UNTRAINED_ONE_SEED:
+    METHOD_BLOCKS.append((PER_SEED, None, UNTRAINED_ONE_SEED))
+
+for seeds, splits, agents in METHOD_BLOCKS:
+
+    rule:
+        name:
+            block_name("evaluate_method", seeds)
+        input:
+            split=layout.split_file("{split}"),
+            health=layout.split_health("{split}"),
+        output:
+            [layout.evaluation(layout.run_dir("{split}", "{agent}", s), "{H}") for s in seeds],
+        log:
+            block_log("evaluate/{split}/{agent}", seeds),
+        wildcard_constraints:
+            **block_constraints(agents, splits),
+        conda:
+            CONDA_ENV
+        threads: 1
+        resources:
+            mem_mb=eval_mem_mb,
+            runtime=block_runtime(eval_runtime, seeds),
+        params:
+            slice=method_eval_params,
+            seed=block_seed_args(seeds),
+            out=block_out(evaluation_file, seeds),
+        shell:
+            "NUMBA_NUM_THREADS={threads:q} tapebench evaluate --method {wildcards.agent:q} {params.seed:q}"
+            " --split {input.split:q} --H {wildcards.H:q} --params {params.slice:q} --threads {threads:q}"
+            " --out {params.out:q} > {log:q} 2>&1"

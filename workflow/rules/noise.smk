@@ -5,54 +5,67 @@
 # (and the table and figure).
 
 
-rule evaluate_noise:
-    input:
-        split=layout.split_file("{split}"),
-        trained=trained_run,
-    output:
-        layout.noise_eval("{split}", "{eps}", "{agent}", "{seed}", "{H}"),
-    log:
-        "logs/noise/{split}/eps{eps}/{agent}/seed{seed}_H{H}.log",
-    wildcard_constraints:
-        agent=one_of(NOISE_TRAINED),
-        eps=r"0\.\d*[1-9]",
-    conda:
-        CONDA_ENV
-    threads: 1
-    resources:
-        mem_mb=eval_mem_mb,
-        runtime=eval_runtime,
-    params:
-        slice=noise_eval_params,
-        run_dir=lambda w: run_dir(w.split, w.agent, w.seed),
-    shell:
-        "tapebench evaluate --run {params.run_dir:q} --split {input.split:q} --H {wildcards.H:q}"
-        " --params {params.slice:q} --threads {threads:q} --out {output:q} > {log:q} 2>&1"
+for seeds, splits in evaluation_blocks(EVALUATED_SPLITS):  # a job per seed, or per seed block (evaluate.smk)
+
+    rule:
+        name:
+            block_name("evaluate_noise", seeds)
+        input:
+            split=layout.split_file("{split}"),
+            trained=block_trained_runs(seeds),
+        output:
+            [layout.noise_eval("{split}", "{eps}", "{agent}", s, "{H}") for s in seeds],
+        log:
+            block_log("noise/{split}/eps{eps}/{agent}", seeds),
+        wildcard_constraints:
+            **block_constraints(NOISE_TRAINED, splits),
+            eps=r"0\.\d*[1-9]",
+        conda:
+            CONDA_ENV
+        threads: 1
+        resources:
+            mem_mb=eval_mem_mb,
+            runtime=block_runtime(eval_runtime, seeds),
+        params:
+            slice=noise_eval_params,
+            run=block_seed_args(seeds, "--run", lambda w, s: run_dir(w.split, w.agent, s)),
+            out=block_out(lambda w, s: layout.noise_eval(w.split, w.eps, w.agent, s, w.H), seeds),
+        shell:
+            "tapebench evaluate {params.run:q} --split {input.split:q} --H {wildcards.H:q}"
+            " --params {params.slice:q} --threads {threads:q} --out {params.out:q} > {log:q} 2>&1"
 
 
-rule evaluate_noise_method:
-    input:
-        split=layout.split_file("{split}"),
-        health=layout.split_health("{split}"),
-    output:
-        layout.noise_eval("{split}", "{eps}", "{agent}", "{seed}", "{H}"),
-    log:
-        "logs/noise/{split}/eps{eps}/{agent}/seed{seed}_H{H}.log",
-    wildcard_constraints:
-        agent=one_of(NOISE_UNTRAINED),
-        eps=r"0\.\d*[1-9]",
-    conda:
-        CONDA_ENV
-    threads: 1
-    resources:
-        mem_mb=eval_mem_mb,
-        runtime=eval_runtime,
-    params:
-        slice=noise_eval_params,
-    shell:
-        "NUMBA_NUM_THREADS={threads:q} tapebench evaluate --method {wildcards.agent:q} --seed {wildcards.seed:q}"
-        " --split {input.split:q} --H {wildcards.H:q} --params {params.slice:q} --threads {threads:q}"
-        " --out {output:q} > {log:q} 2>&1"
+NOISE_METHOD_BLOCKS = [(s, on, [m for m in NOISE_UNTRAINED if m in agents]) for s, on, agents in METHOD_BLOCKS]
+
+for seeds, splits, agents in NOISE_METHOD_BLOCKS:
+
+    rule:
+        name:
+            block_name("evaluate_noise_method", seeds)
+        input:
+            split=layout.split_file("{split}"),
+            health=layout.split_health("{split}"),
+        output:
+            [layout.noise_eval("{split}", "{eps}", "{agent}", s, "{H}") for s in seeds],
+        log:
+            block_log("noise/{split}/eps{eps}/{agent}", seeds),
+        wildcard_constraints:
+            **block_constraints(agents, splits),
+            eps=r"0\.\d*[1-9]",
+        conda:
+            CONDA_ENV
+        threads: 1
+        resources:
+            mem_mb=eval_mem_mb,
+            runtime=block_runtime(eval_runtime, seeds),
+        params:
+            slice=noise_eval_params,
+            seed=block_seed_args(seeds),
+            out=block_out(lambda w, s: layout.noise_eval(w.split, w.eps, w.agent, s, w.H), seeds),
+        shell:
+            "NUMBA_NUM_THREADS={threads:q} tapebench evaluate --method {wildcards.agent:q} {params.seed:q}"
+            " --split {input.split:q} --H {wildcards.H:q} --params {params.slice:q} --threads {threads:q}"
+            " --out {params.out:q} > {log:q} 2>&1"
 
 
 rule aggregate_seed_noise:

@@ -40,6 +40,7 @@ import pandas as pd
 
 from tapebench.pipeline.config import (dumps, fixed_z_train_slice, load_config, split_rule_space, sweep_train_slice,
                                        train_slice, validate_config)
+from tapebench.layout import BLOCK_RULE
 from tapebench.registry import get_method
 from tapebench.schemas import WORLDTEST_AGGREGATE_COLUMNS
 from tapebench.settings import checkpoints_per_run, worldtest_study
@@ -88,6 +89,11 @@ def parse_dry_run(text: str) -> list[DagJob]:
             job.jobid = int(value)
         elif key == "wildcards":
             job.wildcards = dict(kv.split("=", 1) for kv in value.split(", "))
+    for job in jobs:   # an evaluation rule of one seed block (layout.block_rule): its rule, the block as first, last
+        block = BLOCK_RULE.fullmatch(job.rule)
+        if block:
+            job.rule = block.group(1)
+            job.wildcards = {**job.wildcards, "first": block.group(2), "last": block.group(3)}
     return jobs
 
 
@@ -401,17 +407,17 @@ def training_job(job: DagJob, config: dict) -> tuple[str, dict] | None:
 
 
 def block_seeds(job: DagJob) -> int:
-    """Seeds a training job trains: a `train_block` job's block, one for any other."""
-    if job.rule == "train_block":
+    """Seeds a job trains or evaluates: a seed block's (`train_block`, an evaluation rule per block), else one."""
+    if "first" in job.wildcards:
         return int(job.wildcards["last"]) - int(job.wildcards["first"]) + 1
     return 1
 
 
 def block_sizes(jobs: list[DagJob]) -> dict[str, set[int]]:
-    """method -> the sizes of its seed blocks of more than one seed in the DAG."""
+    """method -> the sizes of its training seed blocks of more than one seed in the DAG."""
     sizes = defaultdict(set)
     for job in jobs:
-        if block_seeds(job) > 1:
+        if job.rule == "train_block" and block_seeds(job) > 1:
             sizes[job.wildcards["agent"]].add(block_seeds(job))
     return dict(sizes)
 
@@ -422,7 +428,8 @@ def arithmetic_shape(method: str, train: dict) -> str:
 
 
 def evaluation_job(job: DagJob, config: dict) -> tuple[str, int, int, int] | None:
-    """(method, evaluated batches, episodes, H) of an evaluation job; None for any other job."""
+    """(method, evaluated batches, episodes, H) of an evaluation job (every seed of its block); None for any other
+    job."""
     rule, w = job.rule, job.wildcards
     if rule not in EVAL_RULES and rule not in METHOD_EVAL_RULES:
         return None
@@ -436,7 +443,9 @@ def evaluation_job(job: DagJob, config: dict) -> tuple[str, int, int, int] | Non
         checkpoints = checkpoints_per_run(total, every) if every_checkpoint else int(config["evaluation"]["last_k"])
     n_rules = 1 if rule == "evaluate_fixed_z" else _rule_count(config, w.get("split", config["main_split"]))
     sides = 1 if rule == "evaluate_fixed_z" else 2
-    return agent, checkpoints * sides, checkpoints * n_rules * int(config["evaluation"]["episodes_per_rule"]), H
+    seeds = block_seeds(job)
+    return agent, checkpoints * sides * seeds, checkpoints * n_rules * int(config["evaluation"]["episodes_per_rule"]) \
+        * seeds, H
 
 
 def floor_seconds(job: DagJob, config: dict, model: CostModel, floor: dict) -> float | None:
