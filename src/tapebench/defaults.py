@@ -30,6 +30,7 @@ SUCCESS_BONUS = 1.0          # b in r = -dist + b * 1[dist = 0]
 # training: the schedule of one run
 TOTAL_STEPS = 200_000        # environment steps per run
 EVAL_EVERY = 10_000          # a checkpoint every this many environment steps
+SEEDS = 20                   # training seeds 0..SEEDS-1 per method
 
 # evaluation: the common-random-number episodes every method plays
 EPISODES_PER_RULE = 20
@@ -75,6 +76,7 @@ CONFIG_KEYS = {
     "features.seed": FEATURE_SEED,
     "training.total_steps": TOTAL_STEPS,
     "training.eval_every": EVAL_EVERY,
+    "seeds": SEEDS,
     "evaluation.episodes_per_rule": EPISODES_PER_RULE,
     "evaluation.eval_seed": EVAL_SEED,
     "evaluation.last_k": LAST_K,
