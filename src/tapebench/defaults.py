@@ -56,6 +56,11 @@ FEATURE_TRIALS = 64
 FEATURE_STEPS = 64
 FEATURE_SEED = 0
 
+# studies.ladder: the severity ladder (docs/protocol.md#severity-ladders)
+LADDER_TRAIN_CLASSES = 3     # mirror classes drawn for training
+LADDER_LEVELS = (1, 2, 3, 4)  # the rule-table distances d
+LADDER_LEVEL_SIZE = 10       # test rules per level
+
 # settings without a config key
 REFERENCE = "mpc"            # the reference method of oracle-normalised scores and of Table 3's "on reference"
 INIT_DENSITY = 0.5           # initial tapes: each cell 1 with this probability
@@ -90,4 +95,7 @@ CONFIG_KEYS = {
     "oracle.by_type_episodes_per_rule": BY_TYPE_EPISODES_PER_RULE,
     "studies.fixed_z.total_steps": TOTAL_STEPS,
     "studies.fixed_z.eval_every": EVAL_EVERY,
+    "studies.ladder.train_classes": LADDER_TRAIN_CLASSES,
+    "studies.ladder.levels": LADDER_LEVELS,
+    "studies.ladder.level_size": LADDER_LEVEL_SIZE,
 }
