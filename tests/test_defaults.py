@@ -75,8 +75,8 @@ def _mismatches(config: dict, schema: dict) -> list[str]:
             continue
         if name in SCHEMA_OFF:
             if _same(default, value):
-                problems.append(f"{name}: listed as an 'off' schema default ({SCHEMA_OFF[name]}) but config/config.yaml "
-                                f"repeats it ({value!r}); remove it from SCHEMA_OFF")
+                problems.append(f"{name}: listed as an 'off' schema default ({SCHEMA_OFF[name]}) but "
+                                f"config/config.yaml repeats it ({value!r}); remove it from SCHEMA_OFF")
         elif not _same(default, value):
             problems.append(f"{name}: config/config.yaml {value!r}, schema default {default!r}")
     for name in SCHEMA_OFF:
@@ -138,8 +138,9 @@ def test_python_dataclass_defaults_are_the_config_values():
     ladder = config["studies"]["ladder"]
     params = LadderParams(name=ladder["name"])
     for key in ("train_classes", "levels", "level_size", "seed"):
-        assert _same(getattr(params, key), ladder[key]), (f"studies.ladder.{key}: LadderParams default "
-                                                          f"{getattr(params, key)!r}, config/config.yaml {ladder[key]!r}")
+        default = getattr(params, key)
+        assert _same(default, ladder[key]), (f"studies.ladder.{key}: LadderParams default {default!r}, "
+                                             f"config/config.yaml {ladder[key]!r}")
     fields = {f.name: f.default for f in dataclasses.fields(TrainSpec)}
     for key, value in {**config["env"], **{k: config["training"][k] for k in ("total_steps", "eval_every")}}.items():
         assert _same(fields[key], value), f"TrainSpec.{key} default {fields[key]!r}, config/config.yaml {value!r}"
