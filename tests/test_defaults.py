@@ -103,16 +103,20 @@ def test_a_changed_value_in_any_of_the_three_places_is_named(monkeypatch):
         f"schema default (none)"]
     config, schema = _load()
     schema["properties"]["diagnostics"]["properties"]["model_error"]["properties"]["depth"]["default"] = 8
+    depth = defaults.MODEL_ERROR_DEPTH
     assert _mismatches(config, schema) == [
-        "diagnostics.model_error.depth: tapebench.defaults 16, config/config.yaml 16, schema default 8"]
+        f"diagnostics.model_error.depth: tapebench.defaults {depth}, config/config.yaml {depth}, schema default 8"]
     config, schema = _load()
     monkeypatch.setitem(defaults.CONFIG_KEYS, "statistics.ci", 0.9)
     assert _mismatches(config, schema) == [
-        "statistics.ci: tapebench.defaults 0.9, config/config.yaml 0.95, schema default (none)"]
+        f"statistics.ci: tapebench.defaults 0.9, config/config.yaml {config['statistics']['ci']}, schema default (none)"]
     monkeypatch.undo()
     config, schema = _load()
-    schema["properties"]["studies"]["properties"]["fixed_z"]["properties"]["seeds"]["default"] = 3
-    assert _mismatches(config, schema) == ["studies.fixed_z.seeds: config/config.yaml 5, schema default 3"]
+    seeds = schema["properties"]["studies"]["properties"]["fixed_z"]["properties"]["seeds"]
+    seeds["default"] += 1
+    assert _mismatches(config, schema) == [
+        f"studies.fixed_z.seeds: config/config.yaml {config['studies']['fixed_z']['seeds']}, schema default "
+        f"{seeds['default']}"]
     config, schema = _load()
     config["training"]["gpus"] = 0
     assert [p.split(":")[0] for p in _mismatches(config, schema)] == ["training.gpus"]
