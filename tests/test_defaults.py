@@ -109,7 +109,8 @@ def test_a_changed_value_in_any_of_the_three_places_is_named(monkeypatch):
     config, schema = _load()
     monkeypatch.setitem(defaults.CONFIG_KEYS, "statistics.ci", 0.9)
     assert _mismatches(config, schema) == [
-        f"statistics.ci: tapebench.defaults 0.9, config/config.yaml {config['statistics']['ci']}, schema default (none)"]
+        f"statistics.ci: tapebench.defaults 0.9, config/config.yaml {config['statistics']['ci']}, "
+        "schema default (none)"]
     monkeypatch.undo()
     config, schema = _load()
     seeds = schema["properties"]["studies"]["properties"]["fixed_z"]["properties"]["seeds"]
