@@ -161,10 +161,13 @@ def test_oracle_normalized_score_refuses_mixed_protocols(split_path, tmp_path):
 
 
 def test_oracle_cli_defaults_to_the_agents_evaluation_seed():
-    from tapebench.commands.oracle import DEFAULT_EVAL_SEED
+    from tapebench.cli import build_parser
     from tapebench.training.evaluate import DEFAULT_EVAL_SEED as AGENTS_EVAL_SEED
 
-    assert DEFAULT_EVAL_SEED == AGENTS_EVAL_SEED
+    parser = build_parser()
+    for command in (["mpc", "--rules", "30"], ["exact", "--rules", "30"], ["export-mpc-by-type", "--split", "main"]):
+        args = parser.parse_args([*command, "--out", "x"])
+        assert args.eval_seed == AGENTS_EVAL_SEED, command
 
 
 def test_on_score_from_an_agent_evaluation_file(split_path, tmp_path):

@@ -208,8 +208,6 @@ def _parse_ranges(text: str, what: str, example: str) -> list[int]:
     return sorted(values)
 
 
-DEFAULT_INIT_DENSITY = 0.5
-DEFAULT_NOISE = 0.0
 MAX_NOISE = 0.5
 
 

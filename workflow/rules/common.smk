@@ -330,7 +330,7 @@ def health_random(wildcards):
 
 FIXED_Z = config["studies"]["fixed_z"]
 FIXED_Z_RULES = ",".join(str(z) for z in FIXED_Z["rules"])  # the representative rules (paper App. B)
-FEAS = config["oracle"].get("feasibility", {"L": 16, "H": 16})
+FEAS = config["oracle"]["feasibility"]
 LH = {"L": "{L}", "H": "{H}"}  # the wildcards of the oracle's L, H patterns (layout.feasibility, layout.fixed_z)
 
 

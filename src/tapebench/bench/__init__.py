@@ -20,6 +20,7 @@ from typing import Callable
 
 import numpy as np
 
+from tapebench import defaults
 from tapebench.validation import check_horizon, check_length, check_output_file, parse_rule_list, seed_argument
 
 BENCH_DESCRIPTION = """\
@@ -97,8 +98,8 @@ def register(sub) -> None:
                         f"{FAMILY_ENVS} for families)")
     p.add_argument("--seconds", type=float, default=1.0, help="length of one timed run (default 1.0)")
     p.add_argument("--repeats", type=int, default=3, help="timed runs per figure; the median is shown")
-    p.add_argument("--L", type=int, default=32, help="tape length (default 32)")
-    p.add_argument("--H", type=int, default=32, help="horizon for environment figures (default 32)")
+    p.add_argument("--L", type=int, default=defaults.L, help=f"tape length (default {defaults.L})")
+    p.add_argument("--H", type=int, default=defaults.H, help=f"horizon for environment figures (default {defaults.H})")
     p.add_argument("--rules", default="0-255", help="rule set for environment figures (default 0-255)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads for environment figures (default: torch's own setting)")
@@ -124,8 +125,9 @@ def register(sub) -> None:
                    help="sb3 --learning: the fixed-rule tasks and/or the main split (default both)")
     p.add_argument("--fixed-rules", default=None,
                    help="sb3 --learning: the single-rule tasks (default the six representative rules)")
-    p.add_argument("--episodes-per-rule", type=int, default=20,
-                   help="sb3 --learning, world-model: evaluation episodes per rule (default 20, the protocol's)")
+    p.add_argument("--episodes-per-rule", type=int, default=defaults.EPISODES_PER_RULE,
+                   help=f"sb3 --learning, world-model: evaluation episodes per rule (default "
+                        f"{defaults.EPISODES_PER_RULE}, the protocol's)")
     p.add_argument("--jobs", type=int, default=1,
                    help="sb3 --learning, world-model: runs in parallel processes, 1 torch thread each (default 1)")
     p.add_argument("--variants", nargs="+", default=None, metavar="FIELD=V[;FIELD=V]",

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tapebench import defaults
 from tapebench.episodes.sets import episode_set
 from tapebench.episodes.streams import GAMMA, episode_keys, split_key
 from tapebench.layout import split_file
@@ -64,7 +65,7 @@ def _numpy_step(tapes: np.ndarray, tables: np.ndarray) -> np.ndarray:
     return np.take_along_axis(tables, idx, axis=1)
 
 
-def numpy_mpc(episodes, H: int, config: MPCConfig, success_bonus: float = 1.0) -> dict:
+def numpy_mpc(episodes, H: int, config: MPCConfig, success_bonus: float = defaults.SUCCESS_BONUS) -> dict:
     """Vectorised NumPy random-shooting MPC over (active episodes x candidates), all-zero goal."""
     n, L = episodes.tapes.shape
     C, horizon = config.candidates, config.horizon

@@ -21,19 +21,20 @@ import time
 
 import torch
 
+from tapebench import defaults
 from tapebench.envs.batched import BatchedTapeEnv
 from tapebench.registry import build_config, registry
 from tapebench.training.evaluate import evaluate_run
 from tapebench.training.loop import TrainSpec, resolve_device, train
 from tapebench.validation import check_horizon, check_length, parse_rule_list
 
-PROTOCOL_STEPS = 200_000
-PROTOCOL_EVAL_EVERY = 10_000
-PROTOCOL_SEEDS = 20
-EPISODES_PER_RULE = 20
+PROTOCOL_STEPS = defaults.TOTAL_STEPS
+PROTOCOL_EVAL_EVERY = defaults.EVAL_EVERY
+PROTOCOL_SEEDS = defaults.SEEDS
+EPISODES_PER_RULE = defaults.EPISODES_PER_RULE
 BENCH_STEPS = 20_000          # training steps timed per agent (default of --steps)
 BENCH_EVAL_EVERY = 5_000      # -> 4 checkpoints to evaluate
-PROTOCOL_LAST_K = 3           # planners are evaluated at their last K checkpoints only
+PROTOCOL_LAST_K = defaults.LAST_K  # planners are evaluated at their last K checkpoints only
 PLANNER_EPISODES_PER_RULE = 2 # a planner's evaluation is timed on this many episodes per rule, then scaled
 PLANNER_TIMED_RULES = 16      # ... and on at most this many of the rules (evenly spaced), then scaled
 HEARTBEAT_S = 30.0            # a progress line at least this often while one measurement runs

@@ -1,6 +1,9 @@
 """`tapebench benchmark-health` and `tapebench health-gate` (docs/protocol.md#benchmark-health)."""
 from __future__ import annotations
 
+import json
+
+from tapebench import defaults
 from tapebench.health.checks import CHECKS
 
 
@@ -20,7 +23,8 @@ def register(sub) -> None:
     p.add_argument("--settings", required=True,
                    help="the config's health: section as JSON (inline or a file): trivial_success and, for each of "
                         + ", ".join(c.name for c in CHECKS) + ", {warn, fail, fatal}")
-    p.add_argument("--statistics", default='{"n_resamples": 2000, "ci": 0.95, "seed": 0}',
+    p.add_argument("--statistics", default=json.dumps({"n_resamples": defaults.N_RESAMPLES, "ci": defaults.CI,
+                                                       "seed": defaults.STATISTICS_SEED}),
                    help="bootstrap settings as JSON: n_resamples, ci, seed")
     p.add_argument("--L", type=int, required=True, help="tape length of the records")
     p.add_argument("--H", type=int, required=True, help="horizon of the records")

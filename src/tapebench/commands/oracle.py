@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 
-from tapebench.evaluation.protocol import DEFAULT_EVAL_SEED
+from tapebench import defaults
 from tapebench.layout import SPLITS_DIR
 from tapebench.validation import seed_argument
 
@@ -19,8 +19,8 @@ def _episode_args(p, *, L: int, H: int, episodes_per_rule: int) -> None:
                    help=f"evaluation episodes per rule (default {episodes_per_rule})")
     p.add_argument("--L", type=int, default=L, help=f"tape length (default {L})")
     p.add_argument("--H", type=int, default=H, help=f"episode horizon (default {H})")
-    p.add_argument("--eval-seed", type=int, default=DEFAULT_EVAL_SEED,
-                   help=f"evaluation seed of the common-random-number episodes (default {DEFAULT_EVAL_SEED}, "
+    p.add_argument("--eval-seed", type=int, default=defaults.EVAL_SEED,
+                   help=f"evaluation seed of the common-random-number episodes (default {defaults.EVAL_SEED}, "
                         f"as `tapebench evaluate`)")
     p.add_argument("--out", required=True, help="per-episode records Parquet")
 
@@ -46,20 +46,22 @@ def _protocol_kwargs(args) -> dict:
 def register(sub) -> None:
     p = sub.add_parser("mpc", description="Play the common-random-number evaluation episodes of a split side or a rule "
                                    "list with random-shooting MPC (true rule) and write per-episode records.")
-    _episode_args(p, L=32, H=32, episodes_per_rule=20)
+    _episode_args(p, L=defaults.L, H=defaults.H, episodes_per_rule=defaults.EPISODES_PER_RULE)
     _planner_args(p)
     p.set_defaults(func=_mpc)
 
     p = sub.add_parser("exact", description="Play the evaluation episodes with the exact finite-horizon optimum: strict "
                                    "success whenever reachable (fewest steps), else least final distance.")
-    _episode_args(p, L=16, H=16, episodes_per_rule=20)
+    _episode_args(p, L=defaults.FEASIBILITY_L, H=defaults.FEASIBILITY_H,
+                  episodes_per_rule=defaults.EPISODES_PER_RULE)
     p.set_defaults(func=_exact)
 
     p = sub.add_parser("feasibility", description="Per rule: fraction of non-goal tapes from which strict success is reachable "
                                    "within H steps, and the distribution of the minimal number of steps.")
     p.add_argument("--rules", default="0-255", help="rule list (default 0-255)")
-    p.add_argument("--L", type=int, default=16, help="tape length, at most 20 (default 16)")
-    p.add_argument("--H", type=int, default=16, help="horizon (default 16)")
+    p.add_argument("--L", type=int, default=defaults.FEASIBILITY_L,
+                   help=f"tape length, at most 20 (default {defaults.FEASIBILITY_L})")
+    p.add_argument("--H", type=int, default=defaults.FEASIBILITY_H, help=f"horizon (default {defaults.FEASIBILITY_H})")
     p.add_argument("--out", required=True, help="feasibility Parquet")
     p.set_defaults(func=_feasibility)
 
@@ -75,11 +77,12 @@ def register(sub) -> None:
     p.add_argument("--split", required=True, help="split name (in --splits-dir) or path to a split JSON")
     p.add_argument("--side", default="test", help="train or test (default test)")
     p.add_argument("--splits-dir", default=SPLITS_DIR, help="where split names are looked up")
-    p.add_argument("--episodes-per-rule", type=int, default=1, help="episodes per rule (default 1)")
-    p.add_argument("--L", type=int, default=32, help="tape length (default 32)")
-    p.add_argument("--H", type=int, default=32, help="horizon (default 32)")
-    p.add_argument("--eval-seed", type=int, default=DEFAULT_EVAL_SEED,
-                   help=f"evaluation seed (default {DEFAULT_EVAL_SEED}, as `tapebench evaluate`)")
+    p.add_argument("--episodes-per-rule", type=int, default=defaults.BY_TYPE_EPISODES_PER_RULE,
+                   help=f"episodes per rule (default {defaults.BY_TYPE_EPISODES_PER_RULE})")
+    p.add_argument("--L", type=int, default=defaults.L, help=f"tape length (default {defaults.L})")
+    p.add_argument("--H", type=int, default=defaults.H, help=f"horizon (default {defaults.H})")
+    p.add_argument("--eval-seed", type=int, default=defaults.EVAL_SEED,
+                   help=f"evaluation seed (default {defaults.EVAL_SEED}, as `tapebench evaluate`)")
     _planner_args(p)
     p.add_argument("--out", default="mpc_by_type_eval.json", help="output JSON (default mpc_by_type_eval.json)")
     p.set_defaults(func=_by_type)

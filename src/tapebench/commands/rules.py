@@ -4,23 +4,24 @@ from __future__ import annotations
 
 from collections import Counter
 
+from tapebench import defaults
 from tapebench.layout import SPLITS_DIR
 from tapebench.rules.features import RULE_TYPES, FeatureProtocol, write_features
 from tapebench.validation import parse_rule_list, seed_argument
 
 
 def register(sub) -> None:
-    defaults = FeatureProtocol()
+    feature_defaults = FeatureProtocol()
     p = sub.add_parser("features", description="Run every rule of the rule space from random tapes with no actions, summarise "
                                    "the rollouts' density, activity and entropy into a feature vector per rule, and "
                                    "type each rule stable, periodic or chaotic with the paper's thresholds "
                                    "(docs/protocol.md#rule-types). Writes one row per rule to a Parquet file; the "
                                    "same seed gives the same file.")
     p.add_argument("--out", required=True, help="Parquet file, e.g. results/rules/features.parquet")
-    p.add_argument("--seed", type=seed_argument, default=defaults.seed, help="seed of the random start tapes")
-    p.add_argument("--trials", type=int, default=defaults.trials, help="random start tapes per rule")
-    p.add_argument("--steps", type=int, default=defaults.steps, help="CA updates per rollout")
-    p.add_argument("--L", type=int, default=defaults.L, help="tape length")
+    p.add_argument("--seed", type=seed_argument, default=feature_defaults.seed, help="seed of the random start tapes")
+    p.add_argument("--trials", type=int, default=feature_defaults.trials, help="random start tapes per rule")
+    p.add_argument("--steps", type=int, default=feature_defaults.steps, help="CA updates per rollout")
+    p.add_argument("--L", type=int, default=feature_defaults.L, help="tape length")
     p.add_argument("--rules", default="0-255", help="rule space, e.g. '0-255' or '0-127,150'")
     p.add_argument("--rule-set", help="a sampled rule set (`tapebench rule-set`): its family and rules replace --rules")
     p.set_defaults(func=run)
@@ -39,21 +40,18 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="rule-set JSON, e.g. results/rules/rule_set.json")
     p.set_defaults(func=_rule_set)
 
-    # lazy: a command loads only the modules it runs
-    from tapebench.evaluation.protocol import DEFAULT_EPISODES_PER_RULE, DEFAULT_EVAL_SEED
-
     p = sub.add_parser("identifiability", description="For every rule of both sides of a split, on the evaluation episodes' initial "
                                    "tapes with uniformly random actions: the number of observed transitions until "
                                    "the rule tables consistent with them are a single rule (H + 1 = not identified "
                                    "within the episode). Writes one row per episode to a Parquet file.")
     p.add_argument("--split", required=True, help="split name (in --splits-dir) or path to a split JSON")
     p.add_argument("--splits-dir", default=SPLITS_DIR, help="where split names are looked up")
-    p.add_argument("--L", type=int, default=32, help="tape length (default 32)")
-    p.add_argument("--H", type=int, default=32, help="episode horizon (default 32)")
-    p.add_argument("--episodes-per-rule", type=int, default=DEFAULT_EPISODES_PER_RULE,
-                   help=f"episodes per rule (default {DEFAULT_EPISODES_PER_RULE})")
-    p.add_argument("--eval-seed", type=int, default=DEFAULT_EVAL_SEED,
-                   help=f"evaluation seed of the common-random-number episodes (default {DEFAULT_EVAL_SEED})")
+    p.add_argument("--L", type=int, default=defaults.L, help=f"tape length (default {defaults.L})")
+    p.add_argument("--H", type=int, default=defaults.H, help=f"episode horizon (default {defaults.H})")
+    p.add_argument("--episodes-per-rule", type=int, default=defaults.EPISODES_PER_RULE,
+                   help=f"episodes per rule (default {defaults.EPISODES_PER_RULE})")
+    p.add_argument("--eval-seed", type=int, default=defaults.EVAL_SEED,
+                   help=f"evaluation seed of the common-random-number episodes (default {defaults.EVAL_SEED})")
     p.add_argument("--action-seed", type=int, default=0, help="seed of the random-action stream (default 0)")
     p.add_argument("--out", required=True, help="per-episode Parquet, e.g. results/identifiability/main.parquet")
     p.set_defaults(func=_identifiability)

@@ -1,6 +1,7 @@
 """`tapebench split` and `tapebench split-health` (docs/protocol.md#splits)."""
 from __future__ import annotations
 
+from tapebench import defaults
 from tapebench.splits.generate import SPLIT_METHODS, SPLIT_UNITS, SplitParams, generate_split
 from tapebench.splits.health import split_health
 from tapebench.validation import parse_rule_list, seed_argument
@@ -36,12 +37,15 @@ def register(sub) -> None:
     lad.add_argument("--name", required=True, help="split name: letters, digits, '_', '.', '-'")
     lad.add_argument("--train", default="", help="explicit mirror-closed training rules, e.g. '0,30,86' "
                                                  "(default: draw --train-classes)")
-    lad.add_argument("--train-classes", type=int, default=3, help="mirror classes to draw for training (default 3)")
+    lad.add_argument("--train-classes", type=int, default=defaults.LADDER_TRAIN_CLASSES,
+                     help=f"mirror classes to draw for training (default {defaults.LADDER_TRAIN_CLASSES})")
     lad.add_argument("--train-types", default="",
                      help="draw class i among the classes of type TYPES[i mod n], e.g. 'stable,periodic,chaotic' "
                           "(default: any type)")
-    lad.add_argument("--levels", default="1,2,3,4", help="distances d, e.g. '1,2,3,4' (default)")
-    lad.add_argument("--level-size", type=int, default=8, help="test rules per level (default 8)")
+    lad.add_argument("--levels", default=",".join(map(str, defaults.LADDER_LEVELS)),
+                     help="distances d, e.g. '1,2,3,4' (default)")
+    lad.add_argument("--level-size", type=int, default=defaults.LADDER_LEVEL_SIZE,
+                     help=f"test rules per level (default {defaults.LADDER_LEVEL_SIZE})")
     lad.add_argument("--seed", type=seed_argument, default=0, help="seed of the training draw and the level sampling")
     lad.add_argument("--out", required=True, help="split JSON, e.g. results/splits/ladder.json")
     lad.set_defaults(func=run_ladder_split)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tapebench import defaults
 from tapebench.utils.io import provenance, read_parquet_meta, write_parquet
 from tapebench.validation import seed_argument
 
@@ -16,7 +17,8 @@ def register(sub) -> None:
                                    "docs/protocol.md#outputs.")
     p.add_argument("--episodes", nargs="+", required=True, metavar="PARQUET",
                    help="per-episode records written by `tapebench evaluate`")
-    p.add_argument("--last-k", type=int, default=3, help="checkpoints averaged into a seed's value (default 3)")
+    p.add_argument("--last-k", type=int, default=defaults.LAST_K,
+                   help=f"checkpoints averaged into a seed's value (default {defaults.LAST_K})")
     p.add_argument("--out", required=True, help="per-seed Parquet")
     p.add_argument("--curves-out", help="optional: per-checkpoint values (learning curves) Parquet")
     p.add_argument("--per-rule-out", help="optional: per-rule values Parquet")
@@ -28,22 +30,27 @@ def register(sub) -> None:
                                    "(docs/protocol.md#statistics).")
     p.add_argument("--per-seed", nargs="+", required=True, metavar="PARQUET",
                    help="per-seed tables written by `tapebench aggregate-seed`")
-    p.add_argument("--n-resamples", type=int, default=2000, help="bootstrap resamples (default 2000)")
-    p.add_argument("--ci", type=float, default=0.95, help="confidence level (default 0.95)")
-    p.add_argument("--seed", type=seed_argument, default=0, help="seed of the bootstrap generators (default 0)")
+    p.add_argument("--n-resamples", type=int, default=defaults.N_RESAMPLES,
+                   help=f"bootstrap resamples (default {defaults.N_RESAMPLES})")
+    p.add_argument("--ci", type=float, default=defaults.CI, help=f"confidence level (default {defaults.CI})")
+    p.add_argument("--seed", type=seed_argument, default=defaults.STATISTICS_SEED,
+                   help=f"seed of the bootstrap generators (default {defaults.STATISTICS_SEED})")
     p.add_argument("--out", required=True, help="aggregate Parquet")
     p.add_argument("--tests-out", help="optional: pairwise Welch tests (Holm-corrected) on OOD, Parquet")
-    p.add_argument("--reference", default="mpc",
-                   help="method whose OOD success normalises ON(p) = 100 p / p_ref (default mpc; skipped if absent)")
+    p.add_argument("--reference", default=defaults.REFERENCE,
+                   help=f"method whose OOD success normalises ON(p) = 100 p / p_ref (default {defaults.REFERENCE}; "
+                        "skipped if absent)")
     p.set_defaults(func=_aggregate)
 
     p = sub.add_parser("aggregate-model-error", description="Pool the tables of `tapebench model-error` (one per run): per method, side, "
                                    "rule type ('all' pools them) and open-loop depth, the mean error over seeds "
                                    "with a percentile bootstrap CI (docs/protocol.md#model-error).")
     p.add_argument("--inputs", nargs="+", required=True, metavar="PARQUET", help="tables of `tapebench model-error`")
-    p.add_argument("--n-resamples", type=int, default=2000, help="bootstrap resamples (default 2000)")
-    p.add_argument("--ci", type=float, default=0.95, help="confidence level (default 0.95)")
-    p.add_argument("--seed", type=seed_argument, default=0, help="seed of the bootstrap generators (default 0)")
+    p.add_argument("--n-resamples", type=int, default=defaults.N_RESAMPLES,
+                   help=f"bootstrap resamples (default {defaults.N_RESAMPLES})")
+    p.add_argument("--ci", type=float, default=defaults.CI, help=f"confidence level (default {defaults.CI})")
+    p.add_argument("--seed", type=seed_argument, default=defaults.STATISTICS_SEED,
+                   help=f"seed of the bootstrap generators (default {defaults.STATISTICS_SEED})")
     p.add_argument("--out", required=True, help="aggregate Parquet")
     p.set_defaults(func=_aggregate_model_error)
 
@@ -51,9 +58,11 @@ def register(sub) -> None:
                                    "seed and budget): per method, task, side and budget, the mean score over seeds "
                                    "with a percentile bootstrap CI (docs/protocol.md#world-test).")
     p.add_argument("--inputs", nargs="+", required=True, metavar="PARQUET", help="tables of `tapebench worldtest`")
-    p.add_argument("--n-resamples", type=int, default=2000, help="bootstrap resamples (default 2000)")
-    p.add_argument("--ci", type=float, default=0.95, help="confidence level (default 0.95)")
-    p.add_argument("--seed", type=seed_argument, default=0, help="seed of the bootstrap generators (default 0)")
+    p.add_argument("--n-resamples", type=int, default=defaults.N_RESAMPLES,
+                   help=f"bootstrap resamples (default {defaults.N_RESAMPLES})")
+    p.add_argument("--ci", type=float, default=defaults.CI, help=f"confidence level (default {defaults.CI})")
+    p.add_argument("--seed", type=seed_argument, default=defaults.STATISTICS_SEED,
+                   help=f"seed of the bootstrap generators (default {defaults.STATISTICS_SEED})")
     p.add_argument("--out", required=True, help="aggregate Parquet")
     p.set_defaults(func=_aggregate_worldtest)
 
@@ -65,9 +74,11 @@ def register(sub) -> None:
                    help="JSON list of protocols, each {name, split, H, side, per_seed: [PARQUET, ...], family, "
                         "runs, match}")
     p.add_argument("--metric", default="success", help="per-seed metric to rank by (default success)")
-    p.add_argument("--n-resamples", type=int, default=2000, help="bootstrap resamples (default 2000)")
-    p.add_argument("--ci", type=float, default=0.95, help="confidence level (default 0.95)")
-    p.add_argument("--seed", type=seed_argument, default=0, help="seed of the bootstrap generators (default 0)")
+    p.add_argument("--n-resamples", type=int, default=defaults.N_RESAMPLES,
+                   help=f"bootstrap resamples (default {defaults.N_RESAMPLES})")
+    p.add_argument("--ci", type=float, default=defaults.CI, help=f"confidence level (default {defaults.CI})")
+    p.add_argument("--seed", type=seed_argument, default=defaults.STATISTICS_SEED,
+                   help=f"seed of the bootstrap generators (default {defaults.STATISTICS_SEED})")
     p.add_argument("--out", required=True, help="pairwise comparison Parquet")
     p.add_argument("--ranks-out", required=True, help="per protocol and method: mean, rank, rank CI Parquet")
     p.add_argument("--reversals-out", required=True, help="per pair of protocols and methods: reversals Parquet")

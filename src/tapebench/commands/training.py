@@ -24,21 +24,21 @@ import time
 from pathlib import Path
 
 from tapebench.evaluation.evaluate import evaluate_untrained, side_protocols
-from tapebench.evaluation.model_error import DEFAULT_CONTEXT, DEFAULT_DEPTH, summarize
-from tapebench.evaluation.protocol import DEFAULT_EPISODES_PER_RULE, DEFAULT_EVAL_SEED
+from tapebench import defaults
+from tapebench.evaluation.model_error import summarize
 from tapebench.pipeline.resources import check_training
 from tapebench.registry import registry
 from tapebench.splits.io import load_split
 from tapebench.training.evaluate import evaluate_run, model_error_run, write_evaluation
 from tapebench.training.blocks import SEED_FIELD, STACKING, train_block, write_block_record
-from tapebench.training.loop import PAPER_ENV, PAPER_TRAINING, RunLog, TrainSpec, resolve_device, torch_settings, train
+from tapebench.training.loop import RunLog, TrainSpec, resolve_device, torch_settings, train
 from tapebench.utils.io import provenance, write_parquet
 from tapebench.validation import check_noise, parse_param_sections, parse_rule_list, parse_seed_list, seed_argument
 
 PARAM_SECTIONS = {
     "agent": None,  # checked against the agent's Config
-    "env": tuple(PAPER_ENV),
-    "training": tuple(PAPER_TRAINING),
+    "env": tuple(defaults.ENV),
+    "training": tuple(defaults.TRAINING),
     "evaluation": ("episodes_per_rule", "eval_seed", "checkpoints", "noise"),
     "model_error": ("context", "depth"),
     "logging": ("tensorboard",),
@@ -65,8 +65,8 @@ def run_train(args) -> int:
     seeds = _block_seeds(args)
     split, split_info = _rule_source(args)
     rules = tuple(split.train) if split is not None else tuple(parse_rule_list(args.rules))
-    env = {**PAPER_ENV, **params.get("env", {})}
-    training = {**PAPER_TRAINING, **params.get("training", {})}
+    env = {**defaults.ENV, **params.get("env", {})}
+    training = {**defaults.TRAINING, **params.get("training", {})}
     specs = [TrainSpec(agent=args.agent, rules=rules, seed=seed, hyperparameters=params.get("agent", {}),
                        L=env["L"], H=env["H"], success_bonus=float(env["success_bonus"]),
                        total_steps=training["total_steps"], eval_every=training["eval_every"], split=split_info,
@@ -126,9 +126,9 @@ def run_evaluate(args) -> int:
 def _evaluate_one(args, params: dict, split, rules) -> int:
     """One seed's evaluation: a trained run's checkpoints (--run) or a method's own seed (--method, --seed)."""
     env, evaluation = params.get("env", {}), params.get("evaluation", {})
-    common = dict(episodes_per_rule=evaluation.get("episodes_per_rule", DEFAULT_EPISODES_PER_RULE),
-                  eval_seed=evaluation.get("eval_seed", DEFAULT_EVAL_SEED),
-                  success_bonus=float(env.get("success_bonus", PAPER_ENV["success_bonus"])),
+    common = dict(episodes_per_rule=evaluation.get("episodes_per_rule", defaults.EPISODES_PER_RULE),
+                  eval_seed=evaluation.get("eval_seed", defaults.EVAL_SEED),
+                  success_bonus=float(env.get("success_bonus", defaults.SUCCESS_BONUS)),
                   noise=float(check_noise(evaluation.get("noise", 0.0))))
     if args.run is not None:
         label = f"H{args.H}" + (f"_noise{common['noise']:g}" if common["noise"] else "")
@@ -153,10 +153,10 @@ def run_model_error(args) -> int:
     split = load_split(args.split)
     evaluation, probe = params.get("evaluation", {}), params.get("model_error", {})
     table, summary = model_error_run(args.run, args.H, split=split,
-                                     episodes_per_rule=evaluation.get("episodes_per_rule", DEFAULT_EPISODES_PER_RULE),
-                                     eval_seed=evaluation.get("eval_seed", DEFAULT_EVAL_SEED),
-                                     context=probe.get("context", DEFAULT_CONTEXT),
-                                     depth=probe.get("depth", DEFAULT_DEPTH), device=args.device,
+                                     episodes_per_rule=evaluation.get("episodes_per_rule", defaults.EPISODES_PER_RULE),
+                                     eval_seed=evaluation.get("eval_seed", defaults.EVAL_SEED),
+                                     context=probe.get("context", defaults.MODEL_ERROR_CONTEXT),
+                                     depth=probe.get("depth", defaults.MODEL_ERROR_DEPTH), device=args.device,
                                      threads=args.threads)
     config_slice = {k: params[k] for k in ("env", "evaluation", "model_error") if k in params}
     config_slice["H"] = args.H
@@ -182,7 +182,7 @@ def _untrained_log(args):
 
 def _evaluate_untrained(args, params, split, rules, env, common, log):
     device = resolve_device(args.device)
-    sides = side_protocols(L=env.get("L", PAPER_ENV["L"]), H=args.H, split=split, rules=rules, **common)
+    sides = side_protocols(L=env.get("L", defaults.L), H=args.H, split=split, rules=rules, **common)
     train_rules = tuple(split.train) if split is not None else tuple(rules)
     with torch_settings(device, args.threads):
         return evaluate_untrained(args.method, params.get("agent", {}), args.seed, sides, train_rules=train_rules,
@@ -264,8 +264,8 @@ def register(sub) -> None:
     p.add_argument("--params", default="{}",
                    help='settings as JSON: {"env": {"L", "H", "success_bonus"}, "training": {"total_steps", '
                         '"eval_every"}, "agent": {hyperparameters}, "logging": {"tensorboard": true|false}}; what '
-                        'is left out takes the paper protocol\'s value (L = H = 32, 200000 steps, a checkpoint every '
-                        '10000, no TensorBoard)')
+                        f'is left out takes the paper protocol\'s value (L = {defaults.L}, H = {defaults.H}, '
+                        f'{defaults.TOTAL_STEPS} steps, a checkpoint every {defaults.EVAL_EVERY}, no TensorBoard)')
     p.add_argument("--keep-resume", action="store_true",
                    help="keep resume.pt (the full training state) after the run finishes (default: delete it)")
     _common(p)
@@ -287,7 +287,8 @@ def register(sub) -> None:
                    help='settings as JSON: {"env": {"L", "success_bonus"}, "evaluation": {"episodes_per_rule", '
                         '"eval_seed", "checkpoints": "all" or K (the last K), "noise": cell-update noise epsilon '
                         'in [0, 0.5]}, "agent": {hyperparameters of --method}}; what is left out takes the paper '
-                        'protocol\'s value (20 episodes per rule, every checkpoint, no noise)')
+                        f'protocol\'s value ({defaults.EPISODES_PER_RULE} episodes per rule, every checkpoint, no '
+                        'noise)')
     _common(p)
     p.set_defaults(func=run_evaluate)
 
@@ -295,12 +296,13 @@ def register(sub) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run", required=True, help="run folder of a method with a world model (`tapebench methods -v`)")
     p.add_argument("--split", required=True, help="split file the run was trained on")
-    p.add_argument("--H", type=int, default=PAPER_ENV["H"],
-                   help="the horizon behind the time feature t/H of the probe observations (default 32)")
+    p.add_argument("--H", type=int, default=defaults.H,
+                   help=f"the horizon behind the time feature t/H of the probe observations (default {defaults.H})")
     p.add_argument("--out", required=True, help="Parquet file to write (one row per side x rule x depth)")
     p.add_argument("--params", default="{}",
                    help='settings as JSON: {"evaluation": {"episodes_per_rule", "eval_seed"}, "model_error": '
-                        '{"context", "depth"}}; defaults: 20 episodes per rule, 4 context steps, depth 16')
+                        f'{{"context", "depth"}}}}; defaults: {defaults.EPISODES_PER_RULE} episodes per rule, '
+                        f'{defaults.MODEL_ERROR_CONTEXT} context steps, depth {defaults.MODEL_ERROR_DEPTH}')
     p.add_argument("--device", default="auto", help="auto (CUDA when available) | cpu | cuda[:N] (default auto)")
     p.add_argument("--threads", type=int, default=1, help="CPU threads for torch (default 1)")
     p.add_argument("--quiet", action="store_true", help="print nothing")

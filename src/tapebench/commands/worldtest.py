@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from tapebench import defaults
 from tapebench.episodes.streams import split_key
 from tapebench.evaluation.worldtest import WorldTestSettings, run_world_test
 from tapebench.registry import build_config, get_method, registry
@@ -37,7 +38,6 @@ PARAM_SECTIONS = {
                   "interaction_start", "methods", "seeds", "budgets"),
     "agent": None,
 }
-DEFAULT_ENV = {"L": 32, "H": 32, "success_bonus": 1.0}
 
 
 def parse_params(text: str) -> dict:
@@ -84,7 +84,7 @@ def _trained_agent(run_dir: Path, method_id: str, seed: int, split, device, env:
 def run_worldtest(args) -> int:
     check_output_file(args.out, "--out")
     params = parse_params(args.params)
-    env = {**DEFAULT_ENV, **params.get("env", {})}
+    env = {**defaults.ENV, **params.get("env", {})}
     settings = WorldTestSettings.from_config(params.get("worldtest", {}))
     method = get_method(args.method)
     if method.world_test is None:

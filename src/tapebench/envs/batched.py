@@ -23,9 +23,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from tapebench import defaults
 from tapebench.ca import torch_kernel, torch_table_kernel
 from tapebench.rule_family import RuleFamily
-from tapebench.validation import (DEFAULT_INIT_DENSITY, DEFAULT_NOISE, check_goal, check_horizon, check_init_density,
+from tapebench.validation import (check_goal, check_horizon, check_init_density,
                                   check_length, check_noise, check_rules, check_success_bonus, resolve_family)
 
 
@@ -59,9 +60,9 @@ class BatchedTapeEnv:
     with auto-reset info["final_obs"] (N, L+1): the observation before any row was reset.
     """
 
-    def __init__(self, num_envs: int, L: int = 32, H: int = 32, rules=(30,), goal=None,
-                 success_bonus: float = 1.0, device: str | torch.device = "cpu", seed: int = 0,
-                 autoreset: bool = True, init_density=DEFAULT_INIT_DENSITY, noise=DEFAULT_NOISE,
+    def __init__(self, num_envs: int, L: int = defaults.L, H: int = defaults.H, rules=(30,), goal=None,
+                 success_bonus: float = defaults.SUCCESS_BONUS, device: str | torch.device = "cpu", seed: int = 0,
+                 autoreset: bool = True, init_density=defaults.INIT_DENSITY, noise=defaults.NOISE,
                  k: int | None = None, r: int | None = None, family: RuleFamily | None = None):
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
             raise ValueError(f"num_envs must be an integer >= 1, got {num_envs!r}")
@@ -85,11 +86,11 @@ class BatchedTapeEnv:
         # a degenerate range (x, x) is the constant x: no per-row draws
         self.init_density = _constant_if_degenerate(check_init_density(init_density, allow_range=True))
         self.noise = _constant_if_degenerate(check_noise(noise, allow_range=True))
-        if self.family.k != 2 and self.init_density != DEFAULT_INIT_DENSITY:
+        if self.family.k != 2 and self.init_density != defaults.INIT_DENSITY:
             raise ValueError(f"init_density applies to binary tapes (k = 2); with k = {self.family.k} the "
                              f"initial cells are uniform over the colours, got init_density={init_density}")
-        self._fair_bits = self.init_density == DEFAULT_INIT_DENSITY   # the original Bernoulli(0.5) draws
-        self._noisy = self.noise != DEFAULT_NOISE
+        self._fair_bits = self.init_density == defaults.INIT_DENSITY   # the original Bernoulli(0.5) draws
+        self._noisy = self.noise != defaults.NOISE
         self.generator = torch.Generator(device="cpu")
         self.generator.manual_seed(int(seed))
         n, L = self.num_envs, self.L

@@ -12,9 +12,10 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from tapebench import defaults
 from tapebench.ca import reference
 from tapebench.rule_family import RuleFamily
-from tapebench.validation import (DEFAULT_INIT_DENSITY, DEFAULT_NOISE, as_scalar_action, check_action, check_goal,
+from tapebench.validation import (as_scalar_action, check_action, check_goal,
                                   check_horizon, check_init_density, check_length, check_noise, check_rule, check_rules,
                                   check_success_bonus, resolve_family)
 
@@ -43,9 +44,10 @@ class TapeEnv(gym.Env):
 
     metadata = {"render_modes": ["ansi"], "render_fps": 4}
 
-    def __init__(self, rule: int = 30, L: int = 32, H: int = 32, goal=None, success_bonus: float = 1.0,
-                 rules=None, render_mode: str | None = None, init_density: float = DEFAULT_INIT_DENSITY,
-                 noise: float = DEFAULT_NOISE, k: int | None = None, r: int | None = None,
+    def __init__(self, rule: int = 30, L: int = defaults.L, H: int = defaults.H, goal=None,
+                 success_bonus: float = defaults.SUCCESS_BONUS,
+                 rules=None, render_mode: str | None = None, init_density: float = defaults.INIT_DENSITY,
+                 noise: float = defaults.NOISE, k: int | None = None, r: int | None = None,
                  family: RuleFamily | None = None):
         self.family = resolve_family(family, k, r)
         self.L = check_length(L)
@@ -54,7 +56,7 @@ class TapeEnv(gym.Env):
         self.success_bonus = check_success_bonus(success_bonus)
         self.rules = check_rules(rules, self.family) if rules is not None else [check_rule(rule, self.family)]
         self.init_density = check_init_density(init_density)
-        if self.family.k != 2 and self.init_density != DEFAULT_INIT_DENSITY:
+        if self.family.k != 2 and self.init_density != defaults.INIT_DENSITY:
             raise ValueError(f"init_density applies to binary tapes (k = 2); with k = {self.family.k} the "
                              f"initial cells are uniform over the colours, got init_density={init_density}")
         self.noise = check_noise(noise)
@@ -136,12 +138,12 @@ def family_transition(tape: np.ndarray, action: int, table: np.ndarray, family: 
 
 
 def initial_tape(rng: np.random.Generator, L: int, goal: np.ndarray,
-                 density: float = DEFAULT_INIT_DENSITY, k: int = 2) -> np.ndarray:
+                 density: float = defaults.INIT_DENSITY, k: int = 2) -> np.ndarray:
     """I.i.d. Bernoulli(density) cells (k = 2) or uniform colours 0..k-1, redrawn while equal to the goal.
 
     density 0.5 draws fair bits (`integers(0, 2)`), the stream an env without the parameter used."""
     while True:
-        if density == DEFAULT_INIT_DENSITY:
+        if density == defaults.INIT_DENSITY:
             tape = rng.integers(0, k, size=L, dtype=np.uint8)
         else:
             tape = (rng.random(L) < density).astype(np.uint8)

@@ -13,6 +13,7 @@ import time
 import pandas as pd
 import torch
 
+from tapebench import defaults
 from tapebench.episodes.sets import EpisodeSet
 from tapebench.evaluation.protocol import EvalProtocol, protocol_episodes
 from tapebench.evaluation.records import coerce_episode_frame
@@ -21,9 +22,9 @@ from tapebench.registry import Method, PolicyContext, build_config, check_rule_f
 from tapebench.splits.io import Split, resolve_split
 
 
-def side_protocols(*, L: int, H: int, episodes_per_rule: int, eval_seed: int, success_bonus: float = 1.0,
-                   noise: float = 0.0, split=None, rules=None, features=None
-                   ) -> list[tuple[EpisodeSet, EvalProtocol, dict[int, str]]]:
+def side_protocols(*, L: int, H: int, episodes_per_rule: int, eval_seed: int,
+                   success_bonus: float = defaults.SUCCESS_BONUS, noise: float = defaults.NOISE, split=None, rules=None,
+                   features=None) -> list[tuple[EpisodeSet, EvalProtocol, dict[int, str]]]:
     """The ID ('train') and OOD protocols of a split ('test', or one per level 'd1', 'd2', ... of a severity
     ladder), or the one protocol of a rule list."""
     common = dict(L=L, H=H, episodes_per_rule=episodes_per_rule, eval_seed=eval_seed, success_bonus=success_bonus,

@@ -20,13 +20,13 @@ import pandas as pd
 import torch
 
 from tapebench.ca.packed import pack, step_words_rules, unpack
+from tapebench.defaults import MODEL_ERROR_CONTEXT as DEFAULT_CONTEXT  # also imported from here
+from tapebench.defaults import MODEL_ERROR_DEPTH as DEFAULT_DEPTH
 from tapebench.episodes.sets import EpisodeSet
 from tapebench.episodes.streams import step_keys, uniform_below
 from tapebench.schemas import MODEL_ERROR_PROBE_COLUMNS
 
 PROBE_DOMAIN = 0x50524F   # separates the probe actions from the other per-episode streams
-DEFAULT_CONTEXT = 4
-DEFAULT_DEPTH = 16
 
 
 def probe_trajectories(episodes: EpisodeSet, steps: int, goal=None) -> tuple[np.ndarray, np.ndarray]:

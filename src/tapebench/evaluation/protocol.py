@@ -15,6 +15,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from tapebench.defaults import EPISODES_PER_RULE as DEFAULT_EPISODES_PER_RULE  # noqa: F401 (also imported from here)
+from tapebench.defaults import EVAL_SEED as DEFAULT_EVAL_SEED  # noqa: F401
+from tapebench.defaults import NOISE, SUCCESS_BONUS
 from tapebench.episodes.sets import EpisodeSet, episode_set
 from tapebench.episodes.streams import split_key
 from tapebench.rule_family import ELEMENTARY
@@ -25,11 +28,9 @@ from tapebench.utils.io import provenance, write_parquet
 from tapebench.validation import check_goal, check_horizon, check_length, check_noise, check_rules
 from tapebench.vocabulary import SPLIT_SIDES
 
-DEFAULT_EVAL_SEED = 20260101      # evaluation seed of the paper-protocol configuration
-DEFAULT_EPISODES_PER_RULE = 20
 PROTOCOL_FIELDS = ("L", "H", "split", "split_hash", "side", "rules", "episodes_per_rule", "eval_seed",
                    "goal", "success_bonus", "noise")
-FIELD_DEFAULTS = {"noise": 0.0}   # fields a protocol record leaves out at their default
+FIELD_DEFAULTS = {"noise": NOISE}   # fields a protocol record leaves out at their default
 
 
 @dataclass(frozen=True)
@@ -45,8 +46,8 @@ class EvalProtocol:
     episodes_per_rule: int
     eval_seed: int
     goal: str = ""             # goal tape as a 0/1 string; "" = all zeros (the default goal)
-    success_bonus: float = 1.0
-    noise: float = 0.0         # cell-update noise epsilon of the dynamics (docs/protocol.md#noise)
+    success_bonus: float = SUCCESS_BONUS
+    noise: float = NOISE         # cell-update noise epsilon of the dynamics (docs/protocol.md#noise)
 
     def as_dict(self) -> dict:
         out = asdict(self)
@@ -70,7 +71,7 @@ def goal_string(goal, L: int) -> str:
 
 def protocol_episodes(*, L: int, H: int, episodes_per_rule: int, eval_seed: int = 0, split=None,
                       side: str | None = None, rules=None, features=None, goal=None,
-                      success_bonus: float = 1.0, noise: float = 0.0, splits_dir=DEFAULT_SPLITS_DIR
+                      success_bonus: float = SUCCESS_BONUS, noise: float = NOISE, splits_dir=DEFAULT_SPLITS_DIR
                       ) -> tuple[EpisodeSet, EvalProtocol, dict[int, str]]:
     """Build the evaluation episodes of one side of a split, or of an explicit rule list.
 

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from tapebench import defaults
 from tapebench.envs.batched import BatchedTapeEnv
 from tapebench.episodes.sets import EpisodeSet
 from tapebench.evaluation.records import coerce_episode_frame
@@ -16,8 +17,9 @@ from tapebench.methods.contract import EpisodeBatch, as_policy
 from tapebench.validation import check_goal
 
 
-def run_episodes(policy, episodes: EpisodeSet, H: int, *, goal=None, success_bonus: float = 1.0, device="cpu",
-                 batch_size: int | None = None, reveal_rules: bool = False, by_rule: bool = False) -> dict:
+def run_episodes(policy, episodes: EpisodeSet, H: int, *, goal=None, success_bonus: float = defaults.SUCCESS_BONUS,
+                 device="cpu", batch_size: int | None = None, reveal_rules: bool = False,
+                 by_rule: bool = False) -> dict:
     """Play every episode of `episodes` to termination or H steps; returns per-episode arrays.
 
     `policy` is an `EvalPolicy` (or a callable obs -> actions). Episodes are played in batches of

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numba as nb
 import numpy as np
 
+from tapebench import defaults
 from tapebench.ca.packed import pack, popcount, step_words
 from tapebench.episodes.accounting import add_step, results_dict
 from tapebench.episodes.sets import EpisodeSet
@@ -192,7 +193,7 @@ def make_policy(config: ExactConfig, context) -> ExactPolicy:
     return ExactPolicy()
 
 
-def run_exact(episodes: EpisodeSet, H: int, *, goal=None, success_bonus: float = 1.0) -> dict:
+def run_exact(episodes: EpisodeSet, H: int, *, goal=None, success_bonus: float = defaults.SUCCESS_BONUS) -> dict:
     """Play every episode with the exact optimal controller; returns per-episode arrays like `run_mpc`."""
     L = check_exact_length(episodes.tapes.shape[1])
     H = check_exact_horizon(H)

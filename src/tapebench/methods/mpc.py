@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 import numba as nb
 import numpy as np
 
+from tapebench import defaults
 from tapebench.ca.packed import length_mask, pack, popcount, step_word_masks
 from tapebench.ca.table_kernel import _step_row
 from tapebench.episodes.accounting import add_step, results_dict
@@ -253,7 +254,7 @@ def make_policy(config: MPCMethodConfig, context) -> MPCPolicy:
 
 
 def run_mpc(episodes: EpisodeSet, H: int, config: MPCConfig = MPCConfig(), *, goal=None,
-            success_bonus: float = 1.0) -> dict:
+            success_bonus: float = defaults.SUCCESS_BONUS) -> dict:
     """Play every episode with random-shooting MPC in one fused kernel; returns per-episode arrays
     (the runner's keys + the action log). The pipeline plays MPC through the runner (`MPCPolicy`); this
     whole-episode kernel is the cross-check and the throughput benchmark."""

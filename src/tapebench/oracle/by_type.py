@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from tapebench import defaults
 from tapebench.evaluation.protocol import protocol_episodes
 from tapebench.methods.mpc import MPCConfig
 from tapebench.oracle.gap import TYPE_ORDER
@@ -37,7 +38,8 @@ def by_type_summary(records: pd.DataFrame) -> dict:
             "all": _bucket(records)}
 
 
-def export_mpc_by_type(out, *, split, side: str, episodes_per_rule: int = 1, L: int = 32, H: int = 32,
+def export_mpc_by_type(out, *, split, side: str, episodes_per_rule: int = defaults.BY_TYPE_EPISODES_PER_RULE,
+                       L: int = defaults.L, H: int = defaults.H,
                        eval_seed: int = 0, mpc: MPCConfig | None = None, splits_dir=None) -> dict:
     """Run MPC on one side of a split and write the by-type JSON; returns what was written."""
     mpc = mpc or MPCConfig()

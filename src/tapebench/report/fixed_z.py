@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tapebench import defaults
 from tapebench.report.render import render_table
 from tapebench.report.tables import display_name
 from tapebench.stats.aggregate import group_generator
@@ -75,7 +76,7 @@ def _protocol(per_rule: pd.DataFrame, what: str) -> dict:
 
 
 def table5_context(per_rule: pd.DataFrame, types: dict[int, str], *, rules: list[int], agents: list[str],
-                   n_resamples: int = 2000, ci: float = 0.95, seed: int = 0) -> dict:
+                   n_resamples: int = defaults.N_RESAMPLES, ci: float = defaults.CI, seed: int = 0) -> dict:
     missing = [(a, z) for a in agents for z in rules
                if per_rule[(per_rule["agent"] == a) & (per_rule["rule"] == z)].empty]
     if missing:
@@ -107,8 +108,8 @@ def _aggregate_cell(aggregate: pd.DataFrame, agent: str, side: str) -> dict | No
 
 def table6_context(*, multi_oracle: dict[str, dict[str, pd.DataFrame]], multi_aggregate: pd.DataFrame | None,
                    rule_oracle: dict[str, pd.DataFrame], per_rule: pd.DataFrame, types: dict[int, str],
-                   rules: list[int], agents: list[str], multi_agents: list[str], n_resamples: int = 2000,
-                   ci: float = 0.95, seed: int = 0) -> dict:
+                   rules: list[int], agents: list[str], multi_agents: list[str],
+                   n_resamples: int = defaults.N_RESAMPLES, ci: float = defaults.CI, seed: int = 0) -> dict:
     """multi_oracle: {"mpc"|"exact": {"train"|"test": records}}; rule_oracle: {"mpc"|"exact": records on rules}."""
     multi = []
     for oracle, sides in multi_oracle.items():
@@ -146,8 +147,8 @@ def table6_context(*, multi_oracle: dict[str, dict[str, pd.DataFrame]], multi_ag
 ORACLE_NAMES = {"mpc": "True-dynamics MPC", "exact": "Exact optimum"}
 
 
-def render_table5(out, *, per_rule, features, rules, agents, total_steps=None, n_resamples=2000, ci=0.95,
-                  seed=0) -> str:
+def render_table5(out, *, per_rule, features, rules, agents, total_steps=None, n_resamples=defaults.N_RESAMPLES,
+                  ci=defaults.CI, seed=0) -> str:
     frame = read_per_rule(per_rule)
     context = table5_context(frame, rule_types(features, rules), rules=list(rules), agents=list(agents),
                              n_resamples=n_resamples, ci=ci, seed=seed)
@@ -156,7 +157,7 @@ def render_table5(out, *, per_rule, features, rules, agents, total_steps=None, n
 
 def render_table6(out, *, per_rule, features, rules, agents, mpc, exact=None, multi_agents=None,
                   multi_aggregate=None, multi_mpc=None, multi_exact=None, split=None, total_steps=None,
-                  n_resamples=2000, ci=0.95, seed=0) -> str:
+                  n_resamples=defaults.N_RESAMPLES, ci=defaults.CI, seed=0) -> str:
     def records(path):
         return read_table(path, "records")[0]
 

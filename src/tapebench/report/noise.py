@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from tapebench import defaults
 from tapebench.report.render import render_table
 from tapebench.report.style import COLUMN_WIDTH, SIDE_LABELS, method_style, pyplot, save_figure
 from tapebench.report.tables import _agents, _seeds_text, display_name, grouped
@@ -121,7 +122,8 @@ def render_noise_table(out, *, aggregate, levels, split, H, agents=None, parquet
                                               "table": "noise_summary"})
     stats = meta.get("config", {})
     return render_table("noise.tex.j2", out, **noise_context(summary, split=split, H=int(H)),
-                        ci_percent=f"{100 * float(stats.get('ci', 0.95)):g}", n_resamples=stats.get("n_resamples"))
+                        ci_percent=f"{100 * float(stats.get('ci', defaults.CI)):g}",
+                        n_resamples=stats.get("n_resamples"))
 
 
 def render_noise_figure(out, *, aggregate, levels, split, H, agents=None) -> list[str]:

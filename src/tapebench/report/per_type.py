@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tapebench import defaults
 from tapebench.report.fixed_z import read_per_rule
 from tapebench.report.render import render_table
 from tapebench.report.style import TYPE_ORDER, types_present
@@ -44,8 +45,8 @@ def per_seed_by_type(per_rule: pd.DataFrame, metric: str = "success") -> pd.Data
     return pd.DataFrame(rows)
 
 
-def type_summary(per_rule: pd.DataFrame, *, n_resamples: int = 2000, ci: float = 0.95, seed: int = 0,
-                 metric: str = "success") -> pd.DataFrame:
+def type_summary(per_rule: pd.DataFrame, *, n_resamples: int = defaults.N_RESAMPLES, ci: float = defaults.CI,
+                 seed: int = 0, metric: str = "success") -> pd.DataFrame:
     """Mean over seeds and bootstrap CI per (agent, side, stratum), with the number of rules per stratum."""
     per_seed = per_seed_by_type(per_rule, metric)
     split = ",".join(sorted(str(s) for s in per_rule["split"].unique()))
@@ -68,7 +69,7 @@ def type_summary(per_rule: pd.DataFrame, *, n_resamples: int = 2000, ci: float =
 
 
 def per_type_context(summary: pd.DataFrame, *, split: str, H: int, agents: list[str] | None = None,
-                     ci: float = 0.95, n_resamples: int = 2000) -> dict:
+                     ci: float = defaults.CI, n_resamples: int = defaults.N_RESAMPLES) -> dict:
     agents = agents or list(dict.fromkeys(summary["agent"]))
     types = types_present(summary.loc[~summary["stratum"].isin([MICRO, MACRO]), "stratum"])
     columns = [*types, MICRO, MACRO]
@@ -92,7 +93,8 @@ def per_type_context(summary: pd.DataFrame, *, split: str, H: int, agents: list[
             "ci_percent": f"{100 * ci:g}", "n_resamples": n_resamples, "known_types": list(TYPE_ORDER)}
 
 
-def render_per_type(out, *, per_rule, split, H, agents=None, n_resamples=2000, ci=0.95, seed=0, parquet=None) -> str:
+def render_per_type(out, *, per_rule, split, H, agents=None, n_resamples=defaults.N_RESAMPLES, ci=defaults.CI, seed=0,
+                    parquet=None) -> str:
     frame = read_per_rule(per_rule)
     frame = frame[(frame["split"] == split) & (frame["H"] == int(H)) & frame["side"].isin(SPLIT_SIDES)]
     if frame.empty:

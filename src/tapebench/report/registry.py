@@ -17,6 +17,7 @@ from typing import Callable
 from tapebench import layout
 from tapebench.registry import get_method
 from tapebench.registry import registry as method_registry
+from tapebench import defaults
 from tapebench.report.output import FIGURE, TABLE, Job, Option, Output, elementary_only
 from tapebench.rule_family import config_family
 from tapebench.settings import noise_study, worldtest_study
@@ -52,9 +53,11 @@ def _statistics(config) -> dict:
     return {"n_resamples": stats["n_resamples"], "ci": stats["ci"], "seed": stats["seed"]}
 
 
-_STATISTICS = (_value("n_resamples", "bootstrap resamples (default 2000)", int, required=False, default=2000),
-               _value("ci", "confidence level (default 0.95)", float, required=False, default=0.95),
-               _value("seed", "bootstrap seed (default 0)", int, required=False, default=0))
+_STATISTICS = (_value("n_resamples", f"bootstrap resamples (default {defaults.N_RESAMPLES})", int, required=False,
+                      default=defaults.N_RESAMPLES),
+               _value("ci", f"confidence level (default {defaults.CI})", float, required=False, default=defaults.CI),
+               _value("seed", f"bootstrap seed (default {defaults.STATISTICS_SEED})", int, required=False,
+                      default=defaults.STATISTICS_SEED))
 
 
 # --- the paper's result tables, the oracle tables, identifiability, world models -------------------------------
@@ -137,7 +140,7 @@ _TABLES: list[Output] = [
            _result_table("table2")),
     Output("table3", TABLE, "Table 3: ID vs OOD success, drop, OOD return, ON(p), with bootstrap CIs",
            "tapebench.report.tables:render_table3", (
-               _AGGREGATE, _SPLIT, _value("H", "evaluation horizon (default 32)", int, required=False, default=32),
+               _AGGREGATE, _SPLIT, _value("H", f"evaluation horizon (default {defaults.H})", int, required=False, default=defaults.H),
                _L, _AGENTS,
                Option("split_file", "split JSON: the caption counts test rules solved by any action", required=False),
                Option("random_per_rule", "the random policy's per-rule Parquet: the caption counts test rules it "
@@ -145,7 +148,7 @@ _TABLES: list[Output] = [
            _result_table("table3")),
     Output("table4", TABLE, "Table 4: final distance, AUC, soft success@0.1 by family",
            "tapebench.report.tables:render_table4", (
-               _AGGREGATE, _SPLIT, _value("H", "evaluation horizon (default 32)", int, required=False, default=32),
+               _AGGREGATE, _SPLIT, _value("H", f"evaluation horizon (default {defaults.H})", int, required=False, default=defaults.H),
                _L, _AGENTS),
            _result_table("table4")),
     Output("table7", TABLE, "Table 7: true-dynamics MPC strict success by rule type",
@@ -161,9 +164,10 @@ _TABLES: list[Output] = [
                Option("model_error", "aggregate from `tapebench aggregate-model-error`"),
                Option("aggregate", "aggregate Parquet from `tapebench aggregate` (the success columns)",
                       required=False),
-               _SPLIT, _value("H", "evaluation horizon of the success columns (default 32)", int, required=False,
-                              default=32),
-               _value("depth", "the deep open-loop column (default 16)", int, required=False, default=16),
+               _SPLIT, _value("H", f"evaluation horizon of the success columns (default {defaults.H})", int,
+                              required=False, default=defaults.H),
+               _value("depth", f"the deep open-loop column (default {defaults.MODEL_ERROR_DEPTH})", int, required=False,
+                      default=defaults.MODEL_ERROR_DEPTH),
                _value("figure", "also write the error-vs-depth figure to FIGURE.pdf and FIGURE.png",
                       required=False)),
            _model_error_jobs, category="World models",
@@ -174,10 +178,12 @@ _TABLES: list[Output] = [
                _value("values", "the swept values, in order", int, many=True),
                Option("per_seed", "one per-seed table per value (same order)", many=True),
                Option("model_error", "one model-error aggregate per value (same order)", many=True),
-               _SPLIT, _value("H", "evaluation horizon (default 32)", int, required=False, default=32),
-               _value("n_resamples", "bootstrap resamples (default 2000)", int, required=False, default=2000),
-               _value("ci", "confidence level (default 0.95)", float, required=False, default=0.95),
-               _value("seed", "bootstrap seed (default 0)", int, required=False, default=0),
+               _SPLIT, _value("H", f"evaluation horizon (default {defaults.H})", int, required=False, default=defaults.H),
+               _value("n_resamples", f"bootstrap resamples (default {defaults.N_RESAMPLES})", int, required=False,
+                      default=defaults.N_RESAMPLES),
+               _value("ci", f"confidence level (default {defaults.CI})", float, required=False, default=defaults.CI),
+               _value("seed", f"bootstrap seed (default {defaults.STATISTICS_SEED})", int, required=False,
+                      default=defaults.STATISTICS_SEED),
                _value("parquet", "also write the summary table", required=False),
                _value("figure", "also write the figure to FIGURE.pdf and FIGURE.png", required=False)),
            _sweep_jobs, category="World models",

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from tapebench import defaults
 from tapebench import registry as methods
 from tapebench.report.render import render_table
 from tapebench.rules.features import solved_by_any_action
@@ -109,7 +110,7 @@ def _seeds_text(ns: list[int]) -> str:
 
 
 def _statistics(data: pd.DataFrame, meta: dict) -> dict:
-    ci = float(data["ci"].iloc[0]) if "ci" in data and len(data) else meta.get("config", {}).get("ci", 0.95)
+    ci = float(data["ci"].iloc[0]) if "ci" in data and len(data) else meta.get("config", {}).get("ci", defaults.CI)
     n_resamples = (int(data["n_resamples"].iloc[0]) if "n_resamples" in data and len(data)
                    else meta.get("config", {}).get("n_resamples"))
     last_k = meta.get("last_k")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from tapebench import defaults
 from tapebench.report.render import render_table
 from tapebench.report.style import METHOD_COLOURS, SIDE_LABELS, SIDE_LINESTYLES, save_figure
 from tapebench.report.tables import display_name
@@ -49,8 +50,8 @@ def model_error_context(errors: pd.DataFrame, aggregate: pd.DataFrame | None, *,
     return {"rows": rows, "split": split, "H": H, "depth": depth, "context": context}
 
 
-def render_model_error(out, *, model_error, aggregate=None, split: str, H: int = 32, depth: int = 16,
-                       figure=None) -> str:
+def render_model_error(out, *, model_error, aggregate=None, split: str, H: int = defaults.H,
+                       depth: int = defaults.MODEL_ERROR_DEPTH, figure=None) -> str:
     """The table from a model-error aggregate (`model_error`) and, for the success columns, the aggregate
     table; with `figure`, also the error-vs-depth figure."""
     errors, meta = read_table(model_error, "model_error_aggregate")
@@ -101,7 +102,8 @@ def depth_figure(errors: pd.DataFrame, stem, title: str = "") -> list[str]:
 
 
 def sweep_summary(values: list, per_seed_paths: list, error_paths: list, *, method: str, hyperparameter: str,
-                  H: int, n_resamples: int = 2000, ci: float = 0.95, seed: int = 0) -> pd.DataFrame:
+                  H: int, n_resamples: int = defaults.N_RESAMPLES, ci: float = defaults.CI,
+                  seed: int = 0) -> pd.DataFrame:
     """Per sweep value and side: success (mean, CI over seeds) and one-step error (mean, CI over seeds)."""
     if not (len(values) == len(per_seed_paths) == len(error_paths)):
         raise ValueError(f"a sweep needs one per-seed table and one model-error table per value; got "
@@ -154,8 +156,9 @@ def sweep_figure(summary: pd.DataFrame, stem) -> list[str]:
     return save_figure(fig, stem)
 
 
-def render_sweep(out, *, method: str, hyperparameter: str, values, per_seed, model_error, split: str, H: int = 32,
-                 n_resamples: int = 2000, ci: float = 0.95, seed: int = 0, parquet=None, figure=None) -> str:
+def render_sweep(out, *, method: str, hyperparameter: str, values, per_seed, model_error, split: str,
+                 H: int = defaults.H, n_resamples: int = defaults.N_RESAMPLES, ci: float = defaults.CI, seed: int = 0,
+                 parquet=None, figure=None) -> str:
     """The sweep table from one per-seed table and one model-error aggregate per swept value (same order)."""
     summary = sweep_summary(values, per_seed, model_error, method=method, hyperparameter=hyperparameter,
                             H=H, n_resamples=n_resamples, ci=ci, seed=seed)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tapebench import defaults
 from tapebench.report.render import render_table
 from tapebench.report.style import COLUMN_WIDTH, SIDE_LABELS, method_style, pyplot, save_figure
 from tapebench.report.tables import _seeds_text, display_name
@@ -81,7 +82,7 @@ def render_worldtest_table(out, *, aggregate, split, L, agents=None) -> str:
     """The world-test table at `out` (LaTeX)."""
     L = check_length(L)
     table, _ = read_table(aggregate, "worldtest_aggregate")
-    ci = float(table["ci"].iloc[0]) if len(table) else 0.95
+    ci = float(table["ci"].iloc[0]) if len(table) else defaults.CI
     n_resamples = int(table["n_resamples"].iloc[0]) if len(table) else None
     return render_table("worldtest.tex.j2", out, **worldtest_context(table, split=split, L=int(L), agents=agents),
                         ci_percent=f"{100 * ci:g}", n_resamples=n_resamples)

@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from tapebench import defaults
 from tapebench.ca.packed import pack, step_words_rules
 from tapebench.ca.reference import ca_step
 from tapebench.rule_family import ELEMENTARY, RuleFamily, family_from_config
@@ -59,13 +60,13 @@ MAX_TRIALS, MAX_STEPS = 4096, 4096
 class FeatureProtocol:
     """How the rollouts behind the features are simulated."""
 
-    L: int = 32
+    L: int = defaults.L
     """tape length (the benchmark's default L, so features describe the dynamics agents face)"""
-    trials: int = 64
+    trials: int = defaults.FEATURE_TRIALS
     """random start tapes per rule; each is also run reflected, so 2*trials rollouts"""
-    steps: int = 64
+    steps: int = defaults.FEATURE_STEPS
     """CA updates per rollout; statistics cover all of them (no burn-in)"""
-    seed: int = 0
+    seed: int = defaults.FEATURE_SEED
     """seed of the start tapes (common to all rules)"""
 
     def __post_init__(self):

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from tapebench import defaults
 from tapebench.rule_family import ELEMENTARY, RuleFamily
 from tapebench.rules.features import RULE_TYPES, read_features
 from tapebench.splits.generate import SPLIT_NAME_PATTERN
@@ -199,10 +200,10 @@ class LadderParams:
 
     name: str
     train: tuple[int, ...] = ()           # explicit mirror-closed training rules; empty: draw train_classes
-    train_classes: int = 3
+    train_classes: int = defaults.LADDER_TRAIN_CLASSES
     train_types: tuple[str, ...] = ()     # cycle of rule types for the drawn classes; empty: any type
-    levels: tuple[int, ...] = (1, 2, 3, 4)
-    level_size: int = 8
+    levels: tuple[int, ...] = defaults.LADDER_LEVELS
+    level_size: int = defaults.LADDER_LEVEL_SIZE
     seed: int = 0
     family: RuleFamily = ELEMENTARY
 

@@ -67,6 +67,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from tapebench import defaults
+from tapebench.defaults import REFERENCE as DEFAULT_REFERENCE  # also imported from here
 from tapebench.evaluation.records import SOFT_EPSILONS, coerce_episode_frame, soft_success
 from tapebench.schemas import AGGREGATE_COLUMNS, GROUP, PER_SEED_COLUMNS, SUMMARY_GROUP
 from tapebench.stats.bootstrap import (DEFAULT_CI, DEFAULT_RESAMPLES, difference_ci, hedges_g, holm,
@@ -79,7 +81,6 @@ SOFT_METRICS = tuple(f"soft_success@{eps:g}" for eps in SOFT_EPSILONS)
 METRICS = ("success", *SOFT_METRICS, "final_dist", "auc_dist", "return", "steps")
 TEST_ALPHA = 0.05
 ON_METRIC = "on_success"       # oracle-normalised OOD strict success, ON(p) = 100 p / p_reference
-DEFAULT_REFERENCE = "mpc"
 
 
 
@@ -132,7 +133,7 @@ def _check_matched_checkpoints(curves: pd.DataFrame) -> None:
                              f"(only ID: {only_id}; only OOD: {only_ood})")
 
 
-def seed_tables(episodes: pd.DataFrame, last_k: int = 3) -> dict[str, pd.DataFrame]:
+def seed_tables(episodes: pd.DataFrame, last_k: int = defaults.LAST_K) -> dict[str, pd.DataFrame]:
     """Per-seed values, learning curves and per-rule values (schemas in the module docstring)."""
     if not isinstance(last_k, (int, np.integer)) or last_k < 1:
         raise ValueError(f"last_k must be a positive integer (paper: 3), got {last_k!r}")

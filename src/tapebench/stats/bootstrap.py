@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-DEFAULT_RESAMPLES = 2000
-DEFAULT_CI = 0.95
+from tapebench.defaults import CI as DEFAULT_CI  # also imported from here
+from tapebench.defaults import N_RESAMPLES as DEFAULT_RESAMPLES
 
 
 @dataclass(frozen=True)

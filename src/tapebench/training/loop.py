@@ -39,6 +39,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from tapebench import defaults
 from tapebench.envs.batched import BatchedTapeEnv
 from tapebench.layout import TENSORBOARD_DIR
 from tapebench.methods.contract import EnvSpec
@@ -52,8 +53,6 @@ from tapebench.utils.artifacts import CorruptArtifact, read_json
 from tapebench.utils.io import content_hash, cpu_name, provenance, write_json
 from tapebench.validation import check_horizon, check_integer, check_length, check_rules
 
-PAPER_ENV = {"L": 32, "H": 32, "success_bonus": 1.0}
-PAPER_TRAINING = {"total_steps": 200_000, "eval_every": 10_000}
 LOG_INTERVAL_S = 30.0
 
 
@@ -65,11 +64,11 @@ class TrainSpec:
     rules: tuple[int, ...]                 # z ~ Unif(rules) at every reset
     seed: int
     hyperparameters: dict = field(default_factory=dict)   # overrides of the agent's Config
-    L: int = 32
-    H: int = 32
-    success_bonus: float = 1.0
-    total_steps: int = 200_000             # environment steps
-    eval_every: int = 10_000               # environment steps between checkpoints
+    L: int = defaults.L
+    H: int = defaults.H
+    success_bonus: float = defaults.SUCCESS_BONUS
+    total_steps: int = defaults.TOTAL_STEPS             # environment steps
+    eval_every: int = defaults.EVAL_EVERY               # environment steps between checkpoints
     split: dict | None = None              # {"name", "content_hash"} of the split the rules come from
     family: dict | None = None             # {k, r} of a non-elementary rule family (None: elementary)
     block: tuple[int, ...] | None = None   # the seeds it is trained with as one stacked block, where stacking does
