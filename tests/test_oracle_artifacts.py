@@ -161,10 +161,12 @@ def test_oracle_normalized_score_refuses_mixed_protocols(split_path, tmp_path):
 
 
 def test_oracle_cli_defaults_to_the_agents_evaluation_seed():
-    from tapebench.commands.oracle import DEFAULT_EVAL_SEED
-    from tapebench.training.evaluate import DEFAULT_EVAL_SEED as AGENTS_EVAL_SEED
+    import inspect
 
-    assert DEFAULT_EVAL_SEED == AGENTS_EVAL_SEED
+    from tapebench.commands.oracle import DEFAULT_EVAL_SEED
+    from tapebench.evaluation.trained_runs import evaluate_run
+
+    assert DEFAULT_EVAL_SEED == inspect.signature(evaluate_run).parameters["eval_seed"].default
 
 
 def test_on_score_from_an_agent_evaluation_file(split_path, tmp_path):

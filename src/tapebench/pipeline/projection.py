@@ -214,9 +214,9 @@ def measure(config: dict, methods, *, steps: int, count_evaluation_flops: bool =
     from tapebench.bench.flops import count_flops
     from tapebench.bench.training import heartbeat
     from tapebench.evaluation.evaluate import evaluate_untrained, side_protocols
+    from tapebench.evaluation.trained_runs import evaluate_run
     from tapebench.evaluation.worldtest import WorldTestSettings, run_world_test
     from tapebench.registry import build_config
-    from tapebench.training.evaluate import evaluate_run
     from tapebench.training.loop import TrainSpec, train
 
     fixed = calibrate_jobs()
