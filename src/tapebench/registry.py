@@ -322,10 +322,10 @@ def registry() -> dict[str, Method]:
 def _load_plugin(ep) -> Method:
     try:
         obj = ep.load()
+        method = obj() if inspect.isfunction(obj) else obj
     except Exception as exc:
         raise ValueError(f"cannot load tapebench method plug-in {ep.name!r} ({ep.value}): "
                          f"{type(exc).__name__}: {exc}") from exc
-    method = obj() if inspect.isfunction(obj) else obj
     if not isinstance(method, Method):
         raise ValueError(f"plug-in entry point {ep.name!r} ({ep.value}) must name a tapebench.registry.Method "
                          f"or a function returning one, got {type(method).__name__}")
