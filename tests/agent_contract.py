@@ -19,12 +19,12 @@ import torch
 
 from tapebench.cli import main
 from tapebench.episodes.sets import episode_set
+from tapebench.evaluation.evaluate import greedy_success
 from tapebench.evaluation.runner import run_episodes
 from tapebench.methods.contract import EnvSpec
 from tapebench.registry import build_config, make_agent
 from tapebench.splits.io import save_split
 from tapebench.training import checkpoint as ckpt
-from tapebench.training.evaluate import greedy_success
 from tapebench.training.loop import TrainSpec, seed_everything, train
 
 

@@ -42,7 +42,7 @@ def test_large_row_differs_from_the_defaults_only_in_widths_and_train_ratio():
     """`dreamer_large` is the defaults with the world-model settings the one-step-error study found to matter."""
     method = get_method("dreamer_large")
     assert method.trains and method.world_model and method.family == "world_model"
-    assert method.display_name == "DreamerV3 (large)" and method.world_test is get_method("dreamer").world_test
+    assert method.display_name == "DreamerV3 (large)" and method.worldtest is get_method("dreamer").worldtest
     base, large = dataclasses.asdict(build_config("dreamer", {})), dataclasses.asdict(build_config("dreamer_large", {}))
     assert {k: v for k, v in large.items() if base[k] != v} == {"deter_size": 256, "hidden_size": 256, "train_ratio": 64}
     config = build_config("dreamer_large", {})

@@ -14,12 +14,12 @@ from tapebench.ca import torch_kernel
 from tapebench.envs.batched import BatchedTapeEnv
 from tapebench.episodes.sets import episode_set
 from tapebench.evaluation import runner
+from tapebench.evaluation.trained_runs import evaluate_run
 from tapebench.methods import ppo, ppo_dr
 from tapebench.methods.contract import EnvSpec, greedy_policy
 from tapebench.registry import build_config, get_method, make_agent
 from tapebench.training import checkpoint as ckpt
 from tapebench.training import loop
-from tapebench.training.evaluate import evaluate_run
 from tapebench.training.loop import TrainSpec, train
 from tapebench.utils.artifacts import file_sha256
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
+from tapebench.evaluation.evaluate import greedy_success
 from tapebench.methods.contract import EnvSpec
 from tapebench.registry import build_config, make_agent
 from tapebench.training import checkpoint as ckpt
-from tapebench.training.evaluate import greedy_success
 from tapebench.training.loop import TrainSpec, seed_everything, train
 
 L = H = 16

@@ -14,8 +14,8 @@ from pipeline_helpers import REPO
 
 from tapebench import layout
 from tapebench.cli import main
-from tapebench.evaluation.worldtest import WorldTestSettings, run_world_test
-from tapebench.methods import world_test
+from tapebench.evaluation.worldtest import WorldTestSettings, run_worldtest
+from tapebench.methods import worldtest
 from tapebench.methods.dqn import DQNAgent
 from tapebench.pipeline.config import ConfigError, load_config, merge_config, validate_config
 from tapebench.pipeline.integrity import problems_report, scan_results
@@ -176,12 +176,12 @@ def test_a_rows_defining_field_is_fixed():
 
 # --- plug-in world testers -----------------------------------------------------------------------------
 def _plugin(detect=None, tester=None):
-    class Reporter(world_test.ChanceTester):
+    class Reporter(worldtest.ChanceTester):
         def detect_step(self, t, before, actions, after):
             return detect(len(after))
 
     make = (lambda config, context: tester) if tester is not None else (lambda config, context: Reporter(context))
-    return Method("wt_hostile", "Hostile", "reference", world_test.ActiveConfig, world_test=make)
+    return Method("wt_hostile", "Hostile", "reference", worldtest.ActiveConfig, worldtest=make)
 
 
 @pytest.mark.parametrize("detect,needle", [
@@ -193,14 +193,14 @@ def _plugin(detect=None, tester=None):
 ])
 def test_plug_in_detection_reports_are_checked_and_errors_name_the_method(detect, needle):
     with pytest.raises(ValueError, match="method 'wt_hostile', world test train detection") as info:
-        run_world_test(_plugin(detect), world_test.ActiveConfig(), TINY_WT, sides=SIDES, L=8, H=8, seed=0, budget=0)
+        run_worldtest(_plugin(detect), worldtest.ActiveConfig(), TINY_WT, sides=SIDES, L=8, H=8, seed=0, budget=0)
     assert needle in str(info.value)
 
 
 def test_a_plug_in_that_returns_no_tester_is_named():
     with pytest.raises(ValueError, match=r"method 'wt_hostile'.*returned object, not a world tester: it lacks "
                                          r"\['explore_begin'"):
-        run_world_test(_plugin(tester=object()), world_test.ActiveConfig(), TINY_WT, sides=SIDES, L=8, H=8, seed=0,
+        run_worldtest(_plugin(tester=object()), worldtest.ActiveConfig(), TINY_WT, sides=SIDES, L=8, H=8, seed=0,
                        budget=0)
 
 

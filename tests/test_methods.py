@@ -34,13 +34,28 @@ def test_registry_holds_the_builtin_methods_with_families():
 @pytest.mark.parametrize("kwargs,needle", [
     (dict(id="Bad-Id"), "method id must match"),
     (dict(family="magic"), "family must be one of"),
-    (dict(make_policy=None), "needs make_agent .it trains., make_policy .it does not. or world_test"),
+    (dict(make_policy=None), "needs make_agent .it trains., make_policy .it does not. or worldtest"),
     (dict(make_agent=lambda *a: None), "not both"),
 ])
 def test_method_entries_are_validated(kwargs, needle):
     base = dict(id="ok", display_name="OK", family="reference", Config=MPCConfig, make_policy=lambda c, x: None)
     with pytest.raises(ValueError, match=needle):
         Method(**{**base, **kwargs})
+
+
+def test_an_unknown_keyword_names_the_field_meant():
+    """A plug-in written for the old spelling (`world_test=`, now `worldtest=`) is told the new keyword, through
+    `Method` and `Method.from_agent_module` alike."""
+    from tapebench.methods.worldtest import ActiveConfig, chance_tester
+
+    meant = r"'world_test' \(did you mean 'worldtest'\?\)"
+    with pytest.raises(TypeError, match=r"method 'wt_old': Method has no field " + meant):
+        Method("wt_old", "Old", "reference", ActiveConfig, world_test=chance_tester)
+    with pytest.raises(TypeError, match=r"method 'old_dqn': .*" + meant):
+        Method.from_agent_module("old_dqn", "Old DQN", "value_based", "tapebench.methods.dqn", world_test=chance_tester)
+    with pytest.raises(TypeError, match=r"no field 'colour'; its fields are \['id', 'display_name'"):
+        Method(id="x", display_name="X", family="reference", Config=ActiveConfig, worldtest=chance_tester, colour=1)
+    assert Method("wt_new", "New", "reference", ActiveConfig, worldtest=chance_tester).worldtest is chance_tester
 
 
 def test_summaries_are_whole_sentences():
@@ -72,7 +87,7 @@ def test_every_builtin_part_named_by_reference_resolves_and_is_checked_at_its_fi
             assert callable(method.make_agent) and "num_envs" in {f.name for f in dataclasses.fields(method.Config)}
         elif method.plays_episodes:
             assert callable(method.make_policy), method.id
-        assert method.world_test is None or callable(method.world_test), method.id
+        assert method.worldtest is None or callable(method.worldtest), method.id
     assert get_method("rad_dqn").training_env is None and callable(get_method("ppo_dr").training_env)
     assert get_method("dqn_equivariant").Config.__name__ == "EquivariantConfig"
     # a Config named by reference is checked when it is read, with the same message

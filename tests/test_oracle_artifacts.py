@@ -161,13 +161,16 @@ def test_oracle_normalized_score_refuses_mixed_protocols(split_path, tmp_path):
 
 
 def test_oracle_cli_defaults_to_the_agents_evaluation_seed():
-    from tapebench.cli import build_parser
-    from tapebench.training.evaluate import DEFAULT_EVAL_SEED as AGENTS_EVAL_SEED
+    import inspect
 
+    from tapebench.cli import build_parser
+    from tapebench.evaluation.trained_runs import evaluate_run
+
+    agents_eval_seed = inspect.signature(evaluate_run).parameters["eval_seed"].default
     parser = build_parser()
     for command in (["mpc", "--rules", "30"], ["exact", "--rules", "30"], ["export-mpc-by-type", "--split", "main"]):
         args = parser.parse_args([*command, "--out", "x"])
-        assert args.eval_seed == AGENTS_EVAL_SEED, command
+        assert args.eval_seed == agents_eval_seed, command
 
 
 def test_on_score_from_an_agent_evaluation_file(split_path, tmp_path):

@@ -84,6 +84,8 @@ def test_plugins_are_not_visible_without_installation():
     ("test_plugins:NOT_A_METHOD", "must name a tapebench.registry.Method"),
     ("no_such_module_xyz:METHOD", "cannot load tapebench method plug-in 'thing'.*ModuleNotFoundError"),
     ("tapebench.registry:Method", "must name a tapebench.registry.Method"),
+    ("test_plugins:old_keyword_method", r"plug-in 'thing'.*TypeError: method 'thing': Method has no field "
+                                        r"'world_test' \(did you mean 'worldtest'\?\)"),
 ])
 def test_broken_plugins_are_named(value, needle):
     with pytest.raises((ValueError, TypeError), match=needle):
@@ -102,3 +104,10 @@ def random_method() -> Method:
     from tapebench.registry import get_method
 
     return get_method("random")
+
+
+def old_keyword_method() -> Method:
+    """A plug-in still spelling the registry field `world_test=` (now `worldtest=`)."""
+    from tapebench.methods.worldtest import ActiveConfig, chance_tester
+
+    return Method("thing", "Thing", "reference", ActiveConfig, world_test=chance_tester)

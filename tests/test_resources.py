@@ -48,7 +48,7 @@ def test_a_job_too_large_for_max_mem_mb_is_refused_naming_the_key(method, key, v
     assert re.search(r"needs about [\d,]+ MB", message) and f"resources.max_mem_mb = {LIMIT_MB:,} MB" in message
 
 
-def test_the_world_test_problems_that_fill_the_memory_are_refused():
+def test_the_worldtest_problems_that_fill_the_memory_are_refused():
     config = tiny()
     config["env"]["L"] = 64
     config["methods"] = ["dqn", "ppo", "random", "mpc"]     # the exact optimum needs L <= 20
@@ -58,7 +58,7 @@ def test_the_world_test_problems_that_fill_the_memory_are_refused():
         validate_config(config, SCHEMA)
 
 
-def test_the_world_test_planner_is_bounded():
+def test_the_worldtest_planner_is_bounded():
     config = tiny()
     config["studies"]["worldtest"]["planner"] = {"horizon": 256, "candidates": 65536}
     with pytest.raises(ConfigError, match=r"config key 'studies\.worldtest\.planner': horizon x candidates = "

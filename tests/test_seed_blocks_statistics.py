@@ -8,11 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tapebench.evaluation.evaluate import greedy_success
 from tapebench.registry import get_method
 from tapebench.stats.bootstrap import percentile_ci, welch_test
 from tapebench.training import checkpoint as ckpt
 from tapebench.training.blocks import train_block
-from tapebench.training.evaluate import greedy_success
 from tapebench.training.loop import TrainSpec, train
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]

@@ -10,9 +10,9 @@ from agent_contract import toy_split
 
 from tapebench.cli import main
 from tapebench.episodes.worldtest import (detection_problems, detection_score, earliest_detectable, fresh_tapes,
-                                          planning_problems, prediction_problems, transition, world_test_rows)
-from tapebench.evaluation.worldtest import WorldTestSettings, interact, run_world_test
-from tapebench.methods import world_test
+                                          planning_problems, prediction_problems, transition, worldtest_rows)
+from tapebench.evaluation.worldtest import WorldTestSettings, interact, run_worldtest
+from tapebench.methods import worldtest
 from tapebench.methods.exact import value_tables
 from tapebench.registry import Method, build_config, get_method, register, unregister
 from tapebench.schemas import WORLDTEST_COLUMNS
@@ -23,13 +23,13 @@ SMALL = WorldTestSettings(problems_per_rule=3, planner_candidates=64, prediction
 
 
 def run(method_id: str, budget: int, settings=SMALL, seed: int = 0, sides=SIDES, L: int = 32):
-    return run_world_test(get_method(method_id), build_config(method_id, {}), settings, sides=sides, L=L, H=32,
+    return run_worldtest(get_method(method_id), build_config(method_id, {}), settings, sides=sides, L=L, H=32,
                           seed=seed, budget=budget)
 
 
 @pytest.mark.parametrize("T", [1, 4, 8])
 def test_every_prediction_problem_has_exactly_one_right_candidate(T):
-    rows = world_test_rows(range(256), 2, 32, side="train", seed=3)
+    rows = worldtest_rows(range(256), 2, 32, side="train", seed=3)
     problems, key = prediction_problems(rows, T, masked_cells=8)
     assert problems.candidates.shape == (512, PREDICTION_CANDIDATES, 8)
     for i in range(len(rows)):
@@ -58,7 +58,7 @@ def test_earliest_detectable_step_by_hand():
 
 def test_detection_score_and_problems():
     assert detection_score([0, 2, 3, 4, 6], [3, 3, 3, 3, 3]).tolist() == [0.0, 0.0, 1.0, 0.5, 0.125]
-    rows = world_test_rows(range(0, 256, 5), 2, 16, side="test", seed=1)
+    rows = worldtest_rows(range(0, 256, 5), 2, 16, side="test", seed=1)
     problems, key = detection_problems(rows, 12)
     assert np.all(key.switch >= 1) and np.all(key.earliest >= key.switch) and np.all(key.earliest <= 12)
     assert np.all(key.other != rows.rules)
@@ -72,7 +72,7 @@ def test_detection_score_and_problems():
 
 def test_planning_goals_are_reachable_by_exact_search():
     L, horizon = 10, 6
-    rows = world_test_rows([4, 30, 90, 110, 150, 0], 3, L, side="train", seed=2)
+    rows = worldtest_rows([4, 30, 90, 110, 150, 0], 3, L, side="train", seed=2)
     problems, key = planning_problems(rows, horizon, goal_steps=4)
     assert not key.valid[rows.rules == 0].any()       # rule 0 reaches only 0...0: no derived goal
     for i in np.flatnonzero(key.valid):
@@ -102,11 +102,11 @@ def test_chance_row_matches_one_sixth():
 
 def test_exact_reasoning_identifies_and_active_exploration_pins_faster():
     rules = list(range(0, 256, 3))
-    rows = world_test_rows(rules, 2, 32, side="train", seed=0)
-    context = world_test.WorldTestContext(L=32, H=32, seed=0)
+    rows = worldtest_rows(rules, 2, 32, side="train", seed=0)
+    context = worldtest.WorldTestContext(L=32, H=32, seed=0)
     unknown = {}
     for active in (False, True):
-        tester = world_test.ExactReasoningTester(context, active=active)
+        tester = worldtest.ExactReasoningTester(context, active=active)
         interact(tester, rows, 3, reveal_rules=False)
         unknown[active] = np.array([8 - bin(m).count("1") for m in tester.known_mask])
         for i in range(len(rows)):            # the true rule is always among the consistent ones
@@ -121,7 +121,7 @@ def test_every_method_gets_the_same_problems():
     """Common random numbers: a spy tester sees identical problems for every budget and method seed stream."""
     seen = []
 
-    class Spy(world_test.ChanceTester):
+    class Spy(worldtest.ChanceTester):
         def predict(self, problems):
             seen.append(("prediction", problems.tapes.copy(), problems.candidates.copy()))
             return super().predict(problems)
@@ -134,13 +134,13 @@ def test_every_method_gets_the_same_problems():
             seen.append(("detection", problems.starts.copy(), problems.actions.copy()))
             super().detect_begin(problems)
 
-    spy = Method("wt_spy", "Spy", "reference", world_test.ActiveConfig,
-                 world_test=lambda config, context: Spy(context))
+    spy = Method("wt_spy", "Spy", "reference", worldtest.ActiveConfig,
+                 worldtest=lambda config, context: Spy(context))
     register(spy)
     try:
         def problems_of(budget, seed):
             seen.clear()
-            run_world_test(spy, world_test.ActiveConfig(), SMALL, sides=SIDES, L=32, H=32, seed=seed, budget=budget)
+            run_worldtest(spy, worldtest.ActiveConfig(), SMALL, sides=SIDES, L=32, H=32, seed=seed, budget=budget)
             return list(seen)
 
         first, other_budget = problems_of(0, 0), problems_of(8, 0)
@@ -156,7 +156,7 @@ def test_every_method_gets_the_same_problems():
     assert run("random", 8)[keys].equals(run("active_identify", 8)[keys])
 
 
-class AlwaysFirst(world_test.ChanceTester):
+class AlwaysFirst(worldtest.ChanceTester):
     """A plug-in's tester: candidate 0, cell 0, a report at the last step."""
 
     def predict(self, problems):
@@ -173,8 +173,8 @@ class AlwaysFirst(world_test.ChanceTester):
 
 
 def test_a_plug_in_answers_through_the_interface(tmp_path):
-    plugin = Method("wt_plugin", "Plug-in", "reference", world_test.ActiveConfig,
-                    world_test=lambda config, context: AlwaysFirst(context))
+    plugin = Method("wt_plugin", "Plug-in", "reference", worldtest.ActiveConfig,
+                    worldtest=lambda config, context: AlwaysFirst(context))
     register(plugin)
     try:
         split = toy_split(tmp_path / "toy.json")
@@ -194,13 +194,13 @@ def test_a_plug_in_answers_through_the_interface(tmp_path):
 
 
 def test_bad_answers_and_methods_fail_clearly(tmp_path):
-    class Bad(world_test.ChanceTester):
+    class Bad(worldtest.ChanceTester):
         def predict(self, problems):
             return np.full(len(problems), 7)
 
-    bad = Method("wt_bad", "Bad", "reference", world_test.ActiveConfig, world_test=lambda c, x: Bad(x))
+    bad = Method("wt_bad", "Bad", "reference", worldtest.ActiveConfig, worldtest=lambda c, x: Bad(x))
     with pytest.raises(ValueError, match=r"prediction answers must be in 0\.\.5"):
-        run_world_test(bad, world_test.ActiveConfig(), SMALL, sides=SIDES, L=32, H=32, seed=0, budget=0)
+        run_worldtest(bad, worldtest.ActiveConfig(), SMALL, sides=SIDES, L=32, H=32, seed=0, budget=0)
     with pytest.raises(ValueError, match="does not take part in the world test"):
         run("dqn", 0)
     with pytest.raises(ValueError, match="tasks must be distinct names"):
@@ -223,16 +223,16 @@ def test_learned_world_model_tester_runs_deterministically():
     settings = WorldTestSettings(problems_per_rule=2, planner_candidates=16, prediction_lengths=(2,),
                                  planning_horizon=4, goal_steps=2, detection_length=4)
     sides = {"train": [4, 30], "test": [90]}
-    tables = [run_world_test(get_method("ensemble_mpc"), config, settings, sides=sides, L=16, H=16, seed=0,
+    tables = [run_worldtest(get_method("ensemble_mpc"), config, settings, sides=sides, L=16, H=16, seed=0,
                              budget=6, agent=agent) for _ in range(2)]
     assert tables[0].equals(tables[1])
     assert tables[0]["score"].between(0, 1).all()
 
 
 def test_interaction_starts_on_a_random_or_the_zero_tape_and_resets_to_fresh_random_tapes():
-    rows = world_test_rows([30, 110], 2, 16, side="train", seed=0)
+    rows = worldtest_rows([30, 110], 2, 16, side="train", seed=0)
 
-    class Recorder(world_test.ChanceTester):
+    class Recorder(worldtest.ChanceTester):
         def explore_begin(self, batch):
             super().explore_begin(batch)
             self.seen = []
@@ -243,7 +243,7 @@ def test_interaction_starts_on_a_random_or_the_zero_tape_and_resets_to_fresh_ran
         def explore_observe(self, tapes, actions, next_tapes):
             self.seen.append((tapes, actions, next_tapes))
 
-    context = world_test.WorldTestContext(L=16, H=16, seed=0)
+    context = worldtest.WorldTestContext(L=16, H=16, seed=0)
     for start in ("random", "zeros"):
         tester = Recorder(context)
         interact(tester, rows, 3, reveal_rules=False, start=start)
@@ -282,6 +282,6 @@ def test_a_world_model_scores_many_candidates_from_one_filtered_prefix(method_id
 
     settings = WorldTestSettings(tasks=("planning",), problems_per_rule=2, planner_candidates=8, planning_horizon=4,
                                  goal_steps=2)
-    tables = [run_world_test(get_method(method_id), config, settings, sides={"train": [30, 90]}, L=16, H=16, seed=0,
+    tables = [run_worldtest(get_method(method_id), config, settings, sides={"train": [30, 90]}, L=16, H=16, seed=0,
                              budget=3, agent=a) for a in (agent, WithoutRepeat())]
     assert tables[0].equals(tables[1])

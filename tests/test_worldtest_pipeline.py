@@ -65,7 +65,7 @@ def test_config_errors_name_the_value(worldtest, needle):
         validate_config(_config(**worldtest), SCHEMA)
 
 
-def test_world_test_only_methods_cannot_be_table_rows():
+def test_worldtest_only_methods_cannot_be_table_rows():
     config = _config()
     config["methods"] = [*config["methods"], "active_identify"]
     with pytest.raises(ConfigError, match="takes part in the world test only"):
@@ -93,7 +93,7 @@ TARGETS = ("results/worldtest.tex", "results/figures/worldtest.png")
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("tiny_build")
-def test_tiny_dag_builds_the_world_test(tiny_build):
+def test_tiny_dag_builds_the_worldtest(tiny_build):
     aggregate = pd.read_parquet(tiny_build / "results/worldtest.parquet")
     assert sorted(aggregate["agent"].unique()) == sorted(METHODS)
     assert len(aggregate) == len(METHODS) * 3 * 2 * 2                    # methods x tasks x sides x budgets {0, 4}

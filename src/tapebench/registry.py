@@ -12,6 +12,7 @@ the entry point's name. See the README, "Plugging in your own method".
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib
 import inspect
 import math
@@ -76,7 +77,7 @@ def doc_summary(doc: str | None) -> str:
     return _SENTENCE_END.split(paragraph, maxsplit=1)[0]
 
 
-LAZY_PARTS = ("Config", "make_agent", "make_block", "make_policy", "training_env", "world_test", "summary")
+LAZY_PARTS = ("Config", "make_agent", "make_block", "make_policy", "training_env", "worldtest", "summary")
 
 
 @dataclass(frozen=True)
@@ -106,15 +107,15 @@ class Method:
                      equivariant networks whose CPU evaluation costs ~30x their MLP's)
     any_rule_family  works on tapes of any rule family (k colours, radius r; docs/protocol.md#rule-sets);
                      False: elementary rules only (bit augmentations, a belief over the 256 rules, 2^L tables)
-    world_test       takes part in the world test (docs/protocol.md#world-test): `world_test(config, context:
-                     methods.world_test.WorldTestContext) -> WorldTester` (interface in `methods.world_test`);
+    worldtest        takes part in the world test (docs/protocol.md#world-test): `worldtest(config, context:
+                     methods.worldtest.WorldTestContext) -> WorldTester` (interface in `methods.worldtest`);
                      methods that train get their final checkpoint's agent in `context.agent`. A method with
-                     only `world_test` (no make_agent, no make_policy) exists for the world test alone
+                     only `worldtest` (no make_agent, no make_policy) exists for the world test alone
     summary          one line for `tapebench methods`
     fixed            Config fields that define the row (e.g. the equivariant rows' `network`): an override with
                      another value is refused, since the row would train something else under its name
 
-    Config, make_agent, make_policy, training_env, world_test and summary may be given as a `Ref`: the part is
+    Config, make_agent, make_policy, training_env, worldtest and summary may be given as a `Ref`: the part is
     imported when it is first read (and checked then), never by reading the other fields or `trains`.
     """
 
@@ -132,9 +133,22 @@ class Method:
     world_model: bool = False
     every_checkpoint: bool = True
     any_rule_family: bool = False
-    world_test: Callable | None = None
+    worldtest: Callable | None = None
     summary: str = ""
     fixed: tuple[str, ...] = ()
+
+    def __new__(cls, *args, **kwargs):
+        # The dataclass's own TypeError names the unknown keyword only; name the field that was meant as well.
+        fields = [f.name for f in dataclasses.fields(cls)]
+        unknown = [key for key in kwargs if key not in fields]
+        if unknown:
+            method_id = kwargs.get("id", args[0] if args else None)
+            named = []
+            for key in unknown:
+                close = difflib.get_close_matches(key, fields, n=1)
+                named.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+            raise TypeError(f"method {method_id!r}: Method has no field {', '.join(named)}; its fields are {fields}")
+        return super().__new__(cls)
 
     def __post_init__(self):
         if not isinstance(self.id, str) or not METHOD_ID.match(self.id):
@@ -146,9 +160,9 @@ class Method:
         if self.trains and make_policy is not None:
             raise ValueError(f"method {self.id!r} needs one of make_agent (it trains) or make_policy "
                              f"(it does not), not both")
-        if not self.trains and make_policy is None and self._part("world_test") is None:
+        if not self.trains and make_policy is None and self._part("worldtest") is None:
             raise ValueError(f"method {self.id!r} needs make_agent (it trains), make_policy (it does not) or "
-                             f"world_test (it takes part in the world test only)")
+                             f"worldtest (it takes part in the world test only)")
         if not isinstance(self._part("Config"), Ref):
             self._check_config(self.Config)
         for name in ("training_env", "make_block"):
@@ -219,7 +233,7 @@ def _builtin() -> list[Method]:
 
     def agent(id, display_name, family, name, **kwargs):
         if kwargs.get("world_model"):   # a learned world model answers the world test through its rollouts
-            kwargs.setdefault("world_test", part("world_test", "learned_model_tester"))
+            kwargs.setdefault("worldtest", part("worldtest", "learned_model_tester"))
         return Method.from_agent_module(id, display_name, family, module(name), **kwargs)
 
     return [
@@ -265,17 +279,17 @@ def _builtin() -> list[Method]:
                summary="posterior over all 256 rules, one-step greedy on expected distance + 0.25 x IG"),
         Method("identify_then_plan", "Identify-then-plan", "belief", part("identify_then_plan", "Config"),
                make_policy=part("identify_then_plan", "make_policy"),
-               world_test=part("world_test", "random_exploration_tester"),
+               worldtest=part("worldtest", "random_exploration_tester"),
                summary="rule tables consistent with the transitions seen, MPC (8 x 512) averaged over them"),
-        Method("active_identify", "Active identification", "belief", part("world_test", "ActiveConfig"),
-               world_test=part("world_test", "active_exploration_tester"),
+        Method("active_identify", "Active identification", "belief", part("worldtest", "ActiveConfig"),
+               worldtest=part("worldtest", "active_exploration_tester"),
                summary="world test only: flips that pin the most unknown rule-table bits, then exact reasoning"),
         Method("random", "Random policy", "reference", part("random_policy", "Config"),
                make_policy=part("random_policy", "make_policy"), any_rule_family=True,
-               world_test=part("world_test", "chance_tester"), summary="a uniformly random cell each step: the floor"),
+               worldtest=part("worldtest", "chance_tester"), summary="a uniformly random cell each step: the floor"),
         Method("mpc", "True-dynamics MPC", "reference", part("mpc", "MPCMethodConfig"),
                make_policy=part("mpc", "make_policy"),
-               sees_true_rule=True, any_rule_family=True, world_test=part("world_test", "true_rule_tester"),
+               sees_true_rule=True, any_rule_family=True, worldtest=part("worldtest", "true_rule_tester"),
                summary="random-shooting MPC with the episode's true rule (8 x 512)"),
         Method("exact", "Exact optimum", "reference", part("exact", "ExactConfig"),
                make_policy=part("exact", "make_policy"),
@@ -308,10 +322,10 @@ def registry() -> dict[str, Method]:
 def _load_plugin(ep) -> Method:
     try:
         obj = ep.load()
+        method = obj() if inspect.isfunction(obj) else obj
     except Exception as exc:
         raise ValueError(f"cannot load tapebench method plug-in {ep.name!r} ({ep.value}): "
                          f"{type(exc).__name__}: {exc}") from exc
-    method = obj() if inspect.isfunction(obj) else obj
     if not isinstance(method, Method):
         raise ValueError(f"plug-in entry point {ep.name!r} ({ep.value}) must name a tapebench.registry.Method "
                          f"or a function returning one, got {type(method).__name__}")

@@ -23,8 +23,8 @@ import torch
 
 from tapebench import defaults
 from tapebench.envs.batched import BatchedTapeEnv
+from tapebench.evaluation.trained_runs import evaluate_run
 from tapebench.registry import build_config, registry
-from tapebench.training.evaluate import evaluate_run
 from tapebench.training.loop import TrainSpec, resolve_device, train
 from tapebench.validation import check_horizon, check_length, parse_rule_list
 

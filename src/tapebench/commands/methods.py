@@ -29,7 +29,7 @@ def _list(args) -> int:
                                              (m.trains and not m.every_checkpoint,
                                               "evaluates only the last K checkpoints (planner)"),
                                              (m.deterministic, "deterministic: one seed is evaluated"),
-                                             (m.world_test is not None, "takes part in the world test"),
+                                             (m.worldtest is not None, "takes part in the world test"),
                                              (not m.plays_episodes, "world test only: no TAPE episodes"))
                      if flag]
             if notes:

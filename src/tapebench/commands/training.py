@@ -23,13 +23,13 @@ import sys
 import time
 from pathlib import Path
 
-from tapebench.evaluation.evaluate import evaluate_untrained, side_protocols
 from tapebench import defaults
+from tapebench.evaluation.evaluate import evaluate_untrained, side_protocols, write_evaluation
 from tapebench.evaluation.model_error import summarize
+from tapebench.evaluation.trained_runs import evaluate_run, model_error_run
 from tapebench.pipeline.resources import check_training
 from tapebench.registry import registry
 from tapebench.splits.io import load_split
-from tapebench.training.evaluate import evaluate_run, model_error_run, write_evaluation
 from tapebench.training.blocks import SEED_FIELD, STACKING, train_block, write_block_record
 from tapebench.training.loop import RunLog, TrainSpec, resolve_device, torch_settings, train
 from tapebench.utils.io import provenance, write_parquet

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from tapebench import defaults
 from tapebench.episodes.streams import split_key
-from tapebench.evaluation.worldtest import WorldTestSettings, run_world_test
+from tapebench.evaluation.worldtest import WorldTestSettings, run_worldtest
 from tapebench.registry import build_config, get_method, registry
 from tapebench.splits.io import load_split
 from tapebench.training import checkpoint as ckpt
@@ -81,14 +81,14 @@ def _trained_agent(run_dir: Path, method_id: str, seed: int, split, device, env:
                    "code_version": manifest.get("provenance", {}).get("code_version")}
 
 
-def run_worldtest(args) -> int:
+def run(args) -> int:
     check_output_file(args.out, "--out")
     params = parse_params(args.params)
     env = {**defaults.ENV, **params.get("env", {})}
     settings = WorldTestSettings.from_config(params.get("worldtest", {}))
     method = get_method(args.method)
-    if method.world_test is None:
-        able = sorted(m for m, x in registry().items() if x.world_test is not None)
+    if method.worldtest is None:
+        able = sorted(m for m, x in registry().items() if x.worldtest is not None)
         raise ValueError(f"method {args.method!r} does not take part in the world test; methods that do: {able}")
     split = load_split(args.split)
     if not split.family.elementary:
@@ -111,7 +111,7 @@ def run_worldtest(args) -> int:
                 print(f"{time.strftime('%H:%M:%S')} [worldtest {args.method} seed {args.seed} B={args.budget}] "
                       f"{message}", file=sys.stderr, flush=True)
 
-        table = run_world_test(method, config, settings, sides={ID_SIDE: split.train, OOD_SIDE: split.test},
+        table = run_worldtest(method, config, settings, sides={ID_SIDE: split.train, OOD_SIDE: split.test},
                                L=int(env["L"]), H=int(env["H"]), seed=args.seed, budget=args.budget,
                                split_name=split.name, split_key=split_key(split.content_hash), agent=agent,
                                success_bonus=float(env["success_bonus"]), device=device, log=log)
@@ -126,7 +126,7 @@ def run_worldtest(args) -> int:
 
 
 def register(sub) -> None:
-    able = sorted(m for m, x in registry().items() if x.world_test is not None)
+    able = sorted(m for m, x in registry().items() if x.worldtest is not None)
     p = sub.add_parser("worldtest", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--method", required=True, help=f"a method that takes part: {', '.join(able)}")
     p.add_argument("--seed", type=seed_argument, required=True,
@@ -139,4 +139,4 @@ def register(sub) -> None:
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     p.add_argument("--out", required=True, help="Parquet file of per-problem records to write")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
-    p.set_defaults(func=run_worldtest)
+    p.set_defaults(func=run)

@@ -66,7 +66,7 @@ class WorldTestRows:
                 TASK_CODES[task], int(length)]
 
 
-def world_test_rows(rules, problems_per_rule: int, L: int, *, side: str, seed: int, problem_seed: int = 0,
+def worldtest_rows(rules, problems_per_rule: int, L: int, *, side: str, seed: int, problem_seed: int = 0,
                     split_key: int = 0) -> WorldTestRows:
     """The rows of `rules` x `problems_per_rule` problems on one side, for world-test seed `seed`."""
     L = check_length(L)

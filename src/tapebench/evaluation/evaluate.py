@@ -2,8 +2,9 @@
 
 `play` is the one place where a method's evaluation policy meets the episodes: it applies what the
 method is allowed to see (true rules only for reference methods) and how it is batched. Trained
-agents go through it once per checkpoint (`training.evaluate`), methods that do not train once per
-seed (`evaluate_untrained`), the oracle commands once (`oracle.run`).
+agents go through it once per checkpoint (`evaluation.trained_runs`), methods that do not train once per
+seed (`evaluate_untrained`), the oracle commands once (`oracle.run`). `write_evaluation` writes either's records;
+`greedy_success` is one agent's strict success on a rule list.
 """
 from __future__ import annotations
 
@@ -14,12 +15,14 @@ import pandas as pd
 import torch
 
 from tapebench import defaults
-from tapebench.episodes.sets import EpisodeSet
+from tapebench.episodes.sets import EpisodeSet, episode_set
 from tapebench.evaluation.protocol import EvalProtocol, protocol_episodes
 from tapebench.evaluation.records import coerce_episode_frame
 from tapebench.evaluation.runner import episode_frame, run_episodes
+from tapebench.methods.contract import greedy_policy
 from tapebench.registry import Method, PolicyContext, build_config, check_rule_family, get_method
 from tapebench.splits.io import Split, resolve_split
+from tapebench.utils.io import provenance, write_parquet
 
 
 def side_protocols(*, L: int, H: int, episodes_per_rule: int, eval_seed: int,
@@ -84,3 +87,17 @@ def evaluate_untrained(method_id: str, hyperparameters: dict | None, seed: int, 
                "method": {"id": method_id, "seed": int(seed), "hyperparameters": dataclasses.asdict(config)},
                "protocols": [p.as_dict() for _, p, _ in sides]}
     return records, summary
+
+
+def write_evaluation(out, records: pd.DataFrame, summary: dict, config_slice: dict, seed: int, split=None) -> None:
+    split_info = {"name": split.name, "content_hash": split.content_hash} if split is not None else None
+    write_parquet(out, records, meta=provenance(config_slice, seed, split=split_info, evaluation=summary))
+
+
+def greedy_success(agent, rules, H: int, L: int, episodes_per_rule: int = 100, eval_seed: int = 0,
+                   device="cpu") -> float:
+    """Strict success of an agent's evaluation policy on CRN episodes of `rules` (side "rules")."""
+    episodes = episode_set(rules, episodes_per_rule, L, eval_seed=eval_seed, side="rules")
+    with torch.no_grad():
+        results = run_episodes(greedy_policy(agent), episodes, H, device=device)
+    return float(results["success"].mean())

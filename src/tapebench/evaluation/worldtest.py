@@ -1,7 +1,7 @@
 """The world-test runner (docs/protocol.md#world-test): the interaction phase, then each task, scored per problem.
 
 For every side of the split and every task (each prediction length a task of its own), the runner builds a fresh
-world tester (`Method.world_test`), plays the interaction phase of `budget` steps on the rows' hidden rules, then
+world tester (`Method.worldtest`), plays the interaction phase of `budget` steps on the rows' hidden rules, then
 poses the task's problems (`episodes.worldtest`, the same for every method and budget) and scores the answers:
 
 * prediction: 1 if the chosen candidate is the right one, else 0;
@@ -21,8 +21,8 @@ import numpy as np
 import pandas as pd
 
 from tapebench.episodes.worldtest import (WorldTestRows, detection_problems, detection_score, fresh_tapes,
-                                          planning_problems, prediction_problems, transition, world_test_rows)
-from tapebench.methods.world_test import WorldTestBatch, WorldTestContext, WorldTester, reset_action
+                                          planning_problems, prediction_problems, transition, worldtest_rows)
+from tapebench.methods.worldtest import WorldTestBatch, WorldTestContext, WorldTester, reset_action
 from tapebench.schemas import WORLDTEST_COLUMNS
 from tapebench.validation import check_integer
 from tapebench.vocabulary import DETECTION_TASK, PLANNING_TASK, PREDICTION_CANDIDATES, PREDICTION_TASK, WORLDTEST_TASKS
@@ -116,11 +116,11 @@ TESTER_METHODS = tuple(name for name in WorldTester.__dict__ if not name.startsw
 
 def _tester(method, config, context):
     """The method's world tester for one task, checked to be one (every method of `WorldTester`)."""
-    tester = method.world_test(config, context)
+    tester = method.worldtest(config, context)
     missing = [name for name in TESTER_METHODS if not callable(getattr(tester, name, None))]
     if missing:
-        raise ValueError(f"its world_test returned {type(tester).__name__}, not a world tester: it lacks {missing} "
-                         f"(methods/world_test.py WorldTester)")
+        raise ValueError(f"its worldtest returned {type(tester).__name__}, not a world tester: it lacks {missing} "
+                         f"(methods/worldtest.py WorldTester)")
     return tester
 
 
@@ -199,15 +199,15 @@ def score_detection(tester, rows, T: int) -> pd.DataFrame:
     return _records(rows, DETECTION_TASK, T, detection_score(report, key.earliest), delay=delay)
 
 
-def run_world_test(method, config, settings: WorldTestSettings, *, sides: dict, L: int, H: int, seed: int,
+def run_worldtest(method, config, settings: WorldTestSettings, *, sides: dict, L: int, H: int, seed: int,
                    budget: int, split_name: str = "", split_key: int = 0, agent=None, success_bonus: float = 1.0,
                    device="cpu", log=None) -> pd.DataFrame:
     """Per-problem records (columns `schemas.WORLDTEST_COLUMNS`) of one method, seed and budget.
 
     `sides` maps a side name to its rules; `agent` is the trained agent of a method that trains."""
-    if method.world_test is None:
+    if method.worldtest is None:
         raise ValueError(f"method {method.id!r} does not take part in the world test (its registry entry has no "
-                         f"world_test)")
+                         f"worldtest)")
     if method.trains and agent is None:
         raise ValueError(f"method {method.id!r} trains: its world test needs the trained agent (--run)")
     context = WorldTestContext(L=int(L), H=int(H), seed=int(seed), planner_horizon=settings.planner_horizon,
@@ -215,7 +215,7 @@ def run_world_test(method, config, settings: WorldTestSettings, *, sides: dict, 
                                agent=agent, device=device)
     frames = []
     for side, rules in sides.items():
-        rows = world_test_rows(rules, settings.problems_per_rule, L, side=side, seed=seed,
+        rows = worldtest_rows(rules, settings.problems_per_rule, L, side=side, seed=seed,
                                problem_seed=settings.problem_seed, split_key=split_key)
         tasks = []
         if PREDICTION_TASK in settings.tasks:

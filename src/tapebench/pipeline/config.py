@@ -307,10 +307,10 @@ def _check_worldtest(config: dict) -> None:
     for i, method in enumerate(study["methods"]):
         if method not in methods:
             raise ConfigError(f"{where}.methods[{i}]': unknown method {method!r}; registered methods: {sorted(methods)}")
-        if methods[method].world_test is None:
-            able = sorted(m for m, entry in methods.items() if entry.world_test is not None)
+        if methods[method].worldtest is None:
+            able = sorted(m for m, entry in methods.items() if entry.worldtest is not None)
             raise ConfigError(f"{where}.methods[{i}]': {method!r} does not take part in the world test (its registry "
-                              f"entry has no world_test); methods that do: {able}")
+                              f"entry has no worldtest); methods that do: {able}")
         if methods[method].trains and method not in config["methods"]:
             raise ConfigError(f"{where}.methods[{i}]': {method!r} trains, and the world test reuses its main-split "
                               f"runs; add it to `methods` {list(config['methods'])} or remove it here")

@@ -220,9 +220,9 @@ def measure(config: dict, methods, *, steps: int, count_evaluation_flops: bool =
     from tapebench.bench.flops import count_flops
     from tapebench.bench.training import heartbeat
     from tapebench.evaluation.evaluate import evaluate_untrained, side_protocols
-    from tapebench.evaluation.worldtest import WorldTestSettings, run_world_test
+    from tapebench.evaluation.trained_runs import evaluate_run
+    from tapebench.evaluation.worldtest import WorldTestSettings, run_worldtest
     from tapebench.registry import build_config
-    from tapebench.training.evaluate import evaluate_run
     from tapebench.training.loop import TrainSpec, train
 
     fixed = calibrate_jobs()
@@ -290,13 +290,13 @@ def measure(config: dict, methods, *, steps: int, count_evaluation_flops: bool =
                     model.eval_flops_per_episode[method_id] = flops / (len(half) * E)
             if settings is not None and method_id in study["methods"]:
                 config_m = build_config(method_id, overrides)
-                run_world_test(method, config_m, settings, sides={"train": sample[:1]}, L=L, H=H, seed=0,
+                run_worldtest(method, config_m, settings, sides={"train": sample[:1]}, L=L, H=H, seed=0,
                                budget=0, agent=agent)                                          # warm-up
                 points = []
                 with heartbeat(f"{method_id}: world test on {len(half)} and {len(sample)} rules"):
                     for r in (half, sample):
                         start = time.process_time()
-                        table = run_world_test(method, config_m, settings, sides=halves(r), L=L, H=H, seed=0,
+                        table = run_worldtest(method, config_m, settings, sides=halves(r), L=L, H=H, seed=0,
                                                budget=max(study["budgets"]), agent=agent)
                         points += [len(table), time.process_time() - start]
                 fixed, model.problem_s[method_id] = linear_fit(*points)

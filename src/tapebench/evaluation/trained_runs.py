@@ -1,9 +1,10 @@
-"""Checkpoint evaluation on the common-random-number episodes (docs/protocol.md#schedule, #decisions).
+"""Evaluation of a finished training run (docs/protocol.md#schedule, #decisions).
 
 Every checkpoint of a run (or its last K) plays the greedy policy on the ID episodes (side "train",
 the split's training rules) and the OOD episodes (side "test"), or on an explicit rule list
-(side "rules"), at horizon H. One record per episode (schema: `evaluation.records`) plus the
-columns agent, seed and checkpoint (env steps trained).
+(side "rules"), at horizon H (`evaluate_run`). One record per episode (schema: `evaluation.records`) plus the
+columns agent, seed and checkpoint (env steps trained). `model_error_run` measures the final checkpoint's world
+model (`evaluation.model_error`).
 """
 from __future__ import annotations
 
@@ -11,19 +12,15 @@ import time
 from pathlib import Path
 
 import pandas as pd
-import torch
 
-from tapebench.episodes.sets import episode_set
 from tapebench.evaluation.evaluate import play, side_protocols, with_run_columns
 from tapebench.evaluation.model_error import DEFAULT_CONTEXT, DEFAULT_DEPTH, check_probe, error_table, rollout_errors
 from tapebench.evaluation.protocol import DEFAULT_EPISODES_PER_RULE, DEFAULT_EVAL_SEED, protocol_episodes
 from tapebench.evaluation.records import coerce_episode_frame
-from tapebench.evaluation.runner import run_episodes
 from tapebench.methods.contract import greedy_policy
 from tapebench.registry import get_method
 from tapebench.training import checkpoint as ckpt
 from tapebench.training.loop import read_manifest, resolve_device, torch_settings
-from tapebench.utils.io import provenance, write_parquet
 from tapebench.vocabulary import SPLIT_SIDES
 
 
@@ -133,17 +130,3 @@ def _check_same_split(run_dir: Path, manifest: dict, split) -> None:
         raise ValueError(f"run {run_dir} was trained on split {manifest['split'].get('name')!r} "
                          f"(hash {manifest['split'].get('content_hash', '')[:12]}), not on split {split.name!r} "
                          f"(hash {split.content_hash[:12]})")
-
-
-def write_evaluation(out, records: pd.DataFrame, summary: dict, config_slice: dict, seed: int, split=None) -> None:
-    split_info = {"name": split.name, "content_hash": split.content_hash} if split is not None else None
-    write_parquet(out, records, meta=provenance(config_slice, seed, split=split_info, evaluation=summary))
-
-
-def greedy_success(agent, rules, H: int, L: int, episodes_per_rule: int = 100, eval_seed: int = 0,
-                   device="cpu") -> float:
-    """Strict success of an agent's evaluation policy on CRN episodes of `rules` (side "rules")."""
-    episodes = episode_set(rules, episodes_per_rule, L, eval_seed=eval_seed, side="rules")
-    with torch.no_grad():
-        results = run_episodes(greedy_policy(agent), episodes, H, device=device)
-    return float(results["success"].mean())

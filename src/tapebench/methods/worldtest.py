@@ -2,7 +2,7 @@
 
 A world tester is what a method answers the world test with (docs/protocol.md#world-test). The runner
 (`evaluation.worldtest`) drives N rows at once; row i has its own hidden rule and problem. For each task it
-builds a fresh tester (`Method.world_test(config, context)`) and calls
+builds a fresh tester (`Method.worldtest(config, context)`) and calls
 
 * `explore_begin(batch)`, then, `batch.budget` times, `explore_act(tapes, step) -> (N,) int64` (a cell
   0..L-1, or `reset_action(L)` = L for a fresh random tape; both cost one step of the budget) and
@@ -60,7 +60,7 @@ class WorldTestBatch:
 
 @dataclass(frozen=True)
 class WorldTestContext:
-    """What the protocol gives `Method.world_test(config, context)`."""
+    """What the protocol gives `Method.worldtest(config, context)`."""
 
     L: int
     H: int                   # the training horizon (a learned model's time feature t/H)
