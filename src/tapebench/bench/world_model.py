@@ -26,10 +26,11 @@ import time
 import numpy as np
 import torch
 
+from tapebench.defaults import MODEL_ERROR_CONTEXT
 from tapebench.bench import load_average, run_parallel
 from tapebench.envs.batched import BatchedTapeEnv
 from tapebench.evaluation.evaluate import side_protocols
-from tapebench.evaluation.model_error import DEFAULT_CONTEXT, probe_trajectories, rollout_errors
+from tapebench.evaluation.model_error import probe_trajectories, rollout_errors
 from tapebench.methods.contract import EnvSpec
 from tapebench.methods.world_model import WorldModelConfig, WorldModelLearner, world_model_rollout
 from tapebench.registry import build_config, make_agent, registry
@@ -104,11 +105,11 @@ def check_world_model_agents(requested) -> list[str]:
 def one_step_error(model, episodes, H: int) -> tuple[float, int]:
     """Episode-weighted one-step error on the probe of `episodes` and how many episodes count; `model` has the
     agent contract's `world_model_rollout`."""
-    errors, valid = rollout_errors(model, episodes, H, context=DEFAULT_CONTEXT, depth=1)
+    errors, valid = rollout_errors(model, episodes, H, context=MODEL_ERROR_CONTEXT, depth=1)
     return float(errors[valid].mean()), int(valid.sum())
 
 
-def bayes_one_step_error(episodes, context: int = DEFAULT_CONTEXT, prior_rules=range(256),
+def bayes_one_step_error(episodes, context: int = MODEL_ERROR_CONTEXT, prior_rules=range(256),
                          seen: int | None = None) -> tuple[float, int]:
     """The one-step error of the Bayes-optimal predictor on the same probe, a floor for any learned model.
 
@@ -139,7 +140,7 @@ def bayes_one_step_error(episodes, context: int = DEFAULT_CONTEXT, prior_rules=r
     return float(errors[valid].mean()), int(valid.sum())
 
 
-def persistence_one_step_error(episodes, context: int = DEFAULT_CONTEXT) -> tuple[float, int]:
+def persistence_one_step_error(episodes, context: int = MODEL_ERROR_CONTEXT) -> tuple[float, int]:
     """The one-step error of predicting that nothing but the flipped cell changes (a model that learned no
     dynamics; exact for the identity rule 204), on the same probe."""
     tapes, actions, valid = _one_step_probe(episodes, context)
@@ -263,7 +264,7 @@ def bench_world_model(args) -> dict:
     print(f"tapebench bench world-model: {studied} trained on the uniformly random policy's data, split "
           f"{split.name!r} training rules, L={L}, "
           f"H={H}, {args.steps} env steps per run, {args.seeds} seed(s); one-step error (probe depth 1, context "
-          f"{DEFAULT_CONTEXT}) on {args.episodes_per_rule} episodes per ID / OOD rule at {args.points} point(s)")
+          f"{MODEL_ERROR_CONTEXT}) on {args.episodes_per_rule} episodes per ID / OOD rule at {args.points} point(s)")
     references = side_protocols(L=L, H=H, episodes_per_rule=args.episodes_per_rule, eval_seed=0, split=split)
     floor = {SIDE_LABELS[protocol.side]: bayes_one_step_error(episodes)[0] for episodes, protocol, _ in references}
     floor_last = {SIDE_LABELS[protocol.side]: bayes_one_step_error(episodes, seen=1)[0]
@@ -271,7 +272,7 @@ def bench_world_model(args) -> dict:
     persistence = {SIDE_LABELS[protocol.side]: persistence_one_step_error(episodes)[0]
                    for episodes, protocol, _ in references}
     print(f"references on the same probe: the Bayes-optimal predictor over all 256 rules given the same "
-          f"{DEFAULT_CONTEXT} context transitions (the floor) ID {floor['ID']:.4f}, OOD {floor['OOD']:.4f}; "
+          f"{MODEL_ERROR_CONTEXT} context transitions (the floor) ID {floor['ID']:.4f}, OOD {floor['OOD']:.4f}; "
           f"given the last of them only (the ensemble MPC's models read one) ID {floor_last['ID']:.4f}, OOD "
           f"{floor_last['OOD']:.4f}; 'nothing changes but the flipped cell' ID {persistence['ID']:.4f}, OOD "
           f"{persistence['OOD']:.4f}")

@@ -19,9 +19,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from tapebench.defaults import MODEL_ERROR_CONTEXT, MODEL_ERROR_DEPTH
 from tapebench.ca.packed import pack, step_words_rules, unpack
-from tapebench.defaults import MODEL_ERROR_CONTEXT as DEFAULT_CONTEXT  # also imported from here
-from tapebench.defaults import MODEL_ERROR_DEPTH as DEFAULT_DEPTH
 from tapebench.episodes.sets import EpisodeSet
 from tapebench.episodes.streams import step_keys, uniform_below
 from tapebench.schemas import MODEL_ERROR_PROBE_COLUMNS
@@ -52,8 +51,8 @@ def observations(tapes: np.ndarray, H: int) -> np.ndarray:
     return np.concatenate([tapes.astype(np.float32), time], axis=2)
 
 
-def rollout_errors(agent, episodes: EpisodeSet, H: int, *, context: int = DEFAULT_CONTEXT,
-                   depth: int = DEFAULT_DEPTH, goal=None, batch_size: int = 1024,
+def rollout_errors(agent, episodes: EpisodeSet, H: int, *, context: int = MODEL_ERROR_CONTEXT,
+                   depth: int = MODEL_ERROR_DEPTH, goal=None, batch_size: int = 1024,
                    device="cpu") -> tuple[np.ndarray, np.ndarray]:
     """Per-episode open-loop errors: (N, depth) float error and (N, depth) bool valid mask."""
     check_probe(context, depth)

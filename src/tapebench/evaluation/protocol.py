@@ -15,8 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tapebench.defaults import EPISODES_PER_RULE as DEFAULT_EPISODES_PER_RULE  # noqa: F401 (also imported from here)
-from tapebench.defaults import EVAL_SEED as DEFAULT_EVAL_SEED  # noqa: F401
+from tapebench.defaults import EPISODES_PER_RULE, EVAL_SEED
 from tapebench.defaults import NOISE, SUCCESS_BONUS
 from tapebench.episodes.sets import EpisodeSet, episode_set
 from tapebench.episodes.streams import split_key

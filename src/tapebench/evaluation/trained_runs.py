@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from tapebench.defaults import EPISODES_PER_RULE, EVAL_SEED, MODEL_ERROR_CONTEXT, MODEL_ERROR_DEPTH
 from tapebench.evaluation.evaluate import play, side_protocols, with_run_columns
-from tapebench.evaluation.model_error import DEFAULT_CONTEXT, DEFAULT_DEPTH, check_probe, error_table, rollout_errors
-from tapebench.evaluation.protocol import DEFAULT_EPISODES_PER_RULE, DEFAULT_EVAL_SEED, protocol_episodes
+from tapebench.evaluation.model_error import check_probe, error_table, rollout_errors
+from tapebench.evaluation.protocol import protocol_episodes
 from tapebench.evaluation.records import coerce_episode_frame
 from tapebench.methods.contract import greedy_policy
 from tapebench.registry import get_method
@@ -33,8 +34,8 @@ def select_checkpoints(manifest: dict, last: int | str | None) -> list[dict]:
     return checkpoints[-last:]
 
 
-def evaluate_run(run_dir, H: int, *, split=None, rules=None, episodes_per_rule: int = DEFAULT_EPISODES_PER_RULE,
-                 eval_seed: int = DEFAULT_EVAL_SEED, checkpoints: int | str | None = "all",
+def evaluate_run(run_dir, H: int, *, split=None, rules=None, episodes_per_rule: int = EPISODES_PER_RULE,
+                 eval_seed: int = EVAL_SEED, checkpoints: int | str | None = "all",
                  success_bonus: float = 1.0, noise: float = 0.0, L: int | None = None, device="cpu",
                  threads: int | None = 1, log=None) -> tuple[pd.DataFrame, dict]:
     """Evaluate the run's checkpoints; returns (episode records, summary for the Parquet metadata).
@@ -79,8 +80,8 @@ def evaluate_run(run_dir, H: int, *, split=None, rules=None, episodes_per_rule: 
     return records, summary
 
 
-def model_error_run(run_dir, H: int, *, split, episodes_per_rule: int = DEFAULT_EPISODES_PER_RULE,
-                    eval_seed: int = DEFAULT_EVAL_SEED, context: int = DEFAULT_CONTEXT, depth: int = DEFAULT_DEPTH,
+def model_error_run(run_dir, H: int, *, split, episodes_per_rule: int = EPISODES_PER_RULE,
+                    eval_seed: int = EVAL_SEED, context: int = MODEL_ERROR_CONTEXT, depth: int = MODEL_ERROR_DEPTH,
                     device="cpu", threads: int | None = 1) -> tuple[pd.DataFrame, dict]:
     """Open-loop prediction error of the final checkpoint's world model on the split's ID and OOD rules
     (`evaluation.model_error`); returns (per side x rule x depth table, summary for the Parquet metadata)."""

@@ -22,13 +22,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from tapebench.defaults import CI, N_RESAMPLES
 from tapebench import registry as methods
 from tapebench.ca import reference
 from tapebench.report import style
 from tapebench.report.registry import FIGURE4_H, FIGURE4_L, FIGURE4_RULES, FIGURE4_SEED, has_curve
 from tapebench.report.tables import FAMILY_ORDER, display_name, family
 from tapebench.stats.aggregate import group_generator
-from tapebench.stats.bootstrap import DEFAULT_CI, DEFAULT_RESAMPLES, percentile_ci
+from tapebench.stats.bootstrap import percentile_ci
 from tapebench.utils.artifacts import read_table
 from tapebench.utils.io import read_parquet_meta
 from tapebench.vocabulary import SPLIT_SIDES
@@ -238,8 +239,8 @@ def render_figure3(out, *, per_rule, split=None, H=None, metric: str = "success"
 
 
 # --- Learning curves ----------------------------------------------------------------------------------------
-def curve_bands(curves: pd.DataFrame, metric: str = "success", n_resamples: int = DEFAULT_RESAMPLES,
-                ci: float = DEFAULT_CI, seed: int = 0) -> pd.DataFrame:
+def curve_bands(curves: pd.DataFrame, metric: str = "success", n_resamples: int = N_RESAMPLES,
+                ci: float = CI, seed: int = 0) -> pd.DataFrame:
     """Per (agent, side, checkpoint): mean over seeds and the percentile-bootstrap interval of that mean.
 
     The resampling of a group uses `group_generator(seed, (agent, side, checkpoint, metric))`, so a band does
@@ -270,7 +271,7 @@ def _steps(x, _pos=None) -> str:
 
 
 def render_learning_curves(out, *, curves, split=None, H=None, metric: str = "success",
-                           n_resamples: int = DEFAULT_RESAMPLES, ci: float = DEFAULT_CI, seed: int = 0) -> list[str]:
+                           n_resamples: int = N_RESAMPLES, ci: float = CI, seed: int = 0) -> list[str]:
     # matplotlib is heavy: only figure builders load it
     from matplotlib.ticker import FuncFormatter
 

@@ -16,12 +16,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tapebench.defaults import CI, N_RESAMPLES
 from tapebench.report import style
 from tapebench.report.figures import _read_many, method_order
 from tapebench.report.render import render_table
 from tapebench.report.tables import display_name, grouped
 from tapebench.stats import rliable
-from tapebench.stats.bootstrap import DEFAULT_CI, DEFAULT_RESAMPLES
 from tapebench.utils.io import provenance, write_parquet
 from tapebench.vocabulary import SPLIT_SIDES
 
@@ -40,8 +40,8 @@ def side_matrices(per_rule: pd.DataFrame, side: str, split=None, H=None, metric:
     return rliable.score_matrices(per_rule, metric=metric, side=side, split=split, H=H, agents=agents)
 
 
-def rliable_summary(per_rule: pd.DataFrame, split=None, H=None, n_resamples: int = DEFAULT_RESAMPLES,
-                    ci: float = DEFAULT_CI, seed: int = 0) -> pd.DataFrame:
+def rliable_summary(per_rule: pd.DataFrame, split=None, H=None, n_resamples: int = N_RESAMPLES,
+                    ci: float = CI, seed: int = 0) -> pd.DataFrame:
     """One row per (agent, side, statistic): the statistic of the (seeds x rules) matrix with its
     stratified-bootstrap percentile CI (columns SUMMARY_COLUMNS)."""
     rows = []
@@ -77,8 +77,8 @@ def rliable_context(summary: pd.DataFrame) -> dict:
             "n_resamples": int(first["n_resamples"])}
 
 
-def render_rliable(out, *, per_rule, split=None, H=None, n_resamples: int = DEFAULT_RESAMPLES,
-                   ci: float = DEFAULT_CI, seed: int = 0, parquet=None) -> str:
+def render_rliable(out, *, per_rule, split=None, H=None, n_resamples: int = N_RESAMPLES,
+                   ci: float = CI, seed: int = 0, parquet=None) -> str:
     summary = rliable_summary(_read_many(per_rule, "per_rule"), split, H, n_resamples, ci, seed)
     if parquet:
         write_parquet(parquet, summary, meta=provenance(
@@ -89,13 +89,13 @@ def render_rliable(out, *, per_rule, split=None, H=None, n_resamples: int = DEFA
 
 # --- probability of improvement ------------------------------------------------------------------------------
 def improvement_matrix(per_rule: pd.DataFrame, side: str = "test", split=None, H=None,
-                       n_resamples: int = DEFAULT_RESAMPLES, ci: float = DEFAULT_CI, seed: int = 0
+                       n_resamples: int = N_RESAMPLES, ci: float = CI, seed: int = 0
                        ) -> rliable.ImprovementMatrix:
     return rliable.probability_of_improvement_matrix(side_matrices(per_rule, side, split, H), n_resamples, ci, seed)
 
 
 def render_probability_of_improvement(out, *, per_rule, split=None, H=None, side: str = "test",
-                                      n_resamples: int = DEFAULT_RESAMPLES, ci: float = DEFAULT_CI, seed: int = 0,
+                                      n_resamples: int = N_RESAMPLES, ci: float = CI, seed: int = 0,
                                       parquet=None) -> list[str]:
     if side not in SPLIT_SIDES:
         raise ValueError(f"side must be one of {list(SPLIT_SIDES)} (train = ID, test = OOD), got {side!r}")
@@ -133,13 +133,13 @@ def render_probability_of_improvement(out, *, per_rule, split=None, H=None, side
 
 # --- performance profiles -----------------------------------------------------------------------------------
 def profiles(per_rule: pd.DataFrame, side: str, split=None, H=None, taus=PROFILE_TAUS,
-             n_resamples: int = DEFAULT_RESAMPLES, ci: float = DEFAULT_CI, seed: int = 0) -> dict:
+             n_resamples: int = N_RESAMPLES, ci: float = CI, seed: int = 0) -> dict:
     """{agent: rliable.Profile}: the run-score distribution on one side, with pointwise bands."""
     return rliable.performance_profiles(side_matrices(per_rule, side, split, H), taus, "run", n_resamples, ci, seed)
 
 
-def render_performance_profile(out, *, per_rule, split=None, H=None, n_resamples: int = DEFAULT_RESAMPLES,
-                               ci: float = DEFAULT_CI, seed: int = 0) -> list[str]:
+def render_performance_profile(out, *, per_rule, split=None, H=None, n_resamples: int = N_RESAMPLES,
+                               ci: float = CI, seed: int = 0) -> list[str]:
     plt = style.pyplot()
     frame = _read_many(per_rule, "per_rule")
     fig, axes = plt.subplots(1, 2, figsize=(style.FULL_WIDTH, 2.7), sharey=True)

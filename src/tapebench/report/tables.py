@@ -14,11 +14,12 @@ from pathlib import Path
 import pandas as pd
 
 from tapebench import defaults
+from tapebench.defaults import REFERENCE
 from tapebench import registry as methods
 from tapebench.report.render import render_table
 from tapebench.rules.features import solved_by_any_action
 from tapebench.splits.io import load_split
-from tapebench.stats.aggregate import DEFAULT_REFERENCE, ON_METRIC
+from tapebench.stats.aggregate import ON_METRIC
 from tapebench.utils.artifacts import read_table
 from tapebench.vocabulary import SPLIT_SIDES
 
@@ -145,7 +146,7 @@ def table3_context(agg: pd.DataFrame, split: str, H: int, L: int | None = None, 
                "drop": _cell(cells, agent, H, "drop", "success"),
                "ood_return": _cell(cells, agent, H, "test", "return"),
                "on": _cell(cells, agent, H, "test", ON_METRIC),
-               "is_on_reference": agent == DEFAULT_REFERENCE}
+               "is_on_reference": agent == REFERENCE}
         ns = [c["n"] for c in (row["id"], row["ood"]) if c["n"] is not None]
         row["n"] = min(ns) if ns else None
         return row
@@ -153,7 +154,7 @@ def table3_context(agg: pd.DataFrame, split: str, H: int, L: int | None = None, 
     groups = _groups_of_rows(_agents(data, agents), make_row)
     has_reference = any(r["is_on_reference"] for r in _rows(groups))
     return {"split": split, "L": int(data["L"].iloc[0]), "H": H, "groups": groups,
-            "on_reference": display_name(DEFAULT_REFERENCE) if has_reference else None,
+            "on_reference": display_name(REFERENCE) if has_reference else None,
             "floor": _floor(test_rules, random_per_rule, split, H, family),
             "seeds": _seeds_text([r["n"] for r in _rows(groups)]), **_statistics(data, meta or {})}
 

@@ -68,11 +68,10 @@ import numpy as np
 import pandas as pd
 
 from tapebench import defaults
-from tapebench.defaults import REFERENCE as DEFAULT_REFERENCE  # also imported from here
+from tapebench.defaults import CI, N_RESAMPLES, REFERENCE
 from tapebench.evaluation.records import SOFT_EPSILONS, coerce_episode_frame, soft_success
 from tapebench.schemas import AGGREGATE_COLUMNS, GROUP, PER_SEED_COLUMNS, SUMMARY_GROUP
-from tapebench.stats.bootstrap import (DEFAULT_CI, DEFAULT_RESAMPLES, difference_ci, hedges_g, holm,
-                                       percentile_interval, resample_indices, welch_test)
+from tapebench.stats.bootstrap import difference_ci, hedges_g, holm, percentile_interval, resample_indices, welch_test
 from tapebench.utils.artifacts import read_table
 from tapebench.validation import refuse_duplicates
 from tapebench.vocabulary import DROP_SIDE, ID_SIDE, OOD_SIDE, ladder_level
@@ -239,8 +238,8 @@ def _summaries(values: np.ndarray, indices: np.ndarray, ci: float) -> dict[str, 
     return {"mean": values.mean(axis=0), "sd": sd, "ci_low": low, "ci_high": high}
 
 
-def aggregate_seeds(per_seed: pd.DataFrame, n_resamples: int = DEFAULT_RESAMPLES, ci: float = DEFAULT_CI,
-                    seed: int = 0, reference: str = DEFAULT_REFERENCE) -> pd.DataFrame:
+def aggregate_seeds(per_seed: pd.DataFrame, n_resamples: int = N_RESAMPLES, ci: float = CI,
+                    seed: int = 0, reference: str = REFERENCE) -> pd.DataFrame:
     """Bootstrap summaries per (split, agent, L, H, side, metric), plus the paired ID - OOD drop."""
     if not 0.0 < ci < 1.0:
         raise ValueError(f"--ci must be in (0, 1), e.g. 0.95; got {ci!r}")
@@ -284,8 +283,8 @@ def aggregate_seeds(per_seed: pd.DataFrame, n_resamples: int = DEFAULT_RESAMPLES
     return out.astype({"L": "int64", "H": "int64", "n": "int64", "n_resamples": "int64"})
 
 
-def oracle_normalized(per_seed: pd.DataFrame, reference: str = DEFAULT_REFERENCE,
-                      n_resamples: int = DEFAULT_RESAMPLES, ci: float = DEFAULT_CI, seed: int = 0) -> pd.DataFrame:
+def oracle_normalized(per_seed: pd.DataFrame, reference: str = REFERENCE,
+                      n_resamples: int = N_RESAMPLES, ci: float = CI, seed: int = 0) -> pd.DataFrame:
     """ON(p) = 100 p / p_reference on OOD strict success per (split, agent, L, H), with a bootstrap CI."""
     data = per_seed[(per_seed["side"] == OOD_SIDE) & (per_seed["metric"] == "success")]
     rows = []
@@ -335,7 +334,7 @@ def _check_paired_seeds(key, seeds_by_side: dict) -> None:
                                  "the paired ID-OOD drop needs both sides for every seed")
 
 
-def method_tests(per_seed: pd.DataFrame, n_resamples: int = DEFAULT_RESAMPLES, ci: float = DEFAULT_CI,
+def method_tests(per_seed: pd.DataFrame, n_resamples: int = N_RESAMPLES, ci: float = CI,
                  seed: int = 0, side: str = OOD_SIDE, alpha: float = TEST_ALPHA) -> pd.DataFrame:
     """Pairwise Welch tests with Holm correction and effect sizes between agents (schema in module docstring)."""
     per_seed = coerce_per_seed(per_seed)

@@ -19,8 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tapebench.defaults import CI as DEFAULT_CI  # also imported from here
-from tapebench.defaults import N_RESAMPLES as DEFAULT_RESAMPLES
+from tapebench.defaults import CI, N_RESAMPLES
 
 
 @dataclass(frozen=True)
@@ -59,15 +58,15 @@ def _as_sample(values, name: str = "values") -> np.ndarray:
     return x
 
 
-def resample_indices(n: int, n_resamples: int = DEFAULT_RESAMPLES, rng=0) -> np.ndarray:
+def resample_indices(n: int, n_resamples: int = N_RESAMPLES, rng=0) -> np.ndarray:
     """A (n_resamples, n) matrix of indices drawn uniformly with replacement from 0..n-1."""
     if n < 1:
         raise ValueError(f"need at least one seed to resample, got n = {n}")
-    _check_settings(n_resamples, DEFAULT_CI)
+    _check_settings(n_resamples, CI)
     return _generator(rng).integers(0, n, size=(n_resamples, n))
 
 
-def bootstrap_means(values, n_resamples: int = DEFAULT_RESAMPLES, rng=0, indices=None) -> np.ndarray:
+def bootstrap_means(values, n_resamples: int = N_RESAMPLES, rng=0, indices=None) -> np.ndarray:
     """Means of bootstrap resamples of `values` (n,) or of each column of `values` (n, m).
 
     Returns shape (B,) or (B, m). Pass `indices` (B, n) to reuse one resampling across calls.
@@ -82,7 +81,7 @@ def bootstrap_means(values, n_resamples: int = DEFAULT_RESAMPLES, rng=0, indices
     return x[indices].mean(axis=1)
 
 
-def percentile_interval(boot_means: np.ndarray, ci: float = DEFAULT_CI) -> tuple[np.ndarray, np.ndarray]:
+def percentile_interval(boot_means: np.ndarray, ci: float = CI) -> tuple[np.ndarray, np.ndarray]:
     """The (1-ci)/2 and (1+ci)/2 percentiles of bootstrap means along axis 0."""
     _check_settings(1, ci)
     tail = 100.0 * (1.0 - ci) / 2.0
@@ -90,7 +89,7 @@ def percentile_interval(boot_means: np.ndarray, ci: float = DEFAULT_CI) -> tuple
     return low, high
 
 
-def percentile_ci(values, n_resamples: int = DEFAULT_RESAMPLES, ci: float = DEFAULT_CI, rng=0,
+def percentile_ci(values, n_resamples: int = N_RESAMPLES, ci: float = CI, rng=0,
                   indices=None) -> Interval:
     """Percentile bootstrap CI of the mean of per-seed values (paper App. K.1)."""
     x = _as_sample(values)
@@ -100,7 +99,7 @@ def percentile_ci(values, n_resamples: int = DEFAULT_RESAMPLES, ci: float = DEFA
     return Interval(float(x.mean()), float(low), float(high), int(x.size))
 
 
-def paired_ci(x, y, n_resamples: int = DEFAULT_RESAMPLES, ci: float = DEFAULT_CI, rng=0,
+def paired_ci(x, y, n_resamples: int = N_RESAMPLES, ci: float = CI, rng=0,
               indices=None) -> Interval:
     """Paired bootstrap CI of mean(x - y): seeds resampled together (paper App. K.2, the ID–OOD drop)."""
     x, y = _as_sample(x, "x"), _as_sample(y, "y")
@@ -109,7 +108,7 @@ def paired_ci(x, y, n_resamples: int = DEFAULT_RESAMPLES, ci: float = DEFAULT_CI
     return percentile_ci(x - y, n_resamples, ci, rng, indices)
 
 
-def difference_ci(a, b, n_resamples: int = DEFAULT_RESAMPLES, ci: float = DEFAULT_CI, rng=0) -> Interval:
+def difference_ci(a, b, n_resamples: int = N_RESAMPLES, ci: float = CI, rng=0) -> Interval:
     """Bootstrap CI of mean(a) - mean(b) for independent groups (each group resampled separately)."""
     a, b = _as_sample(a, "a"), _as_sample(b, "b")
     _check_settings(n_resamples, ci)

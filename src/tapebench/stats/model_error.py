@@ -11,7 +11,8 @@ import pandas as pd
 
 from tapebench.schemas import MODEL_ERROR_COLUMNS, MODEL_ERROR_RUN_COLUMNS
 from tapebench.stats.aggregate import group_generator
-from tapebench.stats.bootstrap import DEFAULT_CI, DEFAULT_RESAMPLES, percentile_ci
+from tapebench.defaults import CI, N_RESAMPLES
+from tapebench.stats.bootstrap import percentile_ci
 from tapebench.utils.artifacts import read_table
 from tapebench.utils.io import provenance, write_parquet
 from tapebench.validation import refuse_duplicates
@@ -33,7 +34,7 @@ def per_seed_errors(table: pd.DataFrame) -> pd.DataFrame:
     return out.drop(columns="total").rename(columns={"n": "episodes"})
 
 
-def aggregate_errors(table: pd.DataFrame, n_resamples: int = DEFAULT_RESAMPLES, ci: float = DEFAULT_CI,
+def aggregate_errors(table: pd.DataFrame, n_resamples: int = N_RESAMPLES, ci: float = CI,
                      seed: int = 0) -> pd.DataFrame:
     """Mean over seeds and bootstrap CI per (agent, side, type, depth)."""
     rows = []

@@ -49,7 +49,8 @@ from scipy import stats as sps
 
 from tapebench.schemas import PROTOCOL_COMPARISON_COLUMNS, PROTOCOL_REVERSAL_COLUMNS
 from tapebench.stats.aggregate import METRICS, group_generator, read_tables
-from tapebench.stats.bootstrap import DEFAULT_CI, DEFAULT_RESAMPLES, percentile_interval
+from tapebench.defaults import CI, N_RESAMPLES
+from tapebench.stats.bootstrap import percentile_interval
 from tapebench.stats.protocols import ComparedProtocol, protocol_files
 
 LOWER_IS_BETTER = frozenset({"final_dist", "auc_dist", "steps"})
@@ -116,7 +117,7 @@ def _best_mask(scores: np.ndarray) -> np.ndarray:
 
 # --- the comparison -------------------------------------------------------------------------------------------
 def compare_protocols(tables: Mapping[str, pd.DataFrame], protos: list[ComparedProtocol], *, metric: str = "success",
-                      n_resamples: int = DEFAULT_RESAMPLES, ci: float = DEFAULT_CI, seed: int = 0,
+                      n_resamples: int = N_RESAMPLES, ci: float = CI, seed: int = 0,
                       ) -> dict[str, pd.DataFrame]:
     """Ranks, pairwise comparison and reversals (module docstring); the first protocol is the reference."""
     if metric not in METRICS:
@@ -232,8 +233,8 @@ def _compare_pair(pa: ComparedProtocol, pb: ComparedProtocol, names, means, scor
     return row, rev
 
 
-def compare_protocol_files(protos: list[ComparedProtocol], *, metric: str = "success", n_resamples: int = DEFAULT_RESAMPLES,
-                           ci: float = DEFAULT_CI, seed: int = 0) -> dict[str, pd.DataFrame]:
+def compare_protocol_files(protos: list[ComparedProtocol], *, metric: str = "success", n_resamples: int = N_RESAMPLES,
+                           ci: float = CI, seed: int = 0) -> dict[str, pd.DataFrame]:
     """`compare_protocols` on the per-seed files the protocols name (each read once)."""
 
     tables = {path: read_tables([path], "per-seed") for path in protocol_files(protos)}

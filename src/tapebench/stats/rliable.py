@@ -64,7 +64,8 @@ import pandas as pd
 from scipy import stats as sps
 
 from tapebench.stats.aggregate import group_generator
-from tapebench.stats.bootstrap import DEFAULT_CI, DEFAULT_RESAMPLES, _check_settings, _generator, percentile_interval
+from tapebench.defaults import CI, N_RESAMPLES
+from tapebench.stats.bootstrap import _check_settings, _generator, percentile_interval
 
 RESAMPLE_BLOCK = 256            # resamples drawn per (block, N, M) index array
 _MAX_ELEMENTS = 1 << 22         # largest intermediate array (elements) a vectorised step builds
@@ -169,14 +170,14 @@ class AggregateEstimate:
     n_resamples: int
 
 
-def stratified_resample_indices(n_runs: int, n_tasks: int, n_resamples: int = DEFAULT_RESAMPLES,
+def stratified_resample_indices(n_runs: int, n_tasks: int, n_resamples: int = N_RESAMPLES,
                                 rng=0) -> np.ndarray:
     """Run indices (n_resamples, n_runs, n_tasks), drawn with replacement independently for every task.
 
     Entry [b, i, m] is the run whose task-m score fills row i of column m in resample b. Drawn in blocks of
     `RESAMPLE_BLOCK` resamples exactly as the bootstrap functions draw them.
     """
-    _check_settings(n_resamples, DEFAULT_CI)
+    _check_settings(n_resamples, CI)
     gen = _generator(rng)
     return np.concatenate(list(_index_blocks(n_runs, n_tasks, n_resamples, gen)), axis=0)
 
@@ -213,7 +214,7 @@ def _apply(aggregate_fn: Callable, block: np.ndarray, point_shape: tuple, batche
     return out
 
 
-def stratified_bootstrap(scores, aggregate_fn: Callable = iqm, n_resamples: int = DEFAULT_RESAMPLES, rng=0,
+def stratified_bootstrap(scores, aggregate_fn: Callable = iqm, n_resamples: int = N_RESAMPLES, rng=0,
                          batched: bool = True) -> np.ndarray:
     """Bootstrap distribution (n_resamples, *statistic shape) of aggregate_fn over stratified resamples.
 
@@ -222,7 +223,7 @@ def stratified_bootstrap(scores, aggregate_fn: Callable = iqm, n_resamples: int 
     per resample.
     """
     x = _as_matrix(scores)
-    _check_settings(n_resamples, DEFAULT_CI)
+    _check_settings(n_resamples, CI)
     point_shape = np.shape(aggregate_fn(x))
     n, m = x.shape
     parts = []
@@ -252,7 +253,7 @@ def method_generators(rng, names) -> dict[str, np.random.Generator]:
 
 
 def stratified_bootstrap_ci(score_dict: Mapping, aggregate_fn: Callable = iqm,
-                            n_resamples: int = DEFAULT_RESAMPLES, ci: float = DEFAULT_CI, rng=0,
+                            n_resamples: int = N_RESAMPLES, ci: float = CI, rng=0,
                             batched: bool = True) -> dict[str, AggregateEstimate]:
     """Per method: aggregate_fn of its (runs x tasks) matrix with a stratified-bootstrap percentile CI."""
     scores = _as_score_dict(score_dict)
@@ -297,7 +298,7 @@ def _improvement_boot(x: np.ndarray, y: np.ndarray, x_indices: np.ndarray, y_ind
     return np.concatenate(parts)
 
 
-def probability_of_improvement_ci(x, y, n_resamples: int = DEFAULT_RESAMPLES, ci: float = DEFAULT_CI,
+def probability_of_improvement_ci(x, y, n_resamples: int = N_RESAMPLES, ci: float = CI,
                                   rng=0) -> AggregateEstimate:
     """P(X > Y) with a percentile CI; X's and Y's runs are resampled independently within each task.
 
@@ -342,8 +343,8 @@ class ImprovementMatrix:
                                            "n_resamples"])
 
 
-def probability_of_improvement_matrix(score_dict: Mapping, n_resamples: int = DEFAULT_RESAMPLES,
-                                      ci: float = DEFAULT_CI, rng=0) -> ImprovementMatrix:
+def probability_of_improvement_matrix(score_dict: Mapping, n_resamples: int = N_RESAMPLES,
+                                      ci: float = CI, rng=0) -> ImprovementMatrix:
     """P(X > Y) with stratified-bootstrap CIs for every ordered pair of methods (methods in the dict's order).
 
     Each method's runs are resampled once, from its own generator (the same resamples as
@@ -430,8 +431,8 @@ def _profile_boot(x: np.ndarray, t: np.ndarray, kind: str, indices: np.ndarray) 
     return np.concatenate(parts, axis=0)
 
 
-def performance_profile(scores, taus, kind: str = "run", n_resamples: int = DEFAULT_RESAMPLES,
-                        ci: float = DEFAULT_CI, rng=0) -> Profile:
+def performance_profile(scores, taus, kind: str = "run", n_resamples: int = N_RESAMPLES,
+                        ci: float = CI, rng=0) -> Profile:
     """Score distribution F(τ) of one method with a stratified-bootstrap percentile band at each τ.
 
     kind="run": the run-score distribution (fraction of (run, task) scores > τ, the paper's default);
@@ -449,8 +450,8 @@ def performance_profile(scores, taus, kind: str = "run", n_resamples: int = DEFA
                    float(ci), int(n_resamples))
 
 
-def performance_profiles(score_dict: Mapping, taus, kind: str = "run", n_resamples: int = DEFAULT_RESAMPLES,
-                         ci: float = DEFAULT_CI, rng=0) -> dict[str, Profile]:
+def performance_profiles(score_dict: Mapping, taus, kind: str = "run", n_resamples: int = N_RESAMPLES,
+                         ci: float = CI, rng=0) -> dict[str, Profile]:
     """`performance_profile` for every method, each with its own generator (see the module docstring)."""
     scores = _as_score_dict(score_dict)
     gens = method_generators(rng, scores)

@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 
 from tapebench.schemas import WORLDTEST_AGGREGATE_COLUMNS, WORLDTEST_COLUMNS
-from tapebench.stats.bootstrap import DEFAULT_CI, DEFAULT_RESAMPLES, percentile_ci
+from tapebench.defaults import CI, N_RESAMPLES
+from tapebench.stats.bootstrap import percentile_ci
 from tapebench.vocabulary import PREDICTION_CANDIDATES, PREDICTION_TASK, WORLDTEST_TASKS
 
 KEYS = ["agent", "task", "side", "budget"]
@@ -25,7 +26,7 @@ def worldtest_per_seed(records: pd.DataFrame) -> pd.DataFrame:
     return grouped.agg(value="mean", problems="size").reset_index()
 
 
-def aggregate_worldtest(records: pd.DataFrame, *, n_resamples: int = DEFAULT_RESAMPLES, ci: float = DEFAULT_CI,
+def aggregate_worldtest(records: pd.DataFrame, *, n_resamples: int = N_RESAMPLES, ci: float = CI,
                         seed: int = 0) -> pd.DataFrame:
     """The world-test aggregate (columns `schemas.WORLDTEST_AGGREGATE_COLUMNS`), tasks in protocol order."""
     per_seed = worldtest_per_seed(records)
