@@ -136,12 +136,13 @@ class GridRule:
         m = self.family.counts
         return sum(1 << b for b in self.birth) + sum(1 << (m + s) for s in self.survival)
 
-    @property
+    @cached_property
     def table(self) -> np.ndarray:
-        """T[state, count] as (2, m + 1) uint8: row 0 is B's indicator, row 1 is S's."""
+        """T[state, count] as (2, m + 1) uint8 (read-only): row 0 is B's indicator, row 1 is S's."""
         table = np.zeros((2, self.family.counts), dtype=np.uint8)
         table[0, sorted(self.birth)] = 1
         table[1, sorted(self.survival)] = 1
+        table.flags.writeable = False
         return table
 
     def __str__(self) -> str:

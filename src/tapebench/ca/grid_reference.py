@@ -35,7 +35,11 @@ def neighbour_counts(grids: np.ndarray, rule: GridRule) -> np.ndarray:
 
 def ca_step(grids, rule: GridRule) -> np.ndarray:
     """One synchronous update of a grid or a batch of grids under one rule."""
-    grids = check_grids(grids)
+    return update(check_grids(grids), rule)
+
+
+def update(grids: np.ndarray, rule: GridRule) -> np.ndarray:
+    """`ca_step` of grids already checked (uint8, 0/1): x' = T[x, count]."""
     return rule.table[grids, neighbour_counts(grids, rule)]
 
 
