@@ -69,11 +69,11 @@ class BatchedGridEnv:
     def _draw_grids(self, count: int) -> torch.Tensor:
         """`count` grids of i.i.d. fair bits, each redrawn while all zero (the goal)."""
         grids = torch.randint(0, 2, (count, self.n, self.n), generator=self.generator, dtype=torch.uint8)
-        empty = ~grids.view(count, -1).any(dim=1)
+        empty = grids.view(count, -1).amax(dim=1) == 0   # (`any` of uint8 is uint8, which `~` would negate bitwise)
         while empty.any():
             grids[empty] = torch.randint(0, 2, (int(empty.sum()), self.n, self.n), generator=self.generator,
                                          dtype=torch.uint8)
-            empty = ~grids.view(count, -1).any(dim=1)
+            empty = grids.view(count, -1).amax(dim=1) == 0
         return grids.to(self.device)
 
     def _reset_rows(self, rows: torch.Tensor) -> None:
