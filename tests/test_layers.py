@@ -13,8 +13,8 @@ DOCS = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
 # is the top floor: no library module lives there and no library module imports it.
 LAYERS = (
     ("foundation", ("tapebench", "tapebench.vocabulary", "tapebench.schemas", "tapebench.settings",
-                    "tapebench.layout", "tapebench.utils", "tapebench.rule_family", "tapebench.validation",
-                    "tapebench.gymnasium_ids")),
+                    "tapebench.layout", "tapebench.utils", "tapebench.rule_family", "tapebench.grid_rules",
+                    "tapebench.validation", "tapebench.gymnasium_ids")),
     ("kernels", ("tapebench.ca",)),
     ("environments, rule space and splits", ("tapebench.envs", "tapebench.rules", "tapebench.splits")),
     ("episodes and random streams", ("tapebench.episodes",)),

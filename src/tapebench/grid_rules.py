@@ -68,7 +68,7 @@ class GridFamily:
         return tuple((dr, dc) for dr in (-1, 0, 1) for dc in (-1, 0, 1) if (dr, dc) != (0, 0))
 
     def describe(self) -> str:
-        return f"{self.name.replace('_', ' ')} neighbourhood ({self.neighbours} neighbours, ids 0..{self.num_rules - 1})"
+        return f"{self.name} neighbourhood ({self.neighbours} neighbours, ids 0..{self.num_rules - 1})"
 
     def check_id(self, rule_id) -> int:
         if isinstance(rule_id, (bool, np.bool_)) or not isinstance(rule_id, (int, np.integer)) \
@@ -123,7 +123,8 @@ class GridRule:
         if not isinstance(self.family, GridFamily):
             raise ValueError(f"family must be MOORE or VON_NEUMANN, got {self.family!r}")
         for letter, counts in (("B", self.birth), ("S", self.survival)):
-            bad = sorted(c for c in counts if not isinstance(c, (int, np.integer)) or not 0 <= c <= self.family.neighbours)
+            bad = sorted(c for c in counts
+                         if not isinstance(c, (int, np.integer)) or not 0 <= c <= self.family.neighbours)
             if bad:
                 raise ValueError(f"{letter} counts of the {self.family.name} neighbourhood must be in "
                                  f"0..{self.family.neighbours}, got {bad}")

@@ -1,4 +1,5 @@
-"""The Gymnasium ids `tapebench/Tape-v0` (tapes) and `tapebench/Grid-v0` (n × n torus grids), registered by `import tapebench` as `import minigrid` registers its ids.
+"""The Gymnasium ids `tapebench/Tape-v0` (tapes) and `tapebench/Grid-v0` (n × n torus grids), registered by
+`import tapebench` as `import minigrid` registers its ids.
 
 Gymnasium costs about 0.1 s to import, more than the whole `tapebench --help`, and most jobs never use it, so
 the package root does not import it: if Gymnasium is already loaded the id is registered at once, otherwise a
