@@ -321,3 +321,13 @@ def test_bench_grid_runs_and_checks_the_kernels(capsys):
     assert main(["bench", "grid", "--seconds", "0.01", "--repeats", "1"]) == 0
     out = capsys.readouterr().out
     assert "B3/S23" in out and "B1/S12V" in out and "packed / numpy" in out
+
+
+def test_the_batched_env_draws_like_the_batched_tape_env():
+    """Grids then rules from one CPU generator, as `BatchedTapeEnv` draws tapes then rules: n = 8 grids are the
+    tapes of length 64 under the same seed."""
+    from tapebench.envs.batched import BatchedTapeEnv
+
+    grids = BatchedGridEnv(32, n=8, H=4, rules=["B3/S23"], seed=11).reset()
+    tapes = BatchedTapeEnv(32, L=64, H=4, rules=[30], seed=11).reset()
+    assert torch.equal(grids[:, :-1], tapes[:, :-1])
