@@ -135,7 +135,8 @@ def evolve_words(words, rule_id, n, moore, steps):
 
 @nb.njit(cache=True)
 def transition_words(words, actions, rule_ids, n, moore):
-    """s' = F(flip(s, a)) per grid: flip cell (a // n, a mod n), then one update under the grid's rule."""
+    """s' = F(flip(s, a)) per grid: flip cell (a // n, a mod n), then one update under the grid's rule.
+    Like every kernel here it does not check its inputs: actions in 0..n² - 1, ids of the neighbourhood."""
     valid, col0, last = masks(n)
     out = np.empty_like(words)
     for i in range(words.shape[0]):
