@@ -14,6 +14,7 @@ DOCS = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
 LAYERS = (
     ("foundation", ("tapebench", "tapebench.vocabulary", "tapebench.defaults", "tapebench.schemas",
                     "tapebench.settings", "tapebench.layout", "tapebench.utils", "tapebench.rule_family",
+                    "tapebench.grid_rules",
                     "tapebench.validation", "tapebench.gymnasium_ids")),
     ("kernels", ("tapebench.ca",)),
     ("environments, rule space and splits", ("tapebench.envs", "tapebench.rules", "tapebench.splits")),

@@ -59,12 +59,14 @@ def test_the_package_root_imports_nothing_heavy():
 
 @pytest.mark.parametrize("imports", ["import gymnasium, tapebench", "import tapebench, gymnasium"])
 def test_importing_the_package_registers_the_gymnasium_id_in_either_order(imports):
-    """`import tapebench` registers tapebench/Tape-v0 as `import minigrid` does, before or after Gymnasium is
-    imported, and making the environment loads no torch."""
+    """`import tapebench` registers tapebench/Tape-v0 and tapebench/Grid-v0 as `import minigrid` does, before or
+    after Gymnasium is imported, and making the environments loads no torch."""
     loaded = modules_after(f"""
         {imports}
         env = gymnasium.make("tapebench/Tape-v0", rule=30, L=8, H=8)
         assert env.reset(seed=0)[0].shape == (9,)
+        grid = gymnasium.make("tapebench/Grid-v0", rule="B3/S23", n=8, H=32)
+        assert grid.reset(seed=0)[0].shape == (65,)
     """)
     assert "gymnasium" in loaded and "torch" not in loaded
 

@@ -1,23 +1,27 @@
-"""The Gymnasium id `tapebench/Tape-v0`, registered by `import tapebench` as `import minigrid` registers its ids.
+"""The Gymnasium ids `tapebench/Tape-v0` (tapes) and `tapebench/Grid-v0` (n × n torus grids), registered by
+`import tapebench` as `import minigrid` registers its ids.
 
 Gymnasium costs about 0.1 s to import, more than the whole `tapebench --help`, and most jobs never use it, so
 the package root does not import it: if Gymnasium is already loaded the id is registered at once, otherwise a
 finder on `sys.meta_path` registers it right after Gymnasium's own module runs, whenever that happens. The
-entry point is a string, so registering imports neither the environment nor NumPy beyond what Gymnasium loads.
+entry points are strings, so registering imports neither the environment nor NumPy beyond what Gymnasium loads.
 """
 import sys
 
 ENV_ID = "tapebench/Tape-v0"
 ENTRY_POINT = "tapebench.envs.tape_env:TapeEnv"
+GRID_ENV_ID = "tapebench/Grid-v0"
+GRID_ENTRY_POINT = "tapebench.envs.grid_env:GridEnv"
 
 
 def register_envs() -> None:
-    """Register `ENV_ID` with Gymnasium (imports Gymnasium; a second call does nothing)."""
+    """Register `ENV_ID` and `GRID_ENV_ID` with Gymnasium (imports Gymnasium; a second call does nothing)."""
     # gymnasium: loaded only when the environment is registered
     import gymnasium
 
-    if ENV_ID not in gymnasium.registry:
-        gymnasium.register(id=ENV_ID, entry_point=ENTRY_POINT)
+    for env_id, entry_point in ((ENV_ID, ENTRY_POINT), (GRID_ENV_ID, GRID_ENTRY_POINT)):
+        if env_id not in gymnasium.registry:
+            gymnasium.register(id=env_id, entry_point=entry_point)
 
 
 class _RegisterAfter:
@@ -53,7 +57,7 @@ class _WhenGymnasiumLoads:
 
 
 def register_on_import() -> None:
-    """Register `ENV_ID` now if Gymnasium is loaded, else as soon as it is imported."""
+    """Register the ids now if Gymnasium is loaded, else as soon as it is imported."""
     if "gymnasium" in sys.modules:
         register_envs()
     elif not any(isinstance(finder, _WhenGymnasiumLoads) for finder in sys.meta_path):

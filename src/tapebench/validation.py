@@ -11,6 +11,7 @@ import numpy as np
 from tapebench.rule_family import ELEMENTARY, RuleFamily
 
 MIN_L, MAX_L = 3, 64
+MIN_GRID, MAX_GRID = 3, 32    # side n of the n x n torus grids (docs/protocol.md#grid)
 NUM_RULES = 256
 MAX_SEED = 2**32 - 1          # every seed of the config (workflow/schemas/config.schema.yaml) and of the CLI
 MAX_SUCCESS_BONUS = 1000.0    # the protocol's env.success_bonus is in 0..MAX_SUCCESS_BONUS (config and --params)
@@ -67,6 +68,11 @@ def check_length(L) -> int:
     if not MIN_L <= int(L) <= MAX_L:
         raise ValueError(f"tape length L must be in {MIN_L}..{MAX_L}, got {L}")
     return int(L)
+
+
+def check_grid_size(n) -> int:
+    """The side n of an n x n torus grid, MIN_GRID..MAX_GRID."""
+    return check_integer(n, "grid side n", MIN_GRID, MAX_GRID)
 
 
 def check_horizon(H) -> int:

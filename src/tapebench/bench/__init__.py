@@ -52,6 +52,9 @@ Each figure is the median of --repeats timed runs of --seconds each.
          --seeds (default 1 4 20), N seeds trained for --steps env steps each in ONE process (`tapebench train
          --seeds`, on --device) beside N one-seed processes one after another on the same core (on the CPU);
          whole processes, start-up included; env steps/s per core and their ratio (speedup)
+  grid   the 2D grid kernels (docs/protocol.md#grid): grid-steps/s on 8 x 8 torus grids of the NumPy reference,
+         the bit-packed numba kernel (goal: >= 20x the reference) and the torch kernel, for Moore and von Neumann
+         rules
   world-model  DreamerV3's world model alone, trained on random-policy data of the main split: its one-step
          error (ID / OOD) for the defaults and each --variants override set, at --points points of --steps;
          --agents ID ... studies whole world-model methods instead (e.g. ensemble_mpc ensemble_mpc_equivariant)
@@ -69,6 +72,7 @@ BENCHMARKS: dict[str, str] = {
     "pipeline": "tapebench.pipeline.projection:bench_pipeline",
     "world-model": "tapebench.bench.world_model:bench_world_model",
     "seeds": "tapebench.bench.seeds:bench_seeds",
+    "grid": "tapebench.bench.grid:bench_grid",
 }
 # `bench WHAT --learning`: the benchmarks that compare learning instead of throughput
 LEARNING_BENCHMARKS: dict[str, str] = {
@@ -102,7 +106,7 @@ def register(sub) -> None:
     p.add_argument("--H", type=int, default=defaults.H, help=f"horizon for environment figures (default {defaults.H})")
     p.add_argument("--rules", default="0-255", help="rule set for environment figures (default 0-255)")
     p.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads for environment figures (default: torch's own setting)")
+                   help="torch CPU threads for environment figures (default: torch's own setting; grid: 1)")
     p.add_argument("--seed", type=seed_argument, default=0, help="seed of the random tapes and actions (default 0)")
     p.add_argument("--agents", nargs="+", default=None, metavar="ID",
                    help="methods to bench (train: any that train, default all of them; flops: any that train, "

@@ -25,6 +25,7 @@ import torch
 
 from tapebench import defaults
 from tapebench.ca import torch_kernel, torch_table_kernel
+from tapebench.envs.outcome import step_outcomes
 from tapebench.rule_family import RuleFamily
 from tapebench.validation import (check_goal, check_horizon, check_init_density,
                                   check_length, check_noise, check_rules, check_success_bonus, resolve_family)
@@ -335,9 +336,7 @@ class BatchedTapeEnv:
         else:
             mismatches = (self.tapes != self.goal).sum(dim=1).to(torch.float32)
         dist = mismatches.div_(self.L)
-        terminated = dist == 0
-        truncated = (self.t >= self.H) & ~terminated
-        reward = torch.where(terminated, self.success_bonus, -dist)
+        reward, terminated, truncated = step_outcomes(dist, self.t, self.H, self.success_bonus)
         info = {"dist": dist, "rule": self.rules.clone(), "t": self.t.clone()}
         if self.autoreset:
             info["final_obs"] = obs

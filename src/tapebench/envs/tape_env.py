@@ -14,6 +14,7 @@ from gymnasium import spaces
 
 from tapebench import defaults
 from tapebench.ca import reference
+from tapebench.envs.outcome import step_outcome
 from tapebench.rule_family import RuleFamily
 from tapebench.validation import (as_scalar_action, check_action, check_goal,
                                   check_horizon, check_init_density, check_length, check_noise, check_rule, check_rules,
@@ -112,11 +113,9 @@ class TapeEnv(gym.Env):
                 shift = self.np_random.integers(1, self.family.k, size=self.L, dtype=np.uint8)
                 self.tape = ((self.tape + noisy * shift) % self.family.k).astype(np.uint8)
         self.t += 1
-        dist = reference.distance(self.tape, self.goal)
-        success = dist == 0.0
-        reward = -dist + (self.success_bonus if success else 0.0)
-        truncated = (not success) and self.t >= self.H
-        return self._obs(), float(reward), bool(success), bool(truncated), self._info()
+        reward, terminated, truncated = step_outcome(reference.distance(self.tape, self.goal), self.t, self.H,
+                                                     self.success_bonus)
+        return self._obs(), reward, terminated, truncated, self._info()
 
     def render(self):
         if self.render_mode == "ansi":
