@@ -1,26 +1,39 @@
 # The fixed-z study (paper App. B, Tables 5-6; docs/protocol.md#fixed-z): one training run per representative
 # rule (no rule randomisation) at the study's own L, H and schedule, evaluated on that rule (side "rules");
 # at Table 6's L, H also multi-rule runs on the main split's training rules and the oracle on both sides.
-# The split-robustness study needs no rules of its own: train / evaluate / aggregate are per {split}.
-# The severity ladder (docs/protocol.md#severity-ladders) needs only its split: its runs are the per-{split} train /
-# evaluate / aggregate jobs on split `studies.ladder.name`, evaluated on the sides train, d1, d2, ...
+# The representative rules' oracle (fixed_z_oracle) is in oracle.smk: Table 1 reads it too.
+from tapebench.pipeline.config import fixed_z_eval_slice, fixed_z_train_slice
+
+FIXED_Z = config["studies"]["fixed_z"]
+FIXED_Z_SEEDS = list(range(FIXED_Z["seeds"]))
+FIXED_Z_METHODS = sorted({m for t in ("table5", "table6") for m in FIXED_Z[t]["methods"]})
+MULTI_RULE_METHODS = list(FIXED_Z["table6"]["multi_rule"])
 
 
-rule ladder_split:
-    input:
-        features=layout.rule_features(),
-    output:
-        layout.split_file(LADDER_SPLIT),
-    log:
-        f"logs/splits/{LADDER_SPLIT}.log",
-    conda:
-        CONDA_ENV
-    params:
-        name=LADDER_SPLIT,
-        args=ladder_split_args,
-    shell:
-        "tapebench ladder-split --features {input.features:q} --name {params.name:q} {params.args:q}"
-        " --out {output:q} > {log:q} 2>&1"
+def fixed_z_train_params(wildcards):
+    return dumps(fixed_z_train_slice(config, wildcards.agent, wildcards.L, wildcards.H))
+
+
+def fixed_z_eval_params(wildcards):
+    return dumps(fixed_z_eval_slice(config, wildcards.agent, wildcards.L, wildcards.H))
+
+
+def fixed_z_episode_files(wildcards):
+    return [
+        layout.evaluation(layout.fixed_z_run_dir(wildcards.L, wildcards.H, wildcards.agent, wildcards.rule, s))
+        for s in FIXED_Z_SEEDS
+    ]
+
+
+def multi_rule_episode_files(wildcards):
+    return [
+        layout.evaluation(layout.multi_rule_run_dir(wildcards.L, wildcards.H, wildcards.split, wildcards.agent, s))
+        for s in FIXED_Z_SEEDS
+    ]
+
+
+def multi_rule_per_seed_files(wildcards):
+    return [layout.multi_rule_per_seed(wildcards.L, wildcards.H, wildcards.split, a) for a in MULTI_RULE_METHODS]
 
 
 rule train_fixed_z:
