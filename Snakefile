@@ -16,12 +16,20 @@ configfile: "config/config.yaml"
 report: "workflow/report/workflow.rst"
 
 
-# Included in this order: a file's rules name helpers of common.smk, of their own file and of the files above
-# (train.smk: health.smk's health_verdict; fixed_z.smk: oracle.smk's planner_args; document.smk: report.smk's targets).
+# What many stages share, then each stage's and study's helpers (constants and functions, no rules), then the rules:
+# every helper is defined before any rule names it.
 include: "workflow/rules/common.smk"
+include: "workflow/rules/helpers/splits.smk"
+include: "workflow/rules/helpers/health.smk"
+include: "workflow/rules/helpers/oracle.smk"
+include: "workflow/rules/helpers/diagnostics.smk"
+include: "workflow/rules/helpers/ladder.smk"
+include: "workflow/rules/helpers/fixed_z.smk"
+include: "workflow/rules/helpers/noise.smk"
+include: "workflow/rules/helpers/protocols.smk"
+include: "workflow/rules/helpers/worldtest.smk"
 include: "workflow/rules/integrity.smk"
 include: "workflow/rules/splits.smk"
-include: "workflow/rules/health.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/aggregate.smk"
@@ -29,6 +37,7 @@ include: "workflow/rules/oracle.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/diagnostics.smk"
 include: "workflow/rules/identifiability.smk"
+include: "workflow/rules/health.smk"
 include: "workflow/rules/document.smk"
 include: "workflow/rules/ladder.smk"
 include: "workflow/rules/fixed_z.smk"

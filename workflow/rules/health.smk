@@ -2,39 +2,7 @@
 # weak-baseline headroom, trivially solved rules, identifiability, on the split's test episodes at env.L / env.H.
 # health_gate fails (naming the gate and the rules) when a fatal check fails; the training jobs wait for its
 # verdict through ancient(), so recomputing the report (e.g. a new threshold) reruns only these jobs.
-# Included before train.smk, whose jobs take their verdict from health_verdict.
-from tapebench.rule_family import config_family
-
-
-def health_reference(wildcards):
-    """The reference records on the split's test side: the exact optimum at L <= 20, else true-dynamics MPC."""
-    from tapebench.health.checks import reference_oracle
-
-    H = config["env"]["H"]
-    if reference_oracle(config["env"]["L"], config_family(config)) == "exact":
-        return layout.exact_records(wildcards.split, "test", H)
-    return layout.mpc_records(wildcards.split, "test", H)
-
-
-def health_identifiability(wildcards):
-    """The identifiability records of an elementary split; none for another rule family (the check is n/a)."""
-    return [layout.identifiability(wildcards.split)] if config_family(config).elementary else []
-
-
-def health_verdict(wildcards):
-    """The health gate's verdict a training job waits for: the configured splits; the severity ladder is a study
-    design (a deliberately small training set) and has its own split gate (distances, mirror safety) only."""
-    if wildcards.split == LADDER_SPLIT:
-        return []
-    return ancient(layout.health(wildcards.split)["verdict"])
-
-
-def health_random(wildcards):
-    """The random policy's evaluation records on the split at the training horizon, every seed it runs."""
-    return [
-        layout.evaluation(run_dir(wildcards.split, "random", s), config["env"]["H"])
-        for s in seeds_of("random", wildcards.split)
-    ]
+# Constants and helper functions: helpers/health.smk.
 
 
 rule exact_split:

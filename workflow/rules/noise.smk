@@ -3,27 +3,7 @@
 # episodes and noise realisation; per-seed values and a bootstrap per level. Epsilon = 0 reuses the noise-free
 # per-seed tables (aggregate.smk). Every job belongs to one level, so adding a level runs only that level's jobs
 # (and the table and figure).
-from tapebench.pipeline.config import noise_eval_slice
-from tapebench.settings import noise_study
-
-NOISE = noise_study(config)
-NOISE_TRAINED = [m for m in NOISE["methods"] if get_method(m).trains]
-NOISE_UNTRAINED = [m for m in NOISE["methods"] if not get_method(m).trains]
-
-
-def noise_eval_params(wildcards):
-    return dumps(noise_eval_slice(config, wildcards.agent, wildcards.eps))
-
-
-def noise_episode_files(wildcards):
-    return [
-        layout.noise_eval(wildcards.split, wildcards.eps, wildcards.agent, s, wildcards.H)
-        for s in seeds_of(wildcards.agent, wildcards.split)
-    ]
-
-
-def noise_per_seed_files(wildcards):
-    return [layout.noise_per_seed(wildcards.split, wildcards.eps, a, wildcards.H) for a in NOISE["methods"]]
+# Constants and helper functions: helpers/noise.smk.
 
 
 rule evaluate_noise:

@@ -1,13 +1,6 @@
 # Calibration (docs/protocol.md#oracle): true-dynamics MPC on the agents' own evaluation episodes, exact feasibility and
 # the exact optimum where the state space can be enumerated, the by-type export, Tables 1 and 7.
-# planner_args is also the fixed-z study's (fixed_z.smk: oracle_multi_rule).
-LH = {"L": "{L}", "H": "{H}"}  # the wildcards of the oracle's L, H patterns (layout.feasibility, layout.fixed_z)
-FIXED_Z_RULES = ",".join(str(z) for z in config["studies"]["fixed_z"]["rules"])  # the representative rules (App. B)
-
-
-def planner_args(wildcards=None):
-    o = config["oracle"]
-    return ["--horizon", str(o["horizon"]), "--candidates", str(o["candidates"]), "--seed", str(o["seed"])]
+# Constants and helper functions: helpers/oracle.smk.
 
 
 rule mpc_split:

@@ -1,19 +1,8 @@
 # Protocol comparison (docs/protocol.md#protocol-comparison): the methods' rankings under each protocol (a
 # selection of per-seed rows: ID, OOD, other horizons, other splits), Kendall's tau-b between them, rank
 # reversals and best-method changes, with a seed bootstrap. Rendered by the registry's protocol_comparison
-# table and figure (report.smk). The protocols come from the config in one function; each names the per-seed
-# files it reads.
-from tapebench.stats.protocols import protocol_files, protocols as comparison_protocols
-
-PROTOCOLS = comparison_protocols(config)
-
-
-def protocol_comparison_params(wildcards=None):
-    return dumps([p.to_dict() for p in PROTOCOLS])
-
-
-def protocol_comparison_inputs(wildcards=None):
-    return protocol_files(PROTOCOLS)
+# table and figure (report.smk).
+# Constants and helper functions: helpers/protocols.smk.
 
 
 rule protocol_comparison:
