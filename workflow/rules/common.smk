@@ -1,6 +1,6 @@
-# Helpers shared by every stage: config validation, the config slices that become params, paths.
-import json
-import os
+# What many stages share: config validation, the config's method, seed, split and horizon lists, run folders and
+# seed blocks, the resources of training and evaluation jobs, the params and inputs of the per-split train /
+# evaluate / aggregate jobs. A helper that one stage or one study uses lives in that stage's or study's .smk.
 from pathlib import Path
 
 from tapebench import layout
@@ -8,23 +8,14 @@ from tapebench.pipeline.config import (
     checkpoint_eval_slice,
     dumps,
     evaluation_job,
-    training_job,
-    worldtest_job,
-    fixed_z_eval_slice,
-    fixed_z_train_slice,
-    ladder_split_slice,
     method_eval_slice,
-    model_error_slice,
-    noise_eval_slice,
-    sweep_train_slice,
     train_slice,
+    training_job,
     validate_config,
-    worldtest_slice,
 )
 from tapebench.pipeline.reruns import check_every_job
-from tapebench.registry import build_config, get_method
-from tapebench.rule_family import config_family
-from tapebench.settings import checkpoints_per_run, noise_study, worldtest_study
+from tapebench.registry import get_method
+from tapebench.settings import checkpoints_per_run
 
 validate_config(
     config,
@@ -40,7 +31,7 @@ resource_scopes:
 
 SEEDS = list(range(config["seeds"]))
 METHODS = list(config["methods"])
-LADDER = config["studies"]["ladder"]  # the severity ladder (studies.smk, docs/protocol.md#severity-ladders)
+LADDER = config["studies"]["ladder"]  # the severity ladder (ladder.smk, docs/protocol.md#severity-ladders)
 LADDER_SPLIT = LADDER["name"]
 RUN_METHODS = list(dict.fromkeys([*METHODS, *LADDER["methods"]]))  # every method that runs on some split
 TRAINED = [m for m in RUN_METHODS if get_method(m).trains]
@@ -50,7 +41,6 @@ EVALUATED_UNTRAINED = UNTRAINED + ([] if "random" in UNTRAINED else ["random"]) 
 HORIZONS = config["evaluation"]["horizons"]
 MAIN_SPLIT = config["main_split"]
 CONDA_ENV = "../../envs/tapebench.yaml"
-PRESETS = [os.path.relpath(path) for path in workflow.overwrite_configfiles]  # --configfile, for the report
 
 
 wildcard_constraints:
@@ -58,24 +48,6 @@ wildcard_constraints:
     agent="[a-z][a-z0-9_]*",
     seed=r"\d+",
     H=r"\d+",
-
-
-RULE_SAMPLE = config["rule_set"].get("sample")  # a sampled rule set of a large family (or None)
-FAMILY = config_family(config)
-
-
-def rule_set_files(wildcards):
-    """The sampled rule set the features are built from, if the config samples one."""
-    return [layout.rule_set()] if RULE_SAMPLE is not None else []
-
-
-def rule_set_flag(wildcards, input):
-    return ["--rule-set", input.rule_set] if RULE_SAMPLE is not None else []
-
-
-def lambda_bins_arg(sample):
-    bins = sample["lambda_bins"]
-    return str(bins) if isinstance(bins, int) else ",".join(repr(float(e)) for e in bins)
 
 
 def for_report(path, **options):
@@ -195,6 +167,17 @@ def evaluation_file(w, seed):
     return layout.evaluation(run_dir(w.split, w.agent, seed), w.H)
 
 
+EVALUATED_SPLITS = [*SPLIT_NAMES, LADDER_SPLIT]
+UNTRAINED_SEEDED = [m for m in EVALUATED_UNTRAINED if not get_method(m).deterministic]
+UNTRAINED_ONE_SEED = [m for m in EVALUATED_UNTRAINED if get_method(m).deterministic]
+# a deterministic method (the exact optimum) runs one seed: one job per seed whatever seeds_per_job says
+METHOD_BLOCKS = [(s, on, UNTRAINED_SEEDED) for s, on in evaluation_blocks(EVALUATED_SPLITS)]
+if SEEDS_PER_JOB == 1:
+    METHOD_BLOCKS = [(PER_SEED, None, EVALUATED_UNTRAINED)]
+elif UNTRAINED_ONE_SEED:
+    METHOD_BLOCKS.append((PER_SEED, None, UNTRAINED_ONE_SEED))
+
+
 # What a job declares to the scheduler (`resources: mem_mb, runtime`), estimated from its config slice
 # (tapebench.pipeline.resources); validate_config has refused any config whose job would exceed resources.max_mem_mb
 def _job_of(wildcards):
@@ -248,15 +231,6 @@ def eval_runtime(wildcards):
     return _evaluation(wildcards)[1]
 
 
-def worldtest_mem_mb(wildcards):
-    """The world test's problems, and the method's agent or policy beside them."""
-    return max(worldtest_job(config).mb, _evaluation(wildcards)[0].mb)
-
-
-def split_params(wildcards):
-    return dumps(config["splits"][wildcards.split])
-
-
 def train_params(wildcards):
     return dumps(train_slice(config, wildcards.agent))
 
@@ -276,196 +250,9 @@ def episode_files(wildcards):
     ]
 
 
-def random_per_rule_files(wildcards):
-    """The random policy's per-rule values at the training horizon, if it runs (Table 3's floor)."""
-    if "random" not in METHODS:
-        return []
-    return [layout.per_rule(MAIN_SPLIT, "random", config["env"]["H"])]
-
-
-def random_per_rule_flag(wildcards, input):
-    files = [input.random_per_rule] if isinstance(input.random_per_rule, str) else list(input.random_per_rule)
-    return ["--random-per-rule", *files] if files else []
-
-
 def per_seed_files(wildcards):
     return [
         layout.per_seed(wildcards.split, a, h)
         for a in split_methods(wildcards.split)
         for h in split_horizons(wildcards.split)
-    ]
-
-
-# The benchmark health report (health.smk, docs/protocol.md#benchmark-health)
-def health_reference(wildcards):
-    """The reference records on the split's test side: the exact optimum at L <= 20, else true-dynamics MPC."""
-    from tapebench.health.checks import reference_oracle
-
-    H = config["env"]["H"]
-    if reference_oracle(config["env"]["L"], config_family(config)) == "exact":
-        return layout.exact_records(wildcards.split, "test", H)
-    return layout.mpc_records(wildcards.split, "test", H)
-
-
-def health_identifiability(wildcards):
-    """The identifiability records of an elementary split; none for another rule family (the check is n/a)."""
-    return [layout.identifiability(wildcards.split)] if config_family(config).elementary else []
-
-
-def health_verdict(wildcards):
-    """The health gate's verdict a training job waits for: the configured splits; the severity ladder is a study
-    design (a deliberately small training set) and has its own split gate (distances, mirror safety) only."""
-    if wildcards.split == LADDER_SPLIT:
-        return []
-    return ancient(layout.health(wildcards.split)["verdict"])
-
-
-def health_random(wildcards):
-    """The random policy's evaluation records on the split at the training horizon, every seed it runs."""
-    return [
-        layout.evaluation(run_dir(wildcards.split, "random", s), config["env"]["H"])
-        for s in seeds_of("random", wildcards.split)
-    ]
-
-
-FIXED_Z = config["studies"]["fixed_z"]
-FIXED_Z_RULES = ",".join(str(z) for z in FIXED_Z["rules"])  # the representative rules (paper App. B)
-FEAS = config["oracle"]["feasibility"]
-LH = {"L": "{L}", "H": "{H}"}  # the wildcards of the oracle's L, H patterns (layout.feasibility, layout.fixed_z)
-
-
-def ladder_split_args(wildcards=None):
-    """`tapebench ladder-split` arguments from the ladder's split slice (methods and seeds change only the runs)."""
-    ladder = ladder_split_slice(config)
-    args = [
-        "--train-classes",
-        str(ladder["train_classes"]),
-        "--levels",
-        ",".join(map(str, ladder["levels"])),
-        "--level-size",
-        str(ladder["level_size"]),
-        "--seed",
-        str(ladder["seed"]),
-    ]
-    if ladder["train"]:
-        args += ["--train", ",".join(map(str, ladder["train"]))]
-    if ladder["train_types"]:
-        args += ["--train-types", ",".join(ladder["train_types"])]
-    return args
-
-
-def planner_args(wildcards=None):
-    o = config["oracle"]
-    return ["--horizon", str(o["horizon"]), "--candidates", str(o["candidates"]), "--seed", str(o["seed"])]
-
-
-# World-model diagnostics (diagnostics.smk)
-WORLD_MODELS = [m for m in METHODS if get_method(m).trains and get_method(m).world_model]
-SWEEP = config["diagnostics"]["sweep"]
-SWEEP_VALUES = [int(v) for v in SWEEP["values"]]
-SWEEP_SEEDS = list(range(SWEEP["seeds"]))
-
-
-def model_error_params(wildcards):
-    return dumps(model_error_slice(config))
-
-
-def sweep_run_dir(split, value, seed):
-    """A sweep point reuses the main run when it is the configured value of a method the pipeline runs."""
-    method, field = SWEEP["method"], SWEEP["hyperparameter"]
-    configured = getattr(build_config(method, config["agents"].get(method, {})), field)
-    if method in METHODS and int(value) == int(configured) and int(seed) < config["seeds"]:
-        return run_dir(split, method, seed)
-    return layout.sweep_run_dir(split, method, field, value, seed)
-
-
-def sweep_files(wildcards, file_of):
-    """`file_of(run folder)` of every seed of a sweep point (layout.evaluation, layout.model_error)."""
-    return [file_of(sweep_run_dir(wildcards.split, wildcards.value, s)) for s in SWEEP_SEEDS]
-
-
-# The fixed-z study (studies.smk, docs/protocol.md#fixed-z): runs at the study's own L, H
-FIXED_Z_SEEDS = list(range(FIXED_Z["seeds"]))
-FIXED_Z_METHODS = sorted({m for t in ("table5", "table6") for m in FIXED_Z[t]["methods"]})
-MULTI_RULE_METHODS = list(FIXED_Z["table6"]["multi_rule"])
-
-
-def fixed_z_train_params(wildcards):
-    return dumps(fixed_z_train_slice(config, wildcards.agent, wildcards.L, wildcards.H))
-
-
-def fixed_z_eval_params(wildcards):
-    return dumps(fixed_z_eval_slice(config, wildcards.agent, wildcards.L, wildcards.H))
-
-
-def fixed_z_episode_files(wildcards):
-    return [
-        layout.evaluation(layout.fixed_z_run_dir(wildcards.L, wildcards.H, wildcards.agent, wildcards.rule, s))
-        for s in FIXED_Z_SEEDS
-    ]
-
-
-def multi_rule_episode_files(wildcards):
-    return [
-        layout.evaluation(layout.multi_rule_run_dir(wildcards.L, wildcards.H, wildcards.split, wildcards.agent, s))
-        for s in FIXED_Z_SEEDS
-    ]
-
-
-def multi_rule_per_seed_files(wildcards):
-    return [layout.multi_rule_per_seed(wildcards.L, wildcards.H, wildcards.split, a) for a in MULTI_RULE_METHODS]
-
-
-# The noise study (noise.smk, docs/protocol.md#noise): the main split's runs at each noise level
-NOISE = noise_study(config)
-NOISE_TRAINED = [m for m in NOISE["methods"] if get_method(m).trains]
-NOISE_UNTRAINED = [m for m in NOISE["methods"] if not get_method(m).trains]
-
-
-def noise_eval_params(wildcards):
-    return dumps(noise_eval_slice(config, wildcards.agent, wildcards.eps))
-
-
-def noise_episode_files(wildcards):
-    return [
-        layout.noise_eval(wildcards.split, wildcards.eps, wildcards.agent, s, wildcards.H)
-        for s in seeds_of(wildcards.agent, wildcards.split)
-    ]
-
-
-def noise_per_seed_files(wildcards):
-    return [layout.noise_per_seed(wildcards.split, wildcards.eps, a, wildcards.H) for a in NOISE["methods"]]
-
-
-# The protocol comparison (protocols.smk, docs/protocol.md#protocol-comparison): the protocols come from the
-# config in one function; each names the per-seed files it reads
-from tapebench.stats.protocols import protocol_files, protocols as comparison_protocols
-
-PROTOCOLS = comparison_protocols(config)
-
-
-def protocol_comparison_params(wildcards=None):
-    return dumps([p.to_dict() for p in PROTOCOLS])
-
-
-def protocol_comparison_inputs(wildcards=None):
-    return protocol_files(PROTOCOLS)
-
-
-# --- the world test (docs/protocol.md#world-test) ---
-WORLDTEST = worldtest_study(config)
-WORLDTEST_TRAINED = [m for m in WORLDTEST["methods"] if get_method(m).trains]
-WORLDTEST_UNTRAINED = [m for m in WORLDTEST["methods"] if not get_method(m).trains]
-
-
-def worldtest_params(wildcards):
-    return dumps(worldtest_slice(config, wildcards.agent))
-
-
-def worldtest_files(wildcards):
-    return [
-        layout.worldtest_records(WORLDTEST["split"], a, s, b)
-        for a in WORLDTEST["methods"]
-        for s in range(WORLDTEST["seeds"])
-        for b in WORLDTEST["budgets"]
     ]

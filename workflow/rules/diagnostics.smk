@@ -1,6 +1,7 @@
 # World-model credibility diagnostics (docs/protocol.md#model-error, paper App. G): the open-loop
 # prediction error of every method with a world model, on ID and OOD rules, beside its success; and a
 # one-hyperparameter sensitivity sweep (default: the DreamerV3 imagination horizon in {5, 10, 15, 20}).
+# Constants and helper functions: helpers/diagnostics.smk.
 
 
 rule model_error:

@@ -2,6 +2,9 @@
 # (src/tapebench/report/document.py). Needs LaTeX; latex_check runs first (it has no inputs and a high
 # priority) so a machine without LaTeX learns that at once, not after the training. Both rules run where
 # snakemake runs (also under the Slurm profile): LaTeX is needed on that machine only.
+import os
+
+PRESETS = [os.path.relpath(path) for path in workflow.overwrite_configfiles]  # --configfile, for the report
 
 
 rule latex_check:

@@ -5,10 +5,6 @@
 # (docs/protocol.md#seed-blocks); with 1, one job per seed.
 
 
-EVALUATED_SPLITS = [*SPLIT_NAMES, LADDER_SPLIT]
-UNTRAINED_SEEDED = [m for m in EVALUATED_UNTRAINED if not get_method(m).deterministic]
-UNTRAINED_ONE_SEED = [m for m in EVALUATED_UNTRAINED if get_method(m).deterministic]
-
 for seeds, splits in evaluation_blocks(EVALUATED_SPLITS):
 
     rule:
@@ -37,13 +33,6 @@ for seeds, splits in evaluation_blocks(EVALUATED_SPLITS):
             "tapebench evaluate {params.run:q} --split {input.split:q} --H {wildcards.H:q}"
             " --params {params.slice:q} --threads {threads:q} --out {params.out:q} > {log:q} 2>&1"
 
-
-# a deterministic method (the exact optimum) runs one seed: one job per seed whatever seeds_per_job says
-METHOD_BLOCKS = [(s, on, UNTRAINED_SEEDED) for s, on in evaluation_blocks(EVALUATED_SPLITS)]
-if SEEDS_PER_JOB == 1:
-    METHOD_BLOCKS = [(PER_SEED, None, EVALUATED_UNTRAINED)]
-elif UNTRAINED_ONE_SEED:
-    METHOD_BLOCKS.append((PER_SEED, None, UNTRAINED_ONE_SEED))
 
 for seeds, splits, agents in METHOD_BLOCKS:
 

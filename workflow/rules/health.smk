@@ -2,6 +2,7 @@
 # weak-baseline headroom, trivially solved rules, identifiability, on the split's test episodes at env.L / env.H.
 # health_gate fails (naming the gate and the rules) when a fatal check fails; the training jobs wait for its
 # verdict through ancient(), so recomputing the report (e.g. a new threshold) reruns only these jobs.
+# Constants and helper functions: helpers/health.smk.
 
 
 rule exact_split:

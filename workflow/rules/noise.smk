@@ -3,6 +3,7 @@
 # episodes and noise realisation; per-seed values and a bootstrap per level. Epsilon = 0 reuses the noise-free
 # per-seed tables (aggregate.smk). Every job belongs to one level, so adding a level runs only that level's jobs
 # (and the table and figure).
+# Constants and helper functions: helpers/noise.smk.
 
 
 for seeds, splits in evaluation_blocks(EVALUATED_SPLITS):  # a job per seed, or per seed block (evaluate.smk)
@@ -34,8 +35,6 @@ for seeds, splits in evaluation_blocks(EVALUATED_SPLITS):  # a job per seed, or 
             "tapebench evaluate {params.run:q} --split {input.split:q} --H {wildcards.H:q}"
             " --params {params.slice:q} --threads {threads:q} --out {params.out:q} > {log:q} 2>&1"
 
-
-NOISE_METHOD_BLOCKS = [(s, on, [m for m in NOISE_UNTRAINED if m in agents]) for s, on, agents in METHOD_BLOCKS]
 
 for seeds, splits, agents in NOISE_METHOD_BLOCKS:
 

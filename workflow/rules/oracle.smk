@@ -1,5 +1,6 @@
 # Calibration (docs/protocol.md#oracle): true-dynamics MPC on the agents' own evaluation episodes, exact feasibility and
 # the exact optimum where the state space can be enumerated, the by-type export, Tables 1 and 7.
+# Constants and helper functions: helpers/oracle.smk.
 
 
 rule mpc_split:

@@ -2,6 +2,7 @@
 # selection of per-seed rows: ID, OOD, other horizons, other splits), Kendall's tau-b between them, rank
 # reversals and best-method changes, with a seed bootstrap. Rendered by the registry's protocol_comparison
 # table and figure (report.smk).
+# Constants and helper functions: helpers/protocols.smk.
 
 
 rule protocol_comparison:

@@ -1,5 +1,7 @@
 # [Sampled rule set ->] rule features and operational types -> splits -> health gate
 # (docs/protocol.md#rule-sets, #rule-types, #splits).
+# The split-robustness study needs no rules of its own: train / evaluate / aggregate are per {split}.
+# Constants and helper functions: helpers/splits.smk.
 
 
 rule rule_set:
@@ -49,7 +51,7 @@ rule split:
     log:
         "logs/splits/{split}.log",
     wildcard_constraints:
-        split=one_of(SPLIT_NAMES),  # the ladder split has its own rule (studies.smk)
+        split=one_of(SPLIT_NAMES),  # the ladder split has its own rule (ladder.smk)
     conda:
         CONDA_ENV
     params:

@@ -1,6 +1,7 @@
 # The world test (docs/protocol.md#world-test): every method of `studies.worldtest.methods`, one job per seed and
 # interaction budget on the main split (its ID and OOD rules); a method that trains answers with its main-split
 # run of that seed (no new training). Adding a budget runs only that budget's jobs, the aggregate, table and figure.
+# Constants and helper functions: helpers/worldtest.smk.
 
 
 rule worldtest_trained:

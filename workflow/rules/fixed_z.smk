@@ -1,26 +1,8 @@
 # The fixed-z study (paper App. B, Tables 5-6; docs/protocol.md#fixed-z): one training run per representative
 # rule (no rule randomisation) at the study's own L, H and schedule, evaluated on that rule (side "rules");
 # at Table 6's L, H also multi-rule runs on the main split's training rules and the oracle on both sides.
-# The split-robustness study needs no rules of its own: train / evaluate / aggregate are per {split}.
-# The severity ladder (docs/protocol.md#severity-ladders) needs only its split: its runs are the per-{split} train /
-# evaluate / aggregate jobs on split `studies.ladder.name`, evaluated on the sides train, d1, d2, ...
-
-
-rule ladder_split:
-    input:
-        features=layout.rule_features(),
-    output:
-        layout.split_file(LADDER_SPLIT),
-    log:
-        f"logs/splits/{LADDER_SPLIT}.log",
-    conda:
-        CONDA_ENV
-    params:
-        name=LADDER_SPLIT,
-        args=ladder_split_args,
-    shell:
-        "tapebench ladder-split --features {input.features:q} --name {params.name:q} {params.args:q}"
-        " --out {output:q} > {log:q} 2>&1"
+# The representative rules' oracle (fixed_z_oracle) is in oracle.smk: Table 1 reads it too.
+# Constants and helper functions: helpers/fixed_z.smk.
 
 
 rule train_fixed_z:
