@@ -14,7 +14,7 @@ seeds one job trains. They are meant as a ceiling a job stays under, not a measu
 
 `validate_config` (pipeline.config) refuses a config whose job would need more than `resources.max_mem_mb`;
 `tapebench train` checks its own run through the same estimate; the workflow declares `mem_mb` and `runtime` of
-each job from it (workflow/rules/common.smk).
+each job from it (workflow/rules/common.smk; the world test's in workflow/rules/helpers/worldtest.smk).
 """
 from __future__ import annotations
 
