@@ -267,6 +267,17 @@ def health_random(wildcards):
     ]
 
 
+def health_rule_agnostic(wildcards):
+    """The other rule-agnostic rows' evaluation records on the split at the training horizon, every seed: with
+    the random policy, the candidates of the health report's rule-agnostic floor."""
+    return [
+        layout.evaluation(run_dir(wildcards.split, m, s), config["env"]["H"])
+        for m in split_methods(wildcards.split)
+        if m != "random" and get_method(m).rule_agnostic and not get_method(m).trains
+        for s in seeds_of(m, wildcards.split)
+    ]
+
+
 FIXED_Z = config["studies"]["fixed_z"]
 FIXED_Z_RULES = ",".join(str(z) for z in FIXED_Z["rules"])  # the representative rules (paper App. B)
 FEAS = config["oracle"].get("feasibility", {"L": 16, "H": 16})
