@@ -218,7 +218,7 @@ def test_a_k_colour_split_gets_mpc_as_reference_and_identifiability_not_applicab
     assert "identifiability" not in report["fatal_failures"]
     text = render_health(tmp_path / "health.tex", reports=[out])
     row = next(line for line in text.splitlines() if line.startswith(r"\texttt{k3"))
-    assert [c.strip() for c in row.rstrip("\\ ").split("&")][8] == "-- n/a"
+    assert [c.strip() for c in row.rstrip("\\ ").split("&")][11] == "-- n/a"
 
 
 def test_an_elementary_split_needs_identifiability_records(inputs, capsys):
