@@ -75,6 +75,7 @@ import numpy as np
 import pandas as pd
 
 from tapebench.evaluation.records import SOFT_EPSILONS, coerce_episode_frame, soft_success
+from tapebench.registry import registry
 from tapebench.schemas import AGGREGATE_COLUMNS, GROUP, PER_SEED_COLUMNS, SUMMARY_GROUP
 from tapebench.stats.bootstrap import (DEFAULT_CI, DEFAULT_RESAMPLES, difference_ci, hedges_g, holm,
                                        percentile_interval, resample_indices, welch_test)
@@ -323,8 +324,6 @@ def oracle_normalized(per_seed: pd.DataFrame, reference: str = DEFAULT_REFERENCE
 
 def rule_agnostic_ids() -> tuple[str, ...]:
     """The registry's rule-agnostic rows (flag `rule_agnostic`): the one definition of the floor's candidates."""
-    from tapebench.registry import registry
-
     return tuple(m for m, method in registry().items() if method.rule_agnostic)
 
 
