@@ -130,6 +130,12 @@ def test_headroom_and_normalised_score_closed_forms():
     assert np.isnan(normalised_score(0.5, 0.3, 0.3))
     score = normalised_score_ci([0.5, 0.5], [0.25, 0.25], [0.75, 0.75], n_resamples=100)
     assert (score.mean, score.low, score.high) == (50.0, 50.0, 50.0)
+    # resamples where the reference does not exceed the floor have no score: the interval is over the others,
+    # NaN when they are fewer than ci of all
+    some = normalised_score_ci([0.5] * 20, [0.25] * 19 + [0.3], [0.75] * 19 + [0.26], n_resamples=400)
+    assert np.isfinite(some.low) and some.low <= some.mean <= some.high
+    none = normalised_score_ci([0.5, 0.5], [0.25, 0.5], [0.5, 0.25], n_resamples=400)
+    assert np.isnan(none.low) and np.isnan(none.high)
     assert best_floor({"random": [0.1, 0.2], "live_leftmost": [0.3, 0.2], "mpc_prior": [0.2, 0.2]}) == "live_leftmost"
     with pytest.raises(ValueError, match="at least one rule-agnostic row"):
         best_floor({})

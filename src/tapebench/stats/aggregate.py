@@ -46,8 +46,9 @@ row, registry flag `rule_agnostic`, are among the agents): per (split, L, H) and
 the rule-agnostic row with the highest mean strict success; one row of the reference with metric "rule_headroom"
 = reference mean - floor mean (CI: both seed sets resampled independently); and per agent other than the
 reference one row with side "test", metric "agnostic_score" = 100 (p - p_floor) / (p_ref - p_floor) on OOD strict
-success (CI: the agent's, the floor's and the reference's seeds resampled independently; NaN where the reference
-does not exceed the floor). Generators seeded by (--seed, split, agent, L, H, metric, side).
+success (CI: the agent's, the floor's and the reference's seeds resampled independently, percentiles over the
+resamples where the reference exceeds the floor, NaN when those are fewer than `ci` of all; the mean is NaN where
+the reference does not exceed the floor). Generators seeded by (--seed, split, agent, L, H, metric, side).
 Oracle-normalised score (when the reference method, `mpc` by default, is among the agents): one more row
 per other agent with side "test" and metric "on_success" = 100 * (agent's mean OOD strict success) /
 (reference's mean OOD strict success) on the same protocol (same split, L, H, episodes); its CI resamples

@@ -43,14 +43,16 @@ def headroom_ci(reference, floor, *, paired: bool, n_resamples: int = DEFAULT_RE
 def normalised_score_ci(values, floor, reference, n_resamples: int = DEFAULT_RESAMPLES, ci: float = DEFAULT_CI,
                         rng=0) -> Interval:
     """The normalised score of the mean of `values` (per-seed successes) with a bootstrap CI resampling the
-    method's, the floor's and the reference's seeds independently (NaN bounds where a resample's reference
-    does not exceed its floor)."""
+    method's, the floor's and the reference's seeds independently. A resample whose reference does not exceed
+    its floor has no score; the interval is taken over the others, and is NaN when they are fewer than `ci` of
+    all resamples (the headroom's own CI then reaches 0: no scale to put the method on)."""
     values, floor, reference = (_as_sample(x, name) for x, name in
                                 ((values, "values"), (floor, "floor"), (reference, "reference")))
     _check_settings(n_resamples, ci)
     gen = _generator(rng)
     boot = [x[resample_indices(len(x), n_resamples, gen)].mean(axis=1) for x in (values, floor, reference)]
     scores = normalised_score(*boot)
-    low, high = percentile_interval(scores, ci) if np.isfinite(scores).all() else (np.nan, np.nan)
+    finite = scores[np.isfinite(scores)]
+    low, high = percentile_interval(finite, ci) if finite.size >= ci * scores.size else (np.nan, np.nan)
     mean = float(normalised_score(values.mean(), floor.mean(), reference.mean()))
     return Interval(mean, float(low), float(high), len(values))
