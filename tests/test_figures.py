@@ -106,6 +106,17 @@ def test_figure3_points_are_per_rule_means_over_seeds_in_family_order():
         figures.per_rule_points(frame, metric="return")
 
 
+def test_figure3_marks_the_rules_the_rule_agnostic_floor_already_solves():
+    frame = per_rule_frame({("live_leftmost", "test"): {0: {90: 0.5, 110: 0.25, 30: 0.0}},
+                            ("random", "test"): {0: {90: 0.0, 110: 0.5, 30: 0.0}},
+                            ("mpc", "test"): {0: {90: 0.5, 110: 0.75, 30: 0.0}}})
+    points = figures.per_rule_points(frame)
+    # the floor is live_leftmost (mean 0.25 > random's 0.17): rule 90 equals the MPC; 110 is below; 30 is 0
+    assert figures.floor_rules(points) == {("test", 90)}
+    assert figures.floor_rules(points, rule_agnostic=["random"]) == set()
+    assert figures.floor_rules(points[points["agent"] != "mpc"]) == set()      # no reference: nothing marked
+
+
 # --- learning curves ----------------------------------------------------------------------------------------
 def test_curve_band_is_the_percentile_bootstrap_of_the_seed_mean():
     values = [0.1, 0.4, 0.3, 0.9]

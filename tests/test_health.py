@@ -44,15 +44,19 @@ def inputs(tmp_path_factory):
              ["identifiability", "--split", str(split), "--H", str(H), *protocol, "--out", str(d / "ident.parquet")]]
     calls += [["evaluate", "--method", "random", "--seed", str(s), "--split", str(split), "--H", str(H), "--params", params,
                "--out", str(d / f"random{s}.parquet")] for s in (0, 1)]
+    calls += [["evaluate", "--method", "live_leftmost", "--seed", "0", "--split", str(split), "--H", str(H),
+               "--params", params, "--out", str(d / "live_leftmost0.parquet")]]
     for argv in calls:
         assert main(argv) == 0, argv
     return d
 
 
-def run_health(d, settings: dict, name="report"):
+def run_health(d, settings: dict, name="report", rule_agnostic=("live_leftmost0",)):
     out = d / f"{name}.json"
+    agnostic = ["--rule-agnostic", *(str(d / f"{n}.parquet") for n in rule_agnostic)] if rule_agnostic else []
     argv = ["benchmark-health", "--split", str(d / "toy.json"), "--split-health", str(d / "toy.health.json"),
             "--reference", str(d / "exact.parquet"), "--random", str(d / "random0.parquet"), str(d / "random1.parquet"),
+            *agnostic,
             "--identifiability", str(d / "ident.parquet"), "--settings", json.dumps(settings),
             "--statistics", json.dumps({"n_resamples": 500, "ci": 0.95, "seed": 0}), "--L", str(L), "--H", str(H),
             "--out", str(out), "--per-rule-out", str(d / f"{name}.per_rule.parquet")]
@@ -90,6 +94,29 @@ def test_the_checks_on_a_hand_built_split(inputs):
     assert report["provenance"]["config"]["health"]["trivial_success"] == 0.9
 
 
+def test_rule_dependent_headroom_against_the_best_rule_agnostic_row(inputs):
+    report, per_rule = run_health(inputs, default_health(), "agnostic")
+    check = report["checks"]["rule_headroom"]
+    live = pd.read_parquet(inputs / "live_leftmost0.parquet")
+    live = live[live["side"] == "test"].groupby("rule")["success"].mean().reindex(TEST)
+    random = per_rule["random_success"].reindex(TEST)
+    # the floor is the better of the random policy and live_leftmost by mean over test rules
+    floor_name, floor = ("live_leftmost", live) if live.mean() > random.mean() else ("random", random)
+    assert check["floor"] == floor_name and per_rule["floor_success"].reindex(TEST).tolist() == floor.tolist()
+    reference = per_rule["reference_success"].reindex(TEST)
+    assert check["value"] == pytest.approx((reference - floor).mean())
+    assert check["low"] <= check["value"] <= check["high"]
+    # one type ("stable") here: its headroom is the overall one
+    assert list(check["by_type"]) == ["stable"] and check["by_type"]["stable"]["mean"] == pytest.approx(check["value"])
+    # without other rows the floor is the random policy, and the check warns below its threshold
+    alone, _ = run_health(inputs, default_health(), "random_floor", rule_agnostic=())
+    assert alone["checks"]["rule_headroom"]["floor"] == "random"
+    settings = default_health()
+    settings["rule_headroom"] = {"warn": check["value"] + 0.01, "fail": 0.0, "fatal": False}
+    warned, _ = run_health(inputs, settings, "warned")
+    assert warned["checks"]["rule_headroom"]["status"] == WARN and warned["fatal_failures"] == ["leakage"]
+
+
 def test_the_gate_names_each_failed_gate_and_its_rules(inputs):
     settings = default_health()
     settings["trivially_solved"] = {"warn": 0.0, "fail": 0.2, "fatal": True}
@@ -125,7 +152,8 @@ def test_thresholds_come_from_the_config():
     assert health["trivial_success"] == 0.9
     assert {c.name: (health[c.name]["warn"], health[c.name]["fail"], health[c.name]["fatal"]) for c in CHECKS} == {
         "leakage": (0.0, 0.0, True), "reference_unsolved": (0.5, 0.9, False), "headroom": (0.25, 0.05, True),
-        "trivially_solved": (0.0, 0.25, True), "identifiability": (0.5, 1.0, False)}
+        "trivially_solved": (0.0, 0.25, True), "rule_headroom": (0.05, 0.0, False),
+        "identifiability": (0.5, 1.0, False)}
     config = load_config(root=REPO)
     config["health"] = {"trivially_solved": {"warn": 0.5, "fail": 0.2}}
     with pytest.raises(ConfigError, match="'health.trivially_solved': warn = 0.5 must be at most fail = 0.2"):
@@ -146,7 +174,10 @@ def test_the_health_table_has_one_row_per_split(inputs, tmp_path):
     rows = [line for line in text.splitlines() if line.startswith(r"\texttt{")]
     assert [r.split("}")[0] for r in rows] == [r"\texttt{toy", r"\texttt{other"]
     cells = [c.strip() for c in rows[0].rstrip("\\ ").split("&")]
-    assert cells[1] == "4" and cells[2] == "0.25 FAIL*" and cells[7] == "0.25 warn" and cells[-1] == "fail"
+    assert cells[1] == "4" and cells[2] == "0.25 FAIL*" and cells[10] == "0.25 warn" and cells[-1] == "fail"
+    hdr = report["checks"]["rule_headroom"]
+    assert cells[8].startswith(f"{hdr['value']:.2f}") and hdr["floor"].replace("_", " ") in cells[7]
+    assert "rule hdr. by type: stable" in text
     assert "leakage 0.0 / 0.0 (fatal)" in text
 
 
@@ -187,7 +218,7 @@ def test_a_k_colour_split_gets_mpc_as_reference_and_identifiability_not_applicab
     assert "identifiability" not in report["fatal_failures"]
     text = render_health(tmp_path / "health.tex", reports=[out])
     row = next(line for line in text.splitlines() if line.startswith(r"\texttt{k3"))
-    assert [c.strip() for c in row.rstrip("\\ ").split("&")][8] == "-- n/a"
+    assert [c.strip() for c in row.rstrip("\\ ").split("&")][11] == "-- n/a"
 
 
 def test_an_elementary_split_needs_identifiability_records(inputs, capsys):

@@ -28,6 +28,9 @@ NUMBERS = {
     ("mpc", 32, "train", "success"): (0.312, 0.31, 0.314),
     ("mpc", 32, "test", "success"): (0.187, 0.18, 0.19),
     ("mpc", 32, "drop", "success"): (0.125, 0.12, 0.13),
+    ("dqn", 32, "test", "agnostic_score"): (-40.5, -55.0, -30.25),
+    ("mpc", 32, "train", "rule_headroom"): (0.301, 0.29, 0.31),
+    ("mpc", 32, "test", "rule_headroom"): (0.167, 0.15, 0.18),
 }
 FINAL_DIST = {("dqn", "train"): 0.927, ("dqn", "test"): 0.952, ("ppo", "train"): 0.930, ("ppo", "test"): 0.958,
               ("my_agent", "train"): 0.5, ("my_agent", "test"): 0.7, ("random", "train"): 0.96,
@@ -74,15 +77,18 @@ def aggregate_path(tmp_path):
 
 def test_table3_rows_ci_lines_on_column_and_reference_rows(aggregate_path, tmp_path):
     text = render_result_table("table3", aggregate_path, tmp_path / "t3.tex", split="main", H=32)
-    assert "DQN & 20 & 0.073 & 0.048 & 0.026 & -28.91 & 25.7 \\\\" in text
-    assert " & & [0.072, 0.075] & [0.046, 0.050] & [0.024, 0.027] & [-29.10, -28.70] & [20.1, 31.2] \\\\" in text
-    assert "PPO & 20 & 0.070 & 0.042 & 0.028 & -29.50 & -- \\\\" in text
-    assert " & & [0.068, 0.072] & [0.040, 0.044] & [0.026, 0.030] & [-29.61, -29.38] & -- \\\\" in text
+    assert "DQN & 20 & 0.073 & 0.048 & 0.026 & -28.91 & 25.7 & -40.5 \\\\" in text
+    assert (" & & [0.072, 0.075] & [0.046, 0.050] & [0.024, 0.027] & [-29.10, -28.70] & [20.1, 31.2] "
+            "& [-55.0, -30.2] \\\\") in text
+    assert "PPO & 20 & 0.070 & 0.042 & 0.028 & -29.50 & -- & -- \\\\" in text
+    assert " & & [0.068, 0.072] & [0.040, 0.044] & [0.026, 0.030] & [-29.61, -29.38] & -- & -- \\\\" in text
     # unregistered ids keep their name, LaTeX-escaped, in "Other"; a missing cell is '--'
-    assert "my\\_agent & 20 & 0.500 & 0.250 & 0.250 & -- & -- \\\\" in text
-    # the MPC is the ON(p) reference: 100 by definition
-    assert "True-dynamics MPC & 20 & 0.312 & 0.187 & 0.125 & -- & 100 \\\\" in text
-    assert "Random policy & 20 & 0.011 & 0.020 & -0.009 & -- & 10.7 \\\\" in text
+    assert "my\\_agent & 20 & 0.500 & 0.250 & 0.250 & -- & -- & -- \\\\" in text
+    # the MPC is the ON(p) reference and the score's 100: by definition
+    assert "True-dynamics MPC & 20 & 0.312 & 0.187 & 0.125 & -- & 100 & 100 \\\\" in text
+    assert "Random policy & 20 & 0.011 & 0.020 & -0.009 & -- & 10.7 & -- \\\\" in text
+    # the rule-dependent headroom, ID and OOD, in the caption
+    assert "Rule-dependent headroom" in text and "ID 0.301 [0.290, 0.310], OOD 0.167 [0.150, 0.180]" in text
     assert "over 20 seeds" in text and "95\\% CIs" in text and "2000 resamples" in text
     assert "last 3 evaluation checkpoints" in text and "\\texttt{main}" in text and "$H=32$" in text
     assert "relative to the True-dynamics MPC" in text
@@ -91,7 +97,7 @@ def test_table3_rows_ci_lines_on_column_and_reference_rows(aggregate_path, tmp_p
     assert names == ["DQN", "PPO", "my\\_agent", "Random policy", "True-dynamics MPC"]
     assert text.index("Reference (not learned)") < text.index("Random policy &")
     assert text.count("\\midrule") == 4
-    assert_well_formed(text, 7)
+    assert_well_formed(text, 8)
     assert (tmp_path / "t3.tex").read_text() == text
 
 

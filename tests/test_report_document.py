@@ -70,7 +70,7 @@ def test_captions_carry_the_configs_protocol():
                      "3 episodes per rule", "12,345 environment steps per run", "a checkpoint every 4,000",
                      "last 2 checkpoints"):
             assert part in captions[name], (name, captions[name])
-    assert captions["table3"].startswith("ID vs OOD success, drop, OOD return, ON(p), with bootstrap CIs "
+    assert captions["table3"].startswith("ID vs OOD success, drop, OOD return, ON(p), floor-normalised score, with bootstrap CIs "
                                          "(paper Table 3). Protocol: split main;")
     assert "split random2;" in captions["identifiability_random2"]          # the job's own split, not the main one
     tex = document.render_tex(config, version="test")
@@ -103,7 +103,7 @@ def test_each_float_is_numbered_once_and_states_its_own_seeds_and_budgets():
     assert world and all("; 1 seed;" in line and "interaction budgets B = 0, 4" in line for line in world), world
     fixed = [line for heading, line in lines.items() if "paper Table 5" in heading or "paper Table 6" in heading]
     assert len(fixed) == 2 and all("; 1 seed;" in line and "256 environment steps" in line for line in fixed), fixed
-    main = lines["ID vs OOD success, drop, OOD return, ON(p), with bootstrap CIs (paper Table 3)"]
+    main = lines["ID vs OOD success, drop, OOD return, ON(p), floor-normalised score, with bootstrap CIs (paper Table 3)"]
     assert "; 3 seeds;" in main
     oracle = lines["Planning reference (MPC, exact optimum) and feasibility (paper Table 1)"]
     assert "seed" not in oracle and "no training" in oracle

@@ -72,6 +72,24 @@ def test_type_ci_is_the_percentile_bootstrap_over_seeds():
     assert low < row["mean"] < high
 
 
+def test_type_table_has_the_rule_dependent_headroom_per_type():
+    from tapebench.report.per_type import HEADROOM_ROW, per_type_context
+
+    rules = [(30, "chaotic"), (4, "stable")]
+    levels = {"mpc": {30: 0.5, 4: 1.0}, "live_leftmost": {30: 0.25, 4: 1.0}, "random": {30: 0.0, 4: 0.5},
+              "dqn": {30: 0.1, 4: 0.2}}
+    frame = pd.concat([_per_rule([(s, "test", z, t, levels[a][z], 20) for s in (0, 1) for z, t in rules], agent=a)
+                       for a in levels], ignore_index=True)
+    summary = type_summary(frame, n_resamples=200, seed=1)
+    head = summary[summary["agent"] == HEADROOM_ROW].set_index("stratum")
+    # the floor is live_leftmost (micro 0.625 > random's 0.25): MPC minus it per type
+    assert head.loc["chaotic", "mean"] == pytest.approx(0.25) and head.loc["stable", "mean"] == pytest.approx(0.0)
+    assert head.loc[MICRO, "mean"] == pytest.approx(0.125) and head.loc["chaotic", "n_rules"] == 1
+    context = per_type_context(summary, split="main", H=8)
+    assert context["headroom"] and context["rows"][-1]["name"].startswith("Rule-dependent headroom")
+    assert HEADROOM_ROW not in set(type_summary(frame[frame["agent"] != "mpc"], n_resamples=50)["agent"])
+
+
 # --- Table 5 ------------------------------------------------------------------------------------------------------
 def _fixed_z_per_rule(agent, rule, successes, dists) -> pd.DataFrame:
     rows = []

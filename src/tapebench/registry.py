@@ -31,6 +31,7 @@ FAMILIES = {
     "task_inference": "Task inference",
     "world_model": "World model / planning",
     "belief": "Belief",
+    "rule_agnostic": "Rule-agnostic",
     "reference": "Reference",
 }
 METHOD_ID = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -112,6 +113,9 @@ class Method:
                      methods that train get their final checkpoint's agent in `context.agent`. A method with
                      only `worldtest` (no make_agent, no make_policy) exists for the world test alone
     summary          one line for `tapebench methods`
+    rule_agnostic    its policy never uses the rule, neither told nor inferred from transitions (the live-cell
+                     rows, the prior-only planner, the random floor): the best such row is the rule-agnostic
+                     floor of the rule-dependent headroom (docs/protocol.md#rule-agnostic-floors)
     fixed            Config fields that define the row (e.g. the equivariant rows' `network`): an override with
                      another value is refused, since the row would train something else under its name
 
@@ -136,6 +140,7 @@ class Method:
     worldtest: Callable | None = None
     summary: str = ""
     fixed: tuple[str, ...] = ()
+    rule_agnostic: bool = False
 
     def __new__(cls, *args, **kwargs):
         # The dataclass's own TypeError names the unknown keyword only; name the field that was meant as well.
@@ -286,7 +291,17 @@ def _builtin() -> list[Method]:
                summary="world test only: flips that pin the most unknown rule-table bits, then exact reasoning"),
         Method("random", "Random policy", "reference", part("random_policy", "Config"),
                make_policy=part("random_policy", "make_policy"), any_rule_family=True,
-               worldtest=part("worldtest", "chance_tester"), summary="a uniformly random cell each step: the floor"),
+               worldtest=part("worldtest", "chance_tester"), rule_agnostic=True,
+               summary="a uniformly random cell each step: the floor"),
+        Method("live_leftmost", "Flip lowest live cell", "rule_agnostic", part("live_policy", "Config"),
+               make_policy=part("live_policy", "make_leftmost"), any_rule_family=True, rule_agnostic=True,
+               summary="flip the lowest-index live (non-zero) cell; a uniform cell when none is live"),
+        Method("live_random", "Flip random live cell", "rule_agnostic", part("live_policy", "Config"),
+               make_policy=part("live_policy", "make_random"), any_rule_family=True, rule_agnostic=True,
+               summary="flip a uniformly random live (non-zero) cell; a uniform cell when none is live"),
+        Method("mpc_prior", "MPC (training-rule prior)", "rule_agnostic", part("identify_then_plan", "Config"),
+               make_policy=part("identify_then_plan", "make_prior_policy"), rule_agnostic=True,
+               summary="identify-then-plan's MPC (8 x 512) over the training rules, a prior never updated"),
         Method("mpc", "True-dynamics MPC", "reference", part("mpc", "MPCMethodConfig"),
                make_policy=part("mpc", "make_policy"),
                sees_true_rule=True, any_rule_family=True, worldtest=part("worldtest", "true_rule_tester"),

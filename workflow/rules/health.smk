@@ -33,6 +33,7 @@ rule benchmark_health:
         split_health=layout.split_health("{split}"),
         reference=health_reference,
         random=health_random,
+        rule_agnostic=health_rule_agnostic,
         identifiability=health_identifiability,
     output:
         report=layout.health("{split}")["report"],
@@ -46,12 +47,16 @@ rule benchmark_health:
         statistics=dumps(config["statistics"]),
         L=config["env"]["L"],
         H=config["env"]["H"],
+        rule_agnostic=lambda wildcards, input: (
+            ["--rule-agnostic", *input.rule_agnostic] if input.rule_agnostic else []
+        ),
         identifiability=lambda wildcards, input: (
             ["--identifiability", *input.identifiability] if input.identifiability else []
         ),
     shell:
         "tapebench benchmark-health --split {input.split:q} --split-health {input.split_health:q}"
-        " --reference {input.reference:q} --random {input.random:q} {params.identifiability:q}"
+        " --reference {input.reference:q} --random {input.random:q} {params.rule_agnostic:q}"
+        " {params.identifiability:q}"
         " --settings {params.settings:q} --statistics {params.statistics:q} --L {params.L:q} --H {params.H:q}"
         " --out {output.report:q} --per-rule-out {output.per_rule:q} > {log:q} 2>&1"
 

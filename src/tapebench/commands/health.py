@@ -8,8 +8,8 @@ from tapebench.health.checks import CHECKS
 
 
 def register(sub) -> None:
-    p = sub.add_parser("benchmark-health", description="Five checks on the split's test rules: leakage, reference solvability, "
-                                   "weak-baseline headroom, trivially solved rules, identifiability; each with a "
+    p = sub.add_parser("benchmark-health", description="Six checks on the split's test rules: leakage, reference solvability, "
+                                   "weak-baseline headroom, trivially solved rules, rule-dependent headroom, identifiability; each with a "
                                    "status against the thresholds of the config's health: section. Never fails on "
                                    "a check: `tapebench health-gate` turns the report into the pipeline's verdict.")
     p.add_argument("--split", required=True, help="split JSON")
@@ -17,6 +17,9 @@ def register(sub) -> None:
     p.add_argument("--reference", required=True, nargs="+",
                    help="reference records on the split's test side: tapebench exact (L <= 20) or tapebench mpc")
     p.add_argument("--random", required=True, nargs="+", help="the random policy's evaluation records (each seed)")
+    p.add_argument("--rule-agnostic", nargs="*", default=[],
+                   help="evaluation records of the other rule-agnostic rows (live_leftmost, live_random, mpc_prior; "
+                        "each seed): with the random policy, the candidates of the rule-agnostic floor")
     p.add_argument("--identifiability", default=None,
                    help="Parquet from `tapebench identifiability` (elementary splits; omitted for another rule "
                         "family, whose identifiability check is then n/a)")
@@ -48,7 +51,7 @@ def run_health(args) -> int:
                                     reference=args.reference, random=args.random,
                                     identifiability=args.identifiability, settings=load_settings(args.settings),
                                     statistics=load_settings(args.statistics), L=args.L, H=args.H, out=args.out,
-                                    per_rule_out=args.per_rule_out)
+                                    per_rule_out=args.per_rule_out, rule_agnostic=args.rule_agnostic)
     for name, c in report["checks"].items():
         value = "n/a" if c["value"] is None else f"{c['value']:.3f}"
         print(f"{report['split']} {name}: {value} {c['status']}" + (" (fatal)" if c["fatal"] else "")

@@ -1,4 +1,4 @@
-"""The benchmark health report of one split: five checks on the test rules of the configured protocol, each
+"""The benchmark health report of one split: six checks on the test rules of the configured protocol, each
 with a number, a status (pass / warn / fail against the `health:` thresholds) and whether a failure is fatal.
 
   leakage            fraction of test rules that are also training rules or whose mirror image is one
@@ -9,6 +9,10 @@ with a number, a status (pass / warn / fail against the `health:` thresholds) an
                      bootstrap CI over rules (weak-baseline non-saturation)
   trivially_solved   fraction of test rules on which the random policy succeeds in >= `trivial_success`
                      of its episodes
+  rule_headroom      reference success minus the rule-agnostic floor's (the best, by mean over test rules, of the
+                     random policy and the other rule-agnostic rows given: live-cell policies, the prior-only
+                     planner), averaged over test rules with a paired bootstrap CI over rules, and per rule type;
+                     small headroom: the test rules barely need the rule (docs/protocol.md#rule-agnostic-floors)
   identifiability    fraction of test episodes in which random actions never pin the whole rule table
                      (elementary family only: for another family the check is n/a)
 
@@ -24,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from tapebench.stats.bootstrap import paired_ci, percentile_ci
+from tapebench.stats.headroom import best_floor
 from tapebench.vocabulary import MAX_EXACT_L
 
 PASS, WARN, FAIL, NOT_APPLICABLE = "pass", "warn", "fail", "n/a"
@@ -45,6 +50,8 @@ CHECKS: tuple[Check, ...] = (
     Check("headroom", "Weak-baseline headroom", "reference minus random success on test rules",
           higher_is_worse=False),
     Check("trivially_solved", "Trivially solved", "fraction of test rules random solves in >= trivial_success"),
+    Check("rule_headroom", "Rule-dependent headroom", "reference minus best rule-agnostic success on test rules",
+          higher_is_worse=False),
     Check("identifiability", "Identifiability", "fraction of test episodes never identified"),
 )
 CHECK_NAMES = tuple(c.name for c in CHECKS)
@@ -81,13 +88,25 @@ def _test_success_by_rule(records: pd.DataFrame, rules, what: str) -> pd.Series:
     return by_rule.reindex(list(rules)).astype(float)
 
 
+def rule_agnostic_floor(rules, random: pd.DataFrame, rule_agnostic: pd.DataFrame | None) -> tuple[str, pd.Series]:
+    """(id, success per test rule) of the rule-agnostic floor: the best by mean over `rules` of the random policy
+    and each agent of the `rule_agnostic` records (column `agent`)."""
+    candidates = {"random": _test_success_by_rule(random, rules, "random-policy")}
+    if rule_agnostic is not None:
+        for agent, frame in rule_agnostic.groupby("agent", sort=True):
+            candidates[str(agent)] = _test_success_by_rule(frame, rules, f"rule-agnostic ({agent})")
+    name = best_floor({a: v.to_numpy() for a, v in candidates.items()})
+    return name, candidates[name]
+
+
 def per_rule_frame(split, reference: pd.DataFrame, random: pd.DataFrame, identifiability: pd.DataFrame | None,
-                   trivial_success: float) -> pd.DataFrame:
-    """One row per test rule: reference and random success, headroom, the two flags, identifiability (NaN
-    without identifiability records)."""
+                   trivial_success: float, rule_agnostic: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per test rule: reference, random and rule-agnostic floor success, the two headrooms, the two
+    flags, identifiability (NaN without identifiability records)."""
     rules = list(split.test)
     ref = _test_success_by_rule(reference, rules, "reference")
     rnd = _test_success_by_rule(random, rules, "random-policy")
+    floor_name, floor = rule_agnostic_floor(rules, random, rule_agnostic)
     if identifiability is None:
         identifiability = pd.DataFrame({"side": pd.Series(dtype=str), "rule": pd.Series(dtype=np.int64),
                                         "identified": pd.Series(dtype=bool), "steps": pd.Series(dtype=float)})
@@ -98,12 +117,15 @@ def per_rule_frame(split, reference: pd.DataFrame, random: pd.DataFrame, identif
         "type": [split.types.get(r, "") for r in rules],
         "reference_success": ref.to_numpy(),
         "random_success": rnd.to_numpy(),
+        "floor": floor_name,
+        "floor_success": floor.to_numpy(),
         "n_reference_episodes": [int(((reference["side"] == "test") & (reference["rule"] == r)).sum()) for r in rules],
         "n_random_episodes": [int(((random["side"] == "test") & (random["rule"] == r)).sum()) for r in rules],
         "never_identified": ident["identified"].apply(lambda s: 1.0 - s.mean()).reindex(rules).to_numpy(),
         "identify_steps": ident["steps"].mean().reindex(rules).to_numpy(),
     })
     frame["headroom"] = frame["reference_success"] - frame["random_success"]
+    frame["rule_headroom"] = frame["reference_success"] - frame["floor_success"]
     frame["reference_unsolved"] = frame["reference_success"] == 0.0
     frame["trivially_solved"] = frame["random_success"] >= trivial_success
     return frame
@@ -113,17 +135,29 @@ def _rules(mask) -> list[int]:
     return sorted(int(r) for r in mask)
 
 
+def headroom_by_type(frame: pd.DataFrame, boot: dict) -> dict:
+    """The rule-dependent headroom per rule type of the test rules (paired bootstrap over a type's rules)."""
+    out = {}
+    for kind, group in frame.groupby("type", sort=True):
+        iv = paired_ci(group["reference_success"], group["floor_success"], **boot)
+        out[str(kind)] = {"mean": iv.mean, "low": iv.low, "high": iv.high, "n": iv.n}
+    return out
+
+
 def health_report(split, leak_pairs, reference: pd.DataFrame, random: pd.DataFrame,
-                  identifiability: pd.DataFrame | None, settings: dict, *, L: int, H: int, statistics: dict):
+                  identifiability: pd.DataFrame | None, settings: dict, *, L: int, H: int, statistics: dict,
+                  rule_agnostic: pd.DataFrame | None = None):
     """(report dict without provenance, per-rule frame). `settings` is the config's `health:` section,
     `leak_pairs` the split gate's (test rule, train rule) mirror pairs, `statistics` gives n_resamples, ci, seed.
-    `identifiability` None (a family other than the elementary one) makes that check n/a."""
-    frame = per_rule_frame(split, reference, random, identifiability, settings["trivial_success"])
+    `identifiability` None (a family other than the elementary one) makes that check n/a. `rule_agnostic`: the
+    records of the rule-agnostic rows other than the random policy (column `agent`), candidates of the floor."""
+    frame = per_rule_frame(split, reference, random, identifiability, settings["trivial_success"], rule_agnostic)
     n_test = len(frame)
     overlap = sorted(set(split.train) & set(split.test))
     leaked = sorted(set(overlap) | {int(t) for t, _ in leak_pairs})
     boot = {"n_resamples": statistics["n_resamples"], "ci": statistics["ci"], "rng": statistics["seed"]}
     headroom = paired_ci(frame["reference_success"], frame["random_success"], **boot)
+    rule_headroom = paired_ci(frame["reference_success"], frame["floor_success"], **boot)
     random_ci = percentile_ci(frame["random_success"], **boot)
     reference_ci = percentile_ci(frame["reference_success"], **boot)
     if identifiability is None:
@@ -148,6 +182,11 @@ def health_report(split, leak_pairs, reference: pd.DataFrame, random: pd.DataFra
                      "random_success": _interval(random_ci), "ci": statistics["ci"]},
         "trivially_solved": {"value": float(frame["trivially_solved"].mean()),
                              "rules": _rules(frame.loc[frame["trivially_solved"], "rule"])},
+        "rule_headroom": {"value": rule_headroom.mean, "low": rule_headroom.low, "high": rule_headroom.high,
+                          "rules": _rules(frame.loc[frame["rule_headroom"] <= 0, "rule"]),
+                          "floor": str(frame["floor"].iloc[0]),
+                          "floor_success": _interval(percentile_ci(frame["floor_success"], **boot)),
+                          "by_type": headroom_by_type(frame, boot), "ci": statistics["ci"]},
         "identifiability": ident_numbers,
     }
     checks = {}

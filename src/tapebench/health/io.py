@@ -28,7 +28,7 @@ def _check_protocol(frame: pd.DataFrame, what: str, L: int, H: int) -> None:
 
 
 def write_benchmark_health(*, split_path, split_health_path, reference, random, identifiability, settings: dict,
-                           statistics: dict, L: int, H: int, out, per_rule_out) -> dict:
+                           statistics: dict, L: int, H: int, out, per_rule_out, rule_agnostic=()) -> dict:
     split = load_split(split_path)
     gate = read_json(split_health_path)
     if gate.get("content_hash") != split.content_hash:
@@ -39,14 +39,18 @@ def write_benchmark_health(*, split_path, split_health_path, reference, random, 
                          f"records (tapebench identifiability)")
     ref, rnd = _records(reference), _records(random)
     ident = None if identifiability is None else _records(identifiability)
-    for frame, what in ((ref, "reference"), (rnd, "random-policy"), (ident, "identifiability")):
+    agnostic_paths = [rule_agnostic] if isinstance(rule_agnostic, (str, Path)) else list(rule_agnostic or ())
+    agnostic = _records(agnostic_paths) if agnostic_paths else None
+    for frame, what in ((ref, "reference"), (rnd, "random-policy"), (ident, "identifiability"),
+                        (agnostic, "rule-agnostic")):
         if frame is not None:
             _check_protocol(frame, what, L, H)
     report, frame = health_report(split, gate.get("mirror_leak_pairs", []), ref, rnd, ident, settings,
-                                  L=L, H=H, statistics=statistics)
+                                  L=L, H=H, statistics=statistics, rule_agnostic=agnostic)
     inputs = {"split": str(split_path), "split_health": str(split_health_path),
               "reference": [str(p) for p in ([reference] if isinstance(reference, (str, Path)) else reference)],
               "random": [str(p) for p in ([random] if isinstance(random, (str, Path)) else random)],
+              "rule_agnostic": [str(p) for p in agnostic_paths],
               "identifiability": None if identifiability is None else str(identifiability)}
     prov = provenance({"health": settings, "statistics": statistics, "L": L, "H": H}, statistics["seed"],
                       table="benchmark_health", inputs=inputs)

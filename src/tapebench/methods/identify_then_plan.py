@@ -19,6 +19,12 @@ candidate index, as MPC). Once the consistent set is the true rule alone, the de
 With more than `max_rules` consistent rules it averages over `max_rules` of them, evenly spaced in
 ascending rule order (deterministic); the default 256 never caps.
 It never sees the true rule.
+
+Prior-only planning (`mpc_prior`, rule-agnostic family, docs/protocol.md#rule-agnostic-floors). The same
+planner (`decide`) over a rule set that never changes: the split's training rules, a uniform prior, so each
+candidate sequence is scored by its expected return under the prior and nothing observed updates it. It is
+what planning buys without identification; the difference to identify-then-plan is what identifying buys.
+`max_rules` caps the prior set as it caps the consistent set (evenly spaced in ascending rule order).
 """
 from __future__ import annotations
 
@@ -148,6 +154,18 @@ def _observe(known_mask, known_values, states, actions, next_states, active, L, 
     return -1
 
 
+@nb.njit(cache=True, parallel=True)
+def _decide_fixed(states, rules, keys, active, t, H, L, goal, score_bonus, horizon, candidates):
+    """`decide` for every active row over one fixed rule set (the prior-only planner)."""
+    n = states.shape[0]
+    out = np.zeros(n, dtype=np.int64)
+    depth = min(horizon, H - t)
+    for i in nb.prange(n):
+        if active[i]:
+            out[i] = decide(states[i], rules, step_key(keys[i], t), depth, L, goal, score_bonus, horizon, candidates)
+    return out
+
+
 class IdentifyThenPlanPolicy:
     def __init__(self, config: Config = Config(), seed: int = 0):
         config.check()
@@ -188,5 +206,35 @@ class IdentifyThenPlanPolicy:
         self.t += 1
 
 
+class PriorPlanPolicy(IdentifyThenPlanPolicy):
+    """The identify-then-plan planner over a fixed prior rule set that no observation updates."""
+
+    def __init__(self, prior_rules, config: Config = Config(), seed: int = 0):
+        super().__init__(config, seed)
+        rules = sorted(set(int(z) for z in prior_rules))
+        if not rules:
+            raise ValueError("the prior-only planner needs at least one prior rule (the split's training rules: "
+                             "PolicyContext.train_rules is empty)")
+        if rules[0] < 0 or rules[-1] > 255:
+            raise ValueError(f"prior rules must be elementary rules in 0..255, got {rules}")
+        n, cap = len(rules), int(config.max_rules)
+        self.prior = np.asarray(rules if n <= cap else [rules[(j * n) // cap] for j in range(cap)], dtype=np.int64)
+
+    def act(self, obs):
+        c = self.config
+        actions = _decide_fixed(self._pack(obs), self.prior, self.keys, self.active, self.t, self.H, self.L,
+                                self.goal, self.score_bonus, int(c.horizon), int(c.candidates))
+        return torch.from_numpy(actions).to(self.device)
+
+    def observe(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
+        self.active &= ~(terminated | truncated).cpu().numpy()
+        self.t += 1
+
+
 def make_policy(config: Config, context) -> IdentifyThenPlanPolicy:
     return IdentifyThenPlanPolicy(config, context.seed)
+
+
+def make_prior_policy(config: Config, context) -> PriorPlanPolicy:
+    """`mpc_prior`: the planner over the split's training rules, never updated."""
+    return PriorPlanPolicy(context.train_rules, config, context.seed)

@@ -7,7 +7,8 @@ and a builder that draws it and writes `<stem>.pdf` and `<stem>.png`.
   (L = 32, H = 64), both drawn from `numpy.random.default_rng(FIGURE4_SEED)`; no pipeline input. The defaults
   (`FIGURE4_*`) are the registry entry's (report/registry.py).
 * Figure 3 (`figure3`): per-rule strict success (mean over seeds) of every method, ID and OOD rules, coloured
-  by rule type; from the per-rule tables of the main split at the training horizon.
+  by rule type; from the per-rule tables of the main split at the training horizon. A black cross marks the rules
+  on which the rule-agnostic floor already succeeds at least as often as the MPC (`floor_rules`).
 * Learning curves (`learning_curves`): ID and OOD strict success vs environment steps, mean over seeds with a
   percentile-bootstrap band over seeds per checkpoint. Methods evaluated at every checkpoint are curves; the
   others (methods that do not train, planners evaluated at their last K checkpoints only) are horizontal
@@ -22,14 +23,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tapebench.defaults import CI, N_RESAMPLES
 from tapebench import registry as methods
 from tapebench.ca import reference
+from tapebench.defaults import CI, N_RESAMPLES, REFERENCE
 from tapebench.report import style
 from tapebench.report.registry import FIGURE4_H, FIGURE4_L, FIGURE4_RULES, FIGURE4_SEED, has_curve
 from tapebench.report.tables import FAMILY_ORDER, display_name, family
-from tapebench.stats.aggregate import group_generator
+from tapebench.stats.aggregate import group_generator, rule_agnostic_ids
 from tapebench.stats.bootstrap import percentile_ci
+from tapebench.stats.headroom import best_floor
 from tapebench.utils.artifacts import read_table
 from tapebench.utils.io import read_parquet_meta
 from tapebench.vocabulary import SPLIT_SIDES
@@ -184,6 +186,24 @@ def per_rule_points(per_rule: pd.DataFrame, metric: str = "success", split: str 
             .reset_index(drop=True))
 
 
+def floor_rules(points: pd.DataFrame, rule_agnostic=None, reference: str = REFERENCE) -> set[tuple[str, int]]:
+    """(side, rule) pairs on which the rule-agnostic floor already succeeds: its per-rule success (`per_rule_points`)
+    is above 0 and at least the reference's. The floor is, per side, the rule-agnostic row (registry flag
+    `rule_agnostic`, or the ids given) with the highest mean over that side's rules; none without the reference or a
+    rule-agnostic row among the points."""
+    agnostic = set(rule_agnostic_ids() if rule_agnostic is None else rule_agnostic)
+    marked = set()
+    for side, d in points.groupby("side", sort=True):
+        values = {a: g.set_index("rule")["value"] for a, g in d.groupby("agent", sort=True)}
+        floors = {a: v.to_numpy() for a, v in values.items() if a in agnostic}
+        if reference not in values or not floors:
+            continue
+        floor = values[best_floor(floors)]
+        ref = values[reference].reindex(floor.index)
+        marked |= {(str(side), int(r)) for r in floor.index[(floor > 0) & (floor >= ref)]}
+    return marked
+
+
 def _offsets(values: np.ndarray, width: float) -> np.ndarray:
     """Horizontal offsets that spread points with equal values (a beeswarm on a grid of 1/40)."""
     keys = np.round(np.asarray(values, dtype=float) * 40)
@@ -201,6 +221,7 @@ def render_figure3(out, *, per_rule, split=None, H=None, metric: str = "success"
 
     plt = style.pyplot()
     points = per_rule_points(_read_many(per_rule, "per_rule"), metric, split, H)
+    marked = floor_rules(points) if metric == "success" else set()
     agents = list(dict.fromkeys(points["agent"]))
     width = max(style.COLUMN_WIDTH, min(style.FULL_WIDTH, 0.9 + 0.55 * len(agents)))
     fig, ax = plt.subplots(figsize=(width, 2.9))
@@ -216,6 +237,10 @@ def render_figure3(out, *, per_rule, split=None, H=None, metric: str = "success"
                 ax.scatter(x[sel], d["value"].to_numpy()[sel], s=size, marker=style.type_marker(rule_type),
                            facecolors=colour if side == "train" else "none", edgecolors=colour, linewidths=0.8,
                            alpha=alpha)
+            floor = np.array([(side, int(r)) in marked for r in d["rule"]], dtype=bool)
+            if floor.any():
+                ax.scatter(x[floor], d["value"].to_numpy()[floor], s=size * 0.5, marker="x", color="black",
+                           linewidths=0.6, zorder=3)
         if i:
             ax.axvline(i - 0.5, color="#dddddd", linewidth=0.6, zorder=0)
     ax.set_xticks(np.arange(len(agents)), [display_name(a) for a in agents], rotation=35, ha="right",
@@ -232,6 +257,9 @@ def render_figure3(out, *, per_rule, split=None, H=None, metric: str = "success"
                        label="OOD rule (right, hollow)")]
     if width < 5.5 and len(types) == 3:     # two rows, filled column by column: types above, ID / OOD below
         handles = [handles[0], handles[3], handles[1], handles[4], handles[2]]
+    if marked:
+        handles.append(Line2D([], [], marker="x", linestyle="", color="black",
+                              label="rule-agnostic floor $\\geq$ MPC"))
     ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False, handletextpad=0.2,
               columnspacing=0.9, ncol=len(handles) if width >= 5.5 else len(types))
     fig.tight_layout()

@@ -22,6 +22,10 @@ def health_rows(reports: list[dict]) -> list[dict]:
             "n_test": report["protocol"]["n_test_rules"],
             "random": checks["headroom"]["random_success"]["mean"],
             "headroom_low": checks["headroom"]["low"], "headroom_high": checks["headroom"]["high"],
+            "floor": checks["rule_headroom"]["floor"],
+            "floor_success": checks["rule_headroom"]["floor_success"]["mean"],
+            "rule_headroom_low": checks["rule_headroom"]["low"], "rule_headroom_high": checks["rule_headroom"]["high"],
+            "by_type": [{"type": kind, **v} for kind, v in checks["rule_headroom"]["by_type"].items()],
             "cells": {c.name: {"value": checks[c.name]["value"], "status": checks[c.name]["status"],
                                "mark": STATUS_MARK[checks[c.name]["status"]] + ("*" if checks[c.name]["status"] == FAIL
                                                                                  and checks[c.name]["fatal"] else "")}

@@ -5,6 +5,11 @@ side's rules of that type; "micro" is the episode-weighted mean over all the sid
 the per-type values of the types present. Each is then averaged over seeds with a percentile-bootstrap CI
 over seeds (one resampling of the seeds shared by every column of a method and side). The test split is
 type-imbalanced (paper: 22 of 30 test rules chaotic), so micro and macro can differ a lot.
+
+When the MPC and a rule-agnostic row (registry flag `rule_agnostic`) are among the methods, one more row per side,
+`HEADROOM_ROW`: the rule-dependent headroom per stratum, the MPC's mean minus the floor's (the rule-agnostic row with
+the highest micro mean on that side), CI resampling both seed sets independently
+(docs/protocol.md#rule-agnostic-floors).
 """
 from __future__ import annotations
 
@@ -16,12 +21,15 @@ from tapebench.report.fixed_z import read_per_rule
 from tapebench.report.render import render_table
 from tapebench.report.style import TYPE_ORDER, types_present
 from tapebench.report.tables import display_name
-from tapebench.stats.aggregate import group_generator
+from tapebench.stats.aggregate import group_generator, rule_agnostic_ids
 from tapebench.stats.bootstrap import bootstrap_means, percentile_interval, resample_indices
+from tapebench.stats.headroom import best_floor, headroom_ci
 from tapebench.utils.io import write_parquet
 from tapebench.vocabulary import SPLIT_SIDES
 
 MICRO, MACRO = "micro", "macro"
+HEADROOM_ROW = "rule_headroom"    # the `agent` of the headroom rows (not a method)
+HEADROOM_NAME = "Rule-dependent headroom (MPC minus floor)"
 
 
 def per_seed_by_type(per_rule: pd.DataFrame, metric: str = "success") -> pd.DataFrame:
@@ -65,12 +73,40 @@ def type_summary(per_rule: pd.DataFrame, *, n_resamples: int = defaults.N_RESAMP
             rows.append({"agent": agent, "side": side, "stratum": stratum, "n_rules": int(n_rules),
                          "n_seeds": int(len(values)), "mean": float(values.mean()), "ci_low": float(low),
                          "ci_high": float(high)})
-    return pd.DataFrame(rows)
+    summary = pd.DataFrame(rows)
+    return pd.concat([summary, headroom_by_type(per_seed, summary, split, n_resamples, ci, seed)], ignore_index=True)
+
+
+def headroom_by_type(per_seed: pd.DataFrame, summary: pd.DataFrame, split: str, n_resamples: int, ci: float,
+                     seed: int) -> pd.DataFrame:
+    """The `HEADROOM_ROW` rows per side and stratum (none without the MPC or a rule-agnostic row)."""
+    agnostic = set(rule_agnostic_ids())
+    rows = []
+    for side, grp in per_seed.groupby("side", sort=True):
+        micro = grp[grp["stratum"] == MICRO]
+        floors = {a: g["value"].to_numpy() for a, g in micro.groupby("agent", sort=True) if a in agnostic}
+        if defaults.REFERENCE not in set(grp["agent"]) or not floors:
+            continue
+        floor = best_floor(floors)
+        for stratum in dict.fromkeys(grp.loc[grp["agent"] == defaults.REFERENCE, "stratum"]):
+            ref = grp[(grp["agent"] == defaults.REFERENCE) & (grp["stratum"] == stratum)]["value"].to_numpy()
+            low_row = grp[(grp["agent"] == floor) & (grp["stratum"] == stratum)]["value"].to_numpy()
+            if not len(low_row):
+                continue
+            iv = headroom_ci(ref, low_row, paired=False, n_resamples=n_resamples, ci=ci,
+                             rng=group_generator(seed, (split, HEADROOM_ROW, side, stratum)))
+            n_rules = summary[(summary["agent"] == defaults.REFERENCE) & (summary["side"] == side)
+                              & (summary["stratum"] == stratum)]["n_rules"].max()
+            rows.append({"agent": HEADROOM_ROW, "side": side, "stratum": stratum, "n_rules": int(n_rules),
+                         "n_seeds": int(iv.n), "mean": iv.mean, "ci_low": iv.low, "ci_high": iv.high})
+    return pd.DataFrame(rows, columns=summary.columns)
 
 
 def per_type_context(summary: pd.DataFrame, *, split: str, H: int, agents: list[str] | None = None,
                      ci: float = defaults.CI, n_resamples: int = defaults.N_RESAMPLES) -> dict:
-    agents = agents or list(dict.fromkeys(summary["agent"]))
+    agents = [a for a in (agents or dict.fromkeys(summary["agent"])) if a != HEADROOM_ROW]
+    if HEADROOM_ROW in set(summary["agent"]):
+        agents.append(HEADROOM_ROW)
     types = types_present(summary.loc[~summary["stratum"].isin([MICRO, MACRO]), "stratum"])
     columns = [*types, MICRO, MACRO]
     counts = {side: {t: int(summary[(summary["side"] == side) & (summary["stratum"] == t)]["n_rules"].max())
@@ -87,9 +123,11 @@ def per_type_context(summary: pd.DataFrame, *, split: str, H: int, agents: list[
                 c = sel[sel["stratum"] == col]
                 cells.append(None if c.empty else {"mean": float(c["mean"].iloc[0]), "low": float(c["ci_low"].iloc[0]),
                                                    "high": float(c["ci_high"].iloc[0])})
-            rows.append({"name": display_name(agent), "side": "ID" if side == "train" else "OOD",
+            rows.append({"name": HEADROOM_NAME if agent == HEADROOM_ROW else display_name(agent),
+                         "side": "ID" if side == "train" else "OOD",
                          "n": int(sel["n_seeds"].max()), "cells": cells})
     return {"rows": rows, "columns": columns, "counts": counts, "types": types, "split": split, "H": H,
+            "headroom": HEADROOM_ROW in agents,
             "ci_percent": f"{100 * ci:g}", "n_resamples": n_resamples, "known_types": list(TYPE_ORDER)}
 
 

@@ -138,7 +138,8 @@ _TABLES: list[Output] = [
                _AGGREGATE, _SPLIT, _value("H", "evaluation horizons (default: all in the table)", int, many=True,
                                           required=False), _L, _AGENTS),
            _result_table("table2")),
-    Output("table3", TABLE, "Table 3: ID vs OOD success, drop, OOD return, ON(p), with bootstrap CIs",
+    Output("table3", TABLE,
+           "Table 3: ID vs OOD success, drop, OOD return, ON(p), floor-normalised score, with bootstrap CIs",
            "tapebench.report.tables:render_table3", (
                _AGGREGATE, _SPLIT, _value("H", f"evaluation horizon (default {defaults.H})", int, required=False, default=defaults.H),
                _L, _AGENTS,

@@ -19,11 +19,12 @@ from tapebench import registry as methods
 from tapebench.report.render import render_table
 from tapebench.rules.features import solved_by_any_action
 from tapebench.splits.io import load_split
-from tapebench.stats.aggregate import ON_METRIC
+from tapebench.stats.aggregate import HEADROOM_METRIC, ON_METRIC, SCORE_METRIC
 from tapebench.utils.artifacts import read_table
 from tapebench.vocabulary import SPLIT_SIDES
 
 REFERENCE_FAMILY = "reference"
+NOT_LEARNED = ("rule_agnostic", REFERENCE_FAMILY)   # families listed last, under the rule, "(not learned)"
 
 
 def display_name(agent: str) -> str:
@@ -31,8 +32,8 @@ def display_name(agent: str) -> str:
 
 
 OTHER_FAMILY = "other"   # ids not in the registry (e.g. a plug-in not installed where the table is rendered)
-FAMILY_ORDER = {**{f: label for f, label in methods.FAMILIES.items() if f != REFERENCE_FAMILY},
-                OTHER_FAMILY: "Other", REFERENCE_FAMILY: methods.FAMILIES[REFERENCE_FAMILY]}
+FAMILY_ORDER = {**{f: label for f, label in methods.FAMILIES.items() if f not in NOT_LEARNED},
+                OTHER_FAMILY: "Other", **{f: methods.FAMILIES[f] for f in NOT_LEARNED}}
 
 
 def family(agent: str) -> str:
@@ -42,12 +43,12 @@ def family(agent: str) -> str:
 
 def grouped(order: list[str]) -> list[dict]:
     """Agents grouped by family in the registry's family order (unregistered ids in "Other"); the
-    reference group (not learned) last."""
+    rule-agnostic and reference groups (not learned) last."""
     groups = []
     for fam, label in FAMILY_ORDER.items():
         members = [a for a in order if family(a) == fam]
         if members:
-            groups.append({"family": label, "reference": fam == REFERENCE_FAMILY, "agents": members})
+            groups.append({"family": label, "reference": fam in NOT_LEARNED, "agents": members})
     return groups
 
 
@@ -131,7 +132,9 @@ def _rows(groups: list[dict]) -> list[dict]:
 def table3_context(agg: pd.DataFrame, split: str, H: int, L: int | None = None, agents=None,
                    meta: dict | None = None, test_rules: list[int] | None = None,
                    random_per_rule: pd.DataFrame | None = None, family=None) -> dict:
-    """Paper Table 3: n, ID success, OOD success, drop (paired), OOD return, ON(p), each with a CI line.
+    """Paper Table 3: n, ID success, OOD success, drop (paired), OOD return, ON(p), the floor-normalised score
+    (rule-agnostic floor = 0, reference = 100), each with a CI line; the caption gives the reference's
+    rule-dependent headroom ID and OOD (docs/protocol.md#rule-agnostic-floors).
 
     `test_rules` (the split's OOD rules) adds the caption's floor: how many test rules any action solves;
     `random_per_rule` (the random policy's per-rule table) adds how many the random policy solves.
@@ -146,6 +149,7 @@ def table3_context(agg: pd.DataFrame, split: str, H: int, L: int | None = None, 
                "drop": _cell(cells, agent, H, "drop", "success"),
                "ood_return": _cell(cells, agent, H, "test", "return"),
                "on": _cell(cells, agent, H, "test", ON_METRIC),
+               "score": _cell(cells, agent, H, "test", SCORE_METRIC),
                "is_on_reference": agent == REFERENCE}
         ns = [c["n"] for c in (row["id"], row["ood"]) if c["n"] is not None]
         row["n"] = min(ns) if ns else None
@@ -153,8 +157,10 @@ def table3_context(agg: pd.DataFrame, split: str, H: int, L: int | None = None, 
 
     groups = _groups_of_rows(_agents(data, agents), make_row)
     has_reference = any(r["is_on_reference"] for r in _rows(groups))
+    headroom = {side: _cell(cells, REFERENCE, H, side, HEADROOM_METRIC) for side in SPLIT_SIDES}
     return {"split": split, "L": int(data["L"].iloc[0]), "H": H, "groups": groups,
             "on_reference": display_name(REFERENCE) if has_reference else None,
+            "headroom": None if headroom["test"]["missing"] else headroom,
             "floor": _floor(test_rules, random_per_rule, split, H, family),
             "seeds": _seeds_text([r["n"] for r in _rows(groups)]), **_statistics(data, meta or {})}
 

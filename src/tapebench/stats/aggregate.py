@@ -41,6 +41,14 @@ aggregate.parquet (`--out`), one row per (split, agent, L, H, side, metric):
   ci (float) the confidence level; n_resamples (int)
 For one (split, agent, L, H) all sides and metrics use the same resampled seed indices, drawn from a
 generator seeded by (--seed, split, agent, L, H): adding or removing other agents changes no number.
+Rule-agnostic floor (docs/protocol.md#rule-agnostic-floors; when the reference and at least one rule-agnostic
+row, registry flag `rule_agnostic`, are among the agents): per (split, L, H) and side "train" / "test" the floor is
+the rule-agnostic row with the highest mean strict success; one row of the reference with metric "rule_headroom"
+= reference mean - floor mean (CI: both seed sets resampled independently); and per agent other than the
+reference one row with side "test", metric "agnostic_score" = 100 (p - p_floor) / (p_ref - p_floor) on OOD strict
+success (CI: the agent's, the floor's and the reference's seeds resampled independently, percentiles over the
+resamples where the reference exceeds the floor, NaN when those are fewer than `ci` of all; the mean is NaN where
+the reference does not exceed the floor). Generators seeded by (--seed, split, agent, L, H, metric, side).
 Oracle-normalised score (when the reference method, `mpc` by default, is among the agents): one more row
 per other agent with side "test" and metric "on_success" = 100 * (agent's mean OOD strict success) /
 (reference's mean OOD strict success) on the same protocol (same split, L, H, episodes); its CI resamples
@@ -70,8 +78,10 @@ import pandas as pd
 from tapebench import defaults
 from tapebench.defaults import CI, N_RESAMPLES, REFERENCE
 from tapebench.evaluation.records import SOFT_EPSILONS, coerce_episode_frame, soft_success
+from tapebench.registry import registry
 from tapebench.schemas import AGGREGATE_COLUMNS, GROUP, PER_SEED_COLUMNS, SUMMARY_GROUP
 from tapebench.stats.bootstrap import difference_ci, hedges_g, holm, percentile_interval, resample_indices, welch_test
+from tapebench.stats.headroom import best_floor, headroom_ci, normalised_score_ci
 from tapebench.utils.artifacts import read_table
 from tapebench.validation import refuse_duplicates
 from tapebench.vocabulary import DROP_SIDE, ID_SIDE, OOD_SIDE, ladder_level
@@ -80,6 +90,8 @@ SOFT_METRICS = tuple(f"soft_success@{eps:g}" for eps in SOFT_EPSILONS)
 METRICS = ("success", *SOFT_METRICS, "final_dist", "auc_dist", "return", "steps")
 TEST_ALPHA = 0.05
 ON_METRIC = "on_success"       # oracle-normalised OOD strict success, ON(p) = 100 p / p_reference
+HEADROOM_METRIC = "rule_headroom"   # reference success minus the best rule-agnostic row's, ID and OOD
+SCORE_METRIC = "agnostic_score"     # OOD success on the scale rule-agnostic floor = 0, reference = 100
 
 
 
@@ -239,8 +251,9 @@ def _summaries(values: np.ndarray, indices: np.ndarray, ci: float) -> dict[str, 
 
 
 def aggregate_seeds(per_seed: pd.DataFrame, n_resamples: int = N_RESAMPLES, ci: float = CI,
-                    seed: int = 0, reference: str = REFERENCE) -> pd.DataFrame:
-    """Bootstrap summaries per (split, agent, L, H, side, metric), plus the paired ID - OOD drop."""
+                    seed: int = 0, reference: str = REFERENCE, rule_agnostic=None) -> pd.DataFrame:
+    """Bootstrap summaries per (split, agent, L, H, side, metric), plus the paired ID - OOD drop.
+    `rule_agnostic`: the ids of the rule-agnostic rows (None: the registry's `rule_agnostic` methods)."""
     if not 0.0 < ci < 1.0:
         raise ValueError(f"--ci must be in (0, 1), e.g. 0.95; got {ci!r}")
     if n_resamples < 1:
@@ -277,9 +290,10 @@ def aggregate_seeds(per_seed: pd.DataFrame, n_resamples: int = N_RESAMPLES, ci: 
                              "n": values.shape[0], **{k: float(v[j]) for k, v in summary.items()},
                              "ci": float(ci), "n_resamples": int(n_resamples)})
     out = pd.DataFrame(rows, columns=AGGREGATE_COLUMNS)
-    normalized = oracle_normalized(per_seed, reference, n_resamples, ci, seed)
-    if not normalized.empty:
-        out = pd.concat([out, normalized], ignore_index=True)
+    for extra in (oracle_normalized(per_seed, reference, n_resamples, ci, seed),
+                  floor_normalized(per_seed, rule_agnostic, reference, n_resamples, ci, seed)):
+        if not extra.empty:
+            out = pd.concat([out, extra], ignore_index=True)
     return out.astype({"L": "int64", "H": "int64", "n": "int64", "n_resamples": "int64"})
 
 
@@ -306,6 +320,46 @@ def oracle_normalized(per_seed: pd.DataFrame, reference: str = REFERENCE,
             rows.append({"split": split, "agent": agent, "L": L, "H": H, "side": OOD_SIDE, "metric": ON_METRIC,
                          "n": len(values), "mean": float(mean), "sd": np.nan, "ci_low": float(low),
                          "ci_high": float(high), "ci": float(ci), "n_resamples": int(n_resamples)})
+    return pd.DataFrame(rows, columns=AGGREGATE_COLUMNS)
+
+
+def rule_agnostic_ids() -> tuple[str, ...]:
+    """The registry's rule-agnostic rows (flag `rule_agnostic`): the one definition of the floor's candidates."""
+    return tuple(m for m, method in registry().items() if method.rule_agnostic)
+
+
+def floor_normalized(per_seed: pd.DataFrame, rule_agnostic=None, reference: str = REFERENCE,
+                     n_resamples: int = N_RESAMPLES, ci: float = CI, seed: int = 0) -> pd.DataFrame:
+    """The reference's rule-dependent headroom (ID and OOD) and every agent's floor-normalised OOD score."""
+    agnostic = set(rule_agnostic_ids() if rule_agnostic is None else rule_agnostic)
+    data = per_seed[per_seed["metric"] == "success"]
+    rows = []
+
+    def row(split, agent, L, H, side, metric, iv):
+        return {"split": split, "agent": agent, "L": L, "H": H, "side": side, "metric": metric, "n": iv.n,
+                "mean": float(iv.mean), "sd": np.nan, "ci_low": float(iv.low), "ci_high": float(iv.high),
+                "ci": float(ci), "n_resamples": int(n_resamples)}
+
+    for (split, L, H), grp in data.groupby(["split", "L", "H"], sort=True):
+        for side in (ID_SIDE, OOD_SIDE):
+            samples = {a: g.sort_values("seed")["value"].to_numpy(np.float64)
+                       for a, g in grp[grp["side"] == side].groupby("agent", sort=True)}
+            floors = {a: v for a, v in samples.items() if a in agnostic}
+            if reference not in samples or not floors:
+                continue
+            floor = samples[best_floor(floors)]
+            gen = group_generator(seed, (split, reference, L, H, HEADROOM_METRIC, side))
+            rows.append(row(split, reference, L, H, side, HEADROOM_METRIC,
+                            headroom_ci(samples[reference], floor, paired=False, n_resamples=n_resamples, ci=ci,
+                                        rng=gen)))
+            if side != OOD_SIDE:
+                continue
+            for agent, values in samples.items():
+                if agent == reference:
+                    continue
+                gen = group_generator(seed, (split, agent, L, H, SCORE_METRIC, side))
+                rows.append(row(split, agent, L, H, side, SCORE_METRIC,
+                                normalised_score_ci(values, floor, samples[reference], n_resamples, ci, gen)))
     return pd.DataFrame(rows, columns=AGGREGATE_COLUMNS)
 
 

@@ -31,3 +31,14 @@ def health_random(wildcards):
         layout.evaluation(run_dir(wildcards.split, "random", s), config["env"]["H"])
         for s in seeds_of("random", wildcards.split)
     ]
+
+
+def health_rule_agnostic(wildcards):
+    """The other rule-agnostic rows' evaluation records on the split at the training horizon, every seed: with
+    the random policy, the candidates of the health report's rule-agnostic floor."""
+    return [
+        layout.evaluation(run_dir(wildcards.split, m, s), config["env"]["H"])
+        for m in split_methods(wildcards.split)
+        if m != "random" and get_method(m).rule_agnostic and not get_method(m).trains
+        for s in seeds_of(m, wildcards.split)
+    ]
