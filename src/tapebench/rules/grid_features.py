@@ -43,14 +43,13 @@ from tapebench.ca.grid_packed import MAX_PACKED, cycle_words, pack, step_words_r
 from tapebench.grid_rules import MOORE, GridFamily, GridRule
 from tapebench.rules.features import MAX_STEPS, MAX_TRIALS, _binary_entropy, rule_type
 from tapebench.rules.sampling import MAX_SAMPLE, bin_text, lambda_edges
+from tapebench.schemas import GRID_FEATURE_COLUMNS
+from tapebench.utils.io import provenance, write_parquet
 from tapebench.validation import check_integer
 
 GRID_FEATURE_NAMES = ("density", "density_std", "activity", "activity_2step", "entropy", "lambda")
 ATTRACTORS = ("extinct", "fixed", "periodic", "long")
 GROWTH_FLAGS = ("b0", "fertile", "mortal", "sterile")
-GRID_FEATURE_COLUMNS = ("rule", "notation", "mirror_rule", "mirror_class", "type", *GRID_FEATURE_NAMES,
-                        "lambda_table", *GROWTH_FLAGS, *(f"{a}_fraction" for a in ATTRACTORS), "attractor",
-                        "median_transient", "max_period", "complement_rule")
 DEFAULT_MAX_CYCLE_STEPS = 256
 
 
@@ -220,3 +219,15 @@ def sample_grid_rules(family: GridFamily, n: int, lambda_bins=5, seed: int = 0, 
     return {"family": family.name, "sample": {"n": int(n), "lambda_bins": lambda_bins, "seed": int(seed),
                                                "allow_b0": bool(allow_b0)},
             "lambda_edges": list(edges), "rules": sorted(picked), "per_rule": per_rule}
+
+
+def write_grid_features(path, family: GridFamily, rules=None, protocol: GridFeatureProtocol | None = None,
+                        sample: dict | None = None) -> pd.DataFrame:
+    """The feature table as Parquet (atomic), its protocol, family and sample recorded in the metadata."""
+    protocol = protocol or GridFeatureProtocol()
+    frame = grid_rule_features(family, rules, protocol)
+    config = {"family": family.name, "protocol": protocol.as_dict(), "feature_names": list(GRID_FEATURE_NAMES)}
+    if sample is not None:
+        config["sample"] = sample
+    write_parquet(path, frame, meta=provenance(config, seed=protocol.seed))
+    return frame
