@@ -164,7 +164,46 @@ def test_grid_features_command_writes_the_table(tmp_path, capsys):
     frame = pd.read_parquet(out)
     assert frame["rule"].tolist() == sample_grid_rules(VON_NEUMANN, 10, seed=2)["rules"]
     meta = read_parquet_meta(out)["config"]
-    assert meta["family"] == "von_neumann" and meta["sample"]["n"] == 10 and "10 von_neumann rules" in capsys.readouterr().out
+    assert meta["family"] == {"neighbourhood": "von_neumann"} and meta["sample"]["n"] == 10 and "10 von_neumann rules" in capsys.readouterr().out
     assert main(["grid-features", "--family", "moore", "--out", str(tmp_path / "moore.parquet")]) == 2
     assert "--sample is required for the moore" in capsys.readouterr().err
     assert not (tmp_path / "moore.parquet").exists()
+
+
+def test_every_table_entry_occurs_so_distinct_ids_are_distinct_maps():
+    """No two grid rules are the same map (so nothing to identify beyond the symmetries): on the 3 × 3 torus
+    every single-entry rule (id 2^k) changes some grid's update."""
+    grids = grid_packed.pack(((np.arange(512)[:, None] >> np.arange(9)) & 1).reshape(512, 3, 3))
+    for family in (MOORE, VON_NEUMANN):
+        for k in range(2 * family.counts):
+            assert grid_packed.step_words(grids, 1 << k, 3, family == MOORE).any(), (family.name, k)
+
+
+@pytest.mark.parametrize("method", ["diverse", "random"])
+def test_splits_of_the_grid_features(tmp_path, method):
+    from tapebench.rule_family import family_from_config
+    from tapebench.rules.grid_features import write_grid_features
+    from tapebench.splits.generate import SplitParams, generate_split
+    from tapebench.splits.io import load_split
+
+    assert family_from_config(VON_NEUMANN.as_dict()) == VON_NEUMANN
+    features = tmp_path / "vn.parquet"
+    frame = write_grid_features(features, VON_NEUMANN, None, SMALL)
+    params = SplitParams(name=f"vn_{method}", method=method, test_size=40, seed=0, rules=tuple(range(1024)),
+                         family=VON_NEUMANN)
+    split = generate_split(params, features, tmp_path / "a.json")
+    assert split == generate_split(params, features, tmp_path / "b.json")
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+    assert len(split["test"]) == 40 and len(split["train"]) == 984 and not set(split["test"]) & set(split["train"])
+    assert split["family"] == {"neighbourhood": "von_neumann"} and load_split(tmp_path / "a.json").family == VON_NEUMANN
+    assert split["feature_names"] == ["density", "density_std", "activity", "activity_2step", "entropy", "lambda"]
+    types = frame.set_index("rule")["type"]
+    assert split["test_type_counts"] == {t: int((types.loc[split["test"]] == t).sum())
+                                         for t in ("stable", "periodic", "chaotic")}
+    if method == "diverse":     # farthest-point: the test rules spread wider than the training rules
+        z = frame.set_index("rule")[split["feature_names"]]
+        z = (z - z.mean()) / z.std(ddof=0)
+        assert z.loc[split["test"]].std().mean() > z.loc[split["train"]].std().mean()
+    other = generate_split(SplitParams(name="x", method=method, test_size=40, seed=3, rules=tuple(range(1024)),
+                                       family=VON_NEUMANN), features, tmp_path / "c.json")
+    assert other["test"] != split["test"]

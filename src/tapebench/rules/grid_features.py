@@ -226,7 +226,7 @@ def write_grid_features(path, family: GridFamily, rules=None, protocol: GridFeat
     """The feature table as Parquet (atomic), its protocol, family and sample recorded in the metadata."""
     protocol = protocol or GridFeatureProtocol()
     frame = grid_rule_features(family, rules, protocol)
-    config = {"family": family.name, "protocol": protocol.as_dict(), "feature_names": list(GRID_FEATURE_NAMES)}
+    config = {"family": family.as_dict(), "protocol": protocol.as_dict(), "feature_names": list(GRID_FEATURE_NAMES)}
     if sample is not None:
         config["sample"] = sample
     write_parquet(path, frame, meta=provenance(config, seed=protocol.seed))
