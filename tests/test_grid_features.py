@@ -110,7 +110,9 @@ def test_complement_is_an_involution_and_matches_complemented_grids_bit_exactly(
     assert complement_rule(parse_rule("B/S")).id == MOORE.num_rules - 1
 
 
-def test_feature_table_of_the_von_neumann_family():
+def test_feature_table_of_the_von_neumann_family(monkeypatch):
+    from tapebench.rules import grid_features
+
     frame = grid_rule_features(VON_NEUMANN, protocol=SMALL)
     assert list(frame.columns) == list(GRID_FEATURE_COLUMNS) and len(frame) == 1024
     assert frame["rule"].tolist() == list(range(1024))
@@ -122,6 +124,7 @@ def test_feature_table_of_the_von_neumann_family():
     assert by.at["B0/SV", "attractor"] == "periodic" and by.at["B0/SV", "max_period"] == 2   # empty <-> full
     assert by.at["B01234/S01234V", "attractor"] == "fixed" and by.at["B01234/S01234V", "density"] == 1.0
     assert set(frame["type"]) == {"stable", "periodic", "chaotic"}
+    monkeypatch.setattr(grid_features, "CHUNK", 100)        # chunks of rules change nothing
     again = grid_rule_features(VON_NEUMANN, protocol=SMALL)
     pd.testing.assert_frame_equal(frame, again)
     other = grid_rule_features(VON_NEUMANN, protocol=GridFeatureProtocol(trials=8, steps=16, max_cycle_steps=64,

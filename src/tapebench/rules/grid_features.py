@@ -41,7 +41,7 @@ import pandas as pd
 from tapebench import defaults
 from tapebench.ca.grid_packed import MAX_PACKED, cycle_words, pack, step_words_rules
 from tapebench.grid_rules import MOORE, GridFamily, GridRule
-from tapebench.rules.features import MAX_STEPS, MAX_TRIALS, _binary_entropy, rule_type
+from tapebench.rules.features import MAX_STEPS, MAX_TRIALS, binary_entropy, rule_type
 from tapebench.rules.sampling import MAX_SAMPLE, bin_text, lambda_edges
 from tapebench.schemas import GRID_FEATURE_COLUMNS
 from tapebench.utils.io import provenance, write_parquet
@@ -51,6 +51,7 @@ GRID_FEATURE_NAMES = ("density", "density_std", "activity", "activity_2step", "e
 ATTRACTORS = ("extinct", "fixed", "periodic", "long")
 GROWTH_FLAGS = ("b0", "fertile", "mortal", "sterile")
 DEFAULT_MAX_CYCLE_STEPS = 256
+CHUNK = 256   # rules simulated at once (64 trials x 65 steps x 256 rules of uint64: 8.5 MB)
 
 
 @dataclass(frozen=True)
@@ -113,15 +114,19 @@ def start_grids(protocol: GridFeatureProtocol) -> np.ndarray:
 
 
 def _dynamics(family: GridFamily, ids: np.ndarray, protocol: GridFeatureProtocol) -> dict[str, np.ndarray]:
+    """The dynamic columns of `ids` (in chunks of CHUNK rules, so memory stays bounded)."""
+    if len(ids) > CHUNK:
+        parts = [_dynamics(family, ids[i:i + CHUNK], protocol) for i in range(0, len(ids), CHUNK)]
+        return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
     n, T = protocol.n, protocol.steps
     cells = n * n
     starts = pack(start_grids(protocol))
     rollouts = len(starts)
-    state = np.tile(starts, len(ids))
+    initial = np.tile(starts, len(ids))
     rule_of_row = np.repeat(ids, rollouts)
     moore = family == MOORE
-    words = np.empty((T + 1, state.size), dtype=np.uint64)
-    words[0] = state
+    words = np.empty((T + 1, initial.size), dtype=np.uint64)
+    words[0] = state = initial
     for t in range(T):
         state = step_words_rules(state, rule_of_row, n, moore)
         words[t + 1] = state
@@ -134,23 +139,18 @@ def _dynamics(family: GridFamily, ids: np.ndarray, protocol: GridFeatureProtocol
         "density_std": (ones / cells).std(axis=0).mean(axis=1),
         "activity": changes.sum(axis=(0, 2)) / (T * rollouts * cells),
         "activity_2step": changes_2step.sum(axis=(0, 2)) / ((T - 1) * rollouts * cells),
-        "entropy": _binary_entropy(ones / cells).mean(axis=(0, 2)),
+        "entropy": binary_entropy(ones / cells).mean(axis=(0, 2)),
     }
     transient, period, entry = (a.reshape(len(ids), rollouts) for a in cycle_words(
-        np.tile(starts, len(ids)), rule_of_row, n, moore, protocol.max_cycle_steps))
-    outcome = np.full(transient.shape, 3, dtype=np.int64)                   # long
+        initial, rule_of_row, n, moore, protocol.max_cycle_steps))
     resolved = period > 0
-    outcome[resolved & (period >= 2)] = 2
-    outcome[resolved & (period == 1)] = 1
-    outcome[resolved & (period == 1) & (entry == 0)] = 0   # the all-zero fixed point
+    outcome = np.select([~resolved, period >= 2, entry != 0], [3, 2, 1], default=0)   # 0: the all-zero point
     for i, name in enumerate(ATTRACTORS):
         out[f"{name}_fraction"] = (outcome == i).mean(axis=1)
     counts = np.stack([(outcome == i).sum(axis=1) for i in range(len(ATTRACTORS))], axis=1)
     out["attractor"] = np.asarray(ATTRACTORS)[counts.argmax(axis=1)]       # argmax: first of the tied
-    masked = np.where(resolved, transient, np.nan)
-    with np.errstate(all="ignore"):
-        median = np.array([np.median(row[~np.isnan(row)]) if (~np.isnan(row)).any() else -1.0 for row in masked])
-    out["median_transient"] = median
+    out["median_transient"] = np.array([np.median(row[ok]) if ok.any() else -1.0
+                                        for row, ok in zip(transient, resolved)])
     out["max_period"] = period.max(axis=1)
     return out
 
