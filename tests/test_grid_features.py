@@ -7,11 +7,17 @@ import pandas as pd
 import pytest
 
 from tapebench.ca import grid_packed, grid_reference
+from tapebench.cli import main
 from tapebench.grid_rules import MOORE, VON_NEUMANN, parse_rule
+from tapebench.rule_family import family_from_config
+from tapebench.rules import grid_features
 from tapebench.rules.grid_features import (
     ATTRACTORS, GRID_FEATURE_COLUMNS, GridFeatureProtocol, all_lambdas, complement_rule, grid_rule_features,
-    growth_flags, langton_lambda, sample_grid_rules, table_lambda,
+    growth_flags, langton_lambda, sample_grid_rules, table_lambda, write_grid_features,
 )
+from tapebench.splits.generate import SplitParams, generate_split
+from tapebench.splits.io import load_split
+from tapebench.utils.io import read_parquet_meta
 
 SMALL = GridFeatureProtocol(trials=8, steps=16, max_cycle_steps=64)
 
@@ -111,8 +117,6 @@ def test_complement_is_an_involution_and_matches_complemented_grids_bit_exactly(
 
 
 def test_feature_table_of_the_von_neumann_family(monkeypatch):
-    from tapebench.rules import grid_features
-
     frame = grid_rule_features(VON_NEUMANN, protocol=SMALL)
     assert list(frame.columns) == list(GRID_FEATURE_COLUMNS) and len(frame) == 1024
     assert frame["rule"].tolist() == list(range(1024))
@@ -159,9 +163,6 @@ def test_bad_requests_name_what_is_allowed():
 
 
 def test_grid_features_command_writes_the_table(tmp_path, capsys):
-    from tapebench.cli import main
-    from tapebench.utils.io import read_parquet_meta
-
     out = tmp_path / "grid.parquet"
     assert main(["grid-features", "--family", "von_neumann", "--sample", "10", "--seed", "2", "--out", str(out)]) == 0
     frame = pd.read_parquet(out)
@@ -184,11 +185,6 @@ def test_every_table_entry_occurs_so_distinct_ids_are_distinct_maps():
 
 @pytest.mark.parametrize("method", ["diverse", "random"])
 def test_splits_of_the_grid_features(tmp_path, method):
-    from tapebench.rule_family import family_from_config
-    from tapebench.rules.grid_features import write_grid_features
-    from tapebench.splits.generate import SplitParams, generate_split
-    from tapebench.splits.io import load_split
-
     assert family_from_config(VON_NEUMANN.as_dict()) == VON_NEUMANN
     features = tmp_path / "vn.parquet"
     frame = write_grid_features(features, VON_NEUMANN, None, SMALL)
@@ -207,6 +203,7 @@ def test_splits_of_the_grid_features(tmp_path, method):
         z = frame.set_index("rule")[split["feature_names"]]
         z = (z - z.mean()) / z.std(ddof=0)
         assert z.loc[split["test"]].std().mean() > z.loc[split["train"]].std().mean()
+    assert main(["split-health", str(tmp_path / "a.json")]) == 0      # the split gate reads the grid family
     other = generate_split(SplitParams(name="x", method=method, test_size=40, seed=3, rules=tuple(range(1024)),
                                        family=VON_NEUMANN), features, tmp_path / "c.json")
     assert other["test"] != split["test"]
