@@ -122,7 +122,7 @@ class GridFamily:
         return self.rule(rule).id
 
     def is_self_mirror(self, rule) -> bool:
-        return True
+        return self.mirror_rule(rule) == self.rule(rule).id
 
     def class_representative(self, rule) -> int:
         return self.rule(rule).id
