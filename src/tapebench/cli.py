@@ -36,6 +36,7 @@ COMMANDS = {
     "bench": ("tapebench.bench", "measure throughput (CA kernel, environment, MPC, DP, training)"),
     "features": ("tapebench.commands.rules", "per-rule features and operational types (stable / periodic / chaotic)"),
     "rule-set": ("tapebench.commands.rules", "sample a rule set of a k-colour radius-r family by Langton's lambda bins"),
+    "grid-features": ("tapebench.commands.rules", "features and types of 2D grid rules: all von Neumann rules or a Moore sample"),
     "identifiability": ("tapebench.commands.rules", "observed transitions until the rule is identified, per episode"),
     "split": ("tapebench.commands.splits", "build a train/test rule split from the rule features"),
     "ladder-split": ("tapebench.commands.splits", "build a severity ladder: test rules at exact distance d from a small training set"),

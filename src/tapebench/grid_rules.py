@@ -106,6 +106,27 @@ class GridFamily:
         """(N, 2, m + 1) uint8 tables T[state, count] of a rule list."""
         return np.stack([self.rule(rule).table for rule in self.rules(rules)])
 
+    # --- what rule features and splits ask of a family (as of `RuleFamily`; docs/protocol.md#grid-rule-space) ---
+    elementary = False
+
+    def as_dict(self) -> dict:
+        """The family as artifacts record it (`rule_family.family_from_config` reads it back)."""
+        return {"neighbourhood": self.name}
+
+    def check_rules(self, rules) -> list[int]:
+        """A non-empty collection of rules of this family as a list of ids (Python ints)."""
+        return [self.rule(rule).id for rule in self.rules(rules)]
+
+    def mirror_rule(self, rule) -> int:
+        """Every outer-totalistic rule is isotropic: the grid's symmetries map it to itself (no identification)."""
+        return self.rule(rule).id
+
+    def is_self_mirror(self, rule) -> bool:
+        return self.mirror_rule(rule) == self.rule(rule).id
+
+    def class_representative(self, rule) -> int:
+        return self.rule(rule).id
+
 
 MOORE = GridFamily(MOORE_NAME)
 VON_NEUMANN = GridFamily(VON_NEUMANN_NAME)

@@ -18,6 +18,8 @@ from functools import cached_property
 
 import numpy as np
 
+from tapebench.grid_rules import GridFamily
+
 MIN_COLOURS, MAX_COLOURS = 2, 4
 MIN_RADIUS, MAX_RADIUS = 1, 2
 INT64_MAX = 2 ** 63 - 1
@@ -222,12 +224,18 @@ def _depends_only_on(table: np.ndarray, key: np.ndarray) -> bool:
 ELEMENTARY = RuleFamily(2, 1)
 
 
-def family_from_config(section: dict | None) -> RuleFamily:
-    """The family of a config section {k, r} (missing keys: the elementary values)."""
+def family_from_config(section: dict | None) -> RuleFamily | GridFamily:
+    """The family of a config section {k, r} (missing keys: the elementary values); an artifact's
+    {neighbourhood: moore | von_neumann} is a 2D grid family (`grid_rules.GridFamily`)."""
     section = section or {}
+    if "neighbourhood" in section:
+        if set(section) != {"neighbourhood"}:
+            raise ValueError(f"a grid family has the one key neighbourhood, got keys {sorted(section)}")
+        return GridFamily(section["neighbourhood"])
     unknown = sorted(set(section) - {"k", "r"})
     if unknown:
-        raise ValueError(f"rule family accepts the keys k and r, got unknown keys {unknown}")
+        raise ValueError(f"rule family accepts the keys k and r (or neighbourhood for a 2D grid family), got "
+                         f"unknown keys {unknown}")
     return RuleFamily(section.get("k", ELEMENTARY.k), section.get("r", ELEMENTARY.r))
 
 

@@ -57,6 +57,12 @@ COMPUTE_COLUMNS = ["agent", "runs", "env_steps_per_s", "wall_per_run_s", "train_
 FEASIBILITY_COLUMNS = ["rule", "L", "H", "solvable_fraction", "any_solvable"]
 IDENTIFIABILITY_COLUMNS = ("split", "side", "rule", "type", "episode", "L", "H", "steps", "identified", "episode_steps")
 FEATURE_KEY_COLUMNS = ["rule", "type", "mirror_rule"]
+# the 2D grid family's rule features (`rules/grid_features.py`, docs/protocol.md#grid-rule-space)
+GRID_FEATURE_COLUMNS = ("rule", "notation", "mirror_rule", "mirror_class", "type", "density", "density_std",
+                        "activity", "activity_2step", "entropy", "lambda", "lambda_table", "b0", "fertile", "mortal",
+                        "sterile",
+                        "extinct_fraction", "fixed_fraction", "periodic_fraction", "long_fraction", "attractor",
+                        "median_transient", "max_period", "complement_rule")
 
 
 @dataclass(frozen=True)

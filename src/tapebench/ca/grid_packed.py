@@ -146,6 +146,55 @@ def transition_words(words, actions, rule_ids, n, moore):
     return out
 
 
+@nb.njit(cache=True)
+def cycle_words(words, rule_ids, n, moore, max_steps):
+    """Transient μ, period λ and entry state x_μ of each grid's free evolution (x_{μ+λ} = x_μ, μ and λ
+    smallest), a rule id per grid; (-1, 0, 0) where the sequence does not repeat within `max_steps` updates
+    (μ + λ > max_steps).
+
+    Brent's algorithm: no history is stored. Its hare finds a cycle by step 4·max(μ + 1, λ) at the latest, so a
+    budget of 4·(max_steps + 1) updates finds every cycle with μ + λ ≤ max_steps; longer ones it happens to
+    find are dropped, so the answer depends on max_steps only, not on the search."""
+    valid, col0, last = masks(n)
+    count = words.shape[0]
+    transient = np.full(count, -1, dtype=np.int64)
+    period = np.zeros(count, dtype=np.int64)
+    entry = np.zeros(count, dtype=np.uint64)
+    budget = 4 * (max_steps + 1)
+    for i in range(count):
+        rid, x0 = rule_ids[i], words[i]
+        power, lam, steps = 1, 1, 1
+        tortoise = x0
+        hare = step_word_masks(x0, rid, n, moore, valid, col0, last)
+        found = True
+        while tortoise != hare:
+            if steps >= budget:
+                found = False
+                break
+            if power == lam:
+                tortoise = hare
+                power *= 2
+                lam = 0
+            hare = step_word_masks(hare, rid, n, moore, valid, col0, last)
+            lam += 1
+            steps += 1
+        if not found:
+            continue
+        tortoise, hare = x0, x0
+        for _ in range(lam):
+            hare = step_word_masks(hare, rid, n, moore, valid, col0, last)
+        mu = 0
+        while tortoise != hare:
+            tortoise = step_word_masks(tortoise, rid, n, moore, valid, col0, last)
+            hare = step_word_masks(hare, rid, n, moore, valid, col0, last)
+            mu += 1
+        if mu + lam <= max_steps:
+            transient[i] = mu
+            period[i] = lam
+            entry[i] = tortoise
+    return transient, period, entry
+
+
 def check_packed_size(n) -> int:
     return check_integer(n, "grid side n of the packed kernel (one 64-bit word per grid)", 3, MAX_PACKED)
 

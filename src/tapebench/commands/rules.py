@@ -40,6 +40,22 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="rule-set JSON, e.g. results/rules/rule_set.json")
     p.set_defaults(func=_rule_set)
 
+    p = sub.add_parser("grid-features", description="Features and operational types of outer-totalistic rules on an "
+                                   "n x n torus: Langton's lambda, growth flags, density, activity and entropy of free "
+                                   "evolution from random grids, and the cycle each rollout reaches "
+                                   "(docs/protocol.md#grid-rule-space). The von Neumann family is enumerated; the "
+                                   "Moore family is sampled by lambda bins. The same seeds give the same file.")
+    p.add_argument("--family", required=True, choices=["moore", "von_neumann"], help="the neighbourhood")
+    p.add_argument("--sample", type=int, help="rules to sample by lambda bins (required for moore; von_neumann "
+                                              "without it enumerates all 1,024 rules)")
+    p.add_argument("--lambda-bins", type=int, default=5, help="equal lambda bins of the sample (default 5)")
+    p.add_argument("--no-b0", action="store_true", help="leave the B0 rules out of the sample")
+    p.add_argument("--seed", type=seed_argument, default=0, help="sampling seed (default 0)")
+    p.add_argument("--feature-seed", type=seed_argument, default=feature_defaults.seed,
+                   help="seed of the random start grids")
+    p.add_argument("--out", required=True, help="Parquet file, e.g. results/rules/grid_features.parquet")
+    p.set_defaults(func=_grid_features)
+
     p = sub.add_parser("identifiability", description="For every rule of both sides of a split, on the evaluation episodes' initial "
                                    "tapes with uniformly random actions: the number of observed transitions until "
                                    "the rule tables consistent with them are a single rule (H + 1 = not identified "
@@ -87,6 +103,26 @@ def _rule_set(args) -> int:
                                                           seed=args.seed))
     print(f"wrote {args.out}: {len(rule_set['rules'])} rules of {family.describe()} in "
           f"{sum(rule_set['classes_per_bin'])} mirror classes, per lambda bin {rule_set['classes_per_bin']}")
+    return 0
+
+
+def _grid_features(args) -> int:
+    # lazy: a command loads only the modules it runs
+    from tapebench.grid_rules import GridFamily
+    from tapebench.rules.grid_features import GridFeatureProtocol, sample_grid_rules, write_grid_features
+
+    family = GridFamily(args.family)
+    if args.sample is None and family.num_rules > 1024:
+        raise ValueError(f"--sample is required for the {family.describe()}: it is too large to enumerate")
+    protocol = GridFeatureProtocol(seed=args.feature_seed)
+    if args.sample is None:
+        frame = write_grid_features(args.out, family, None, protocol)
+    else:
+        sample = sample_grid_rules(family, args.sample, args.lambda_bins, args.seed, allow_b0=not args.no_b0)
+        frame = write_grid_features(args.out, family, sample["rules"], protocol, sample=sample["sample"])
+    counts = Counter(frame["type"])
+    print(f"wrote {args.out}: {len(frame)} {family.name} rules, "
+          + ", ".join(f"{t} {counts.get(t, 0)}" for t in RULE_TYPES))
     return 0
 
 

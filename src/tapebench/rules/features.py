@@ -122,7 +122,7 @@ def rollout_words(rules, protocol: FeatureProtocol) -> np.ndarray:
     return trajectory.reshape(protocol.steps + 1, len(rules), len(starts))
 
 
-def _binary_entropy(p: np.ndarray) -> np.ndarray:
+def binary_entropy(p: np.ndarray) -> np.ndarray:
     p = np.asarray(p, dtype=np.float64)
     out = np.zeros_like(p)
     inside = (p > 0) & (p < 1)
@@ -161,7 +161,7 @@ def rule_statistics(rules, protocol: FeatureProtocol) -> np.ndarray:
     density = ones.sum(axis=(0, 2)) / (T * rollouts * L)
     activity = changes.sum(axis=(0, 2)) / (T * rollouts * L)
     activity_2step = changes_2step.sum(axis=(0, 2)) / ((T - 1) * rollouts * L)
-    entropy_of_count = _binary_entropy(np.arange(L + 1) / L)
+    entropy_of_count = binary_entropy(np.arange(L + 1) / L)
     count_hist = np.stack([np.bincount(ones[:, r].ravel(), minlength=L + 1) for r in range(ones.shape[1])])
     entropy = count_hist @ entropy_of_count / (T * rollouts)
     density_std = np.sort((ones / L).std(axis=0), axis=1).mean(axis=1)      # std over time per rollout
