@@ -39,15 +39,15 @@ class WorldTestSettings:
 
     tasks: tuple[str, ...] = WORLDTEST_TASKS
     problems_per_rule: int = 2
-    prediction_lengths: tuple[int, ...] = (1, 4, 8)
+    prediction_lengths: tuple[int, ...] = (1,)
     masked_cells: int = 8
     planning_horizon: int = 16
     goal_steps: int = 8
-    detection_length: int = 16
+    detection_length: int = 4
     planner_horizon: int = 8
     planner_candidates: int = 128
     problem_seed: int = 0
-    interaction_start: str = "random"
+    interaction_start: str = "zeros"
 
 
     def __post_init__(self):
