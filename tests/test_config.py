@@ -137,3 +137,11 @@ def test_config_command_shows_the_merged_config_and_names_bad_files(tmp_path, ca
     bad.write_text("seeds: 5000\n")
     assert main(["config", "--workflow", str(REPO), "--configfile", str(bad)]) == 2
     assert "config key 'seeds': 5000 is greater than the maximum of 1000" in capsys.readouterr().err
+
+
+def test_a_family_world_test_answers_prediction_and_detection_and_refuses_planning():
+    family = merge_config(paper_config(), load_config_file(REPO / "config/family_k3r1.yaml"))
+    validate_config(family, SCHEMA)
+    assert family["studies"]["worldtest"]["methods"] and "planning" not in family["studies"]["worldtest"]["tasks"]
+    planning = merge_config(family, {"studies": {"worldtest": {"tasks": ["prediction", "planning"]}}})
+    assert_rejected(planning, "studies.worldtest.tasks", "planning is defined for the elementary family")

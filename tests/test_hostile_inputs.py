@@ -34,7 +34,7 @@ TINY_WT = WorldTestSettings(problems_per_rule=1, planner_candidates=8, predictio
 
 def _worldtest_table(agent: str, seed: int = 0, budget: int = 0, split: str = "main", rows: int = 3):
     frame = pd.DataFrame({
-        "agent": agent, "seed": seed, "budget": budget, "split": split, "side": "train", "rule": 30,
+        "agent": agent, "seed": seed, "budget": budget, "split": split, "family": "eca", "side": "train", "rule": 30,
         "problem": np.arange(rows), "task": "prediction", "length": 1, "score": 1.0, "success": np.nan,
         "final_dist": np.nan, "delay": np.nan})
     return frame[list(WORLDTEST_COLUMNS)].astype(WORLDTEST_COLUMNS)

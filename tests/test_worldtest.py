@@ -9,17 +9,20 @@ import pytest
 from agent_contract import toy_split
 
 from tapebench.cli import main
-from tapebench.episodes.worldtest import (detection_problems, detection_score, earliest_detectable, fresh_tapes,
-                                          planning_problems, prediction_problems, transition, worldtest_rows)
+from tapebench.episodes.worldtest import (act, detection_problems, detection_score, earliest_detectable, fresh_tapes,
+                                          neighbourhood_indices, planning_problems, prediction_problems, transition,
+                                          worldtest_rows)
 from tapebench.evaluation.worldtest import WorldTestSettings, interact, run_worldtest
 from tapebench.methods import worldtest
 from tapebench.methods.exact import value_tables
 from tapebench.registry import Method, build_config, get_method, register, unregister
+from tapebench.rule_family import ELEMENTARY, RuleFamily
 from tapebench.schemas import WORLDTEST_COLUMNS
 from tapebench.vocabulary import PREDICTION_CANDIDATES
 
 SIDES = {"train": [4, 30, 110, 204, 90, 0], "test": [54, 60, 150, 18, 232]}
-SMALL = WorldTestSettings(problems_per_rule=3, planner_candidates=64, prediction_lengths=(1, 4))
+SMALL = WorldTestSettings(problems_per_rule=3, planner_candidates=64, prediction_lengths=(1, 4),
+                          interaction_start="random")
 
 
 def run(method_id: str, budget: int, settings=SMALL, seed: int = 0, sides=SIDES, L: int = 32):
@@ -285,3 +288,70 @@ def test_a_world_model_scores_many_candidates_from_one_filtered_prefix(method_id
     tables = [run_worldtest(get_method(method_id), config, settings, sides={"train": [30, 90]}, L=16, H=16, seed=0,
                              budget=3, agent=a) for a in (agent, WithoutRepeat())]
     assert tables[0].equals(tables[1])
+
+
+# --- k-colour radius-r families ------------------------------------------------------------------------------
+K3R1 = RuleFamily(3, 1)
+
+
+def test_a_k3r1_transition_pins_the_entries_of_the_neighbourhoods_it_shows():
+    context = worldtest.WorldTestContext(L=6, H=8, seed=0, family=K3R1)
+    tester = worldtest.ExactReasoningTester(context, active=False)
+    tester.explore_begin(worldtest.WorldTestBatch(L=6, budget=1, keys=np.zeros(1, dtype=np.uint64)))
+    before = np.array([[0, 1, 2, 0, 0, 2]], dtype=np.uint8)
+    post = [0, 1, 0, 0, 0, 2]                         # cell 2 incremented mod 3: 2 -> 0
+    after = np.array([[1, 2, 0, 1, 1, 2]], dtype=np.uint8)
+    tester.explore_observe(before, np.array([2]), after)
+    expected = np.full(27, worldtest.UNPINNED)
+    for c in range(6):                                # neighbourhood (x[c-1], x[c], x[c+1]), left most significant
+        expected[9 * post[c - 1] + 3 * post[c] + post[(c + 1) % 6]] = after[0, c]
+    assert np.array_equal(tester.pins[0], expected) and (tester.pins[0] != worldtest.UNPINNED).sum() == 6
+    # a transition that contradicts a pin is reported and leaves the pins as they were; one that agrees is not
+    assert tester.detect_step(1, before, np.array([2]), (after + 1) % 3).tolist() == [True]
+    assert np.array_equal(tester.pins[0], expected)
+    assert tester.detect_step(1, before, np.array([2]), after).tolist() == [False]
+
+
+def test_k3r1_prediction_is_exact_once_the_needed_entries_are_pinned_and_at_chance_before():
+    rules = [K3R1.number(np.random.default_rng(z).integers(0, 3, 27)) for z in range(6)]
+    rows = worldtest_rows(rules, 4, 16, side="train", seed=0, family=K3R1)
+    problems, key = prediction_problems(rows, 1, 4)
+    assert np.all(problems.candidates < 3) and np.all(problems.tapes < 3)
+    context = worldtest.WorldTestContext(L=16, H=16, seed=0, family=K3R1)
+    tester = worldtest.ExactReasoningTester(context, active=False)
+    tester.explore_begin(worldtest.WorldTestBatch(L=16, budget=0, keys=rows.keys))
+    blind = tester.predict(problems)                 # nothing pinned: every candidate is possible, the lowest wins
+    assert np.all(blind == 0)
+    tables = K3R1.tables(rows.rules)                 # pin exactly the entries the masked cells read
+    posts = act(problems.tapes[:, -1], problems.actions[:, -1], 3)
+    entries = neighbourhood_indices(posts, K3R1)
+    for i in range(len(rows)):
+        needed = entries[i, problems.mask[i]]
+        tester.pins[i, needed] = tables[i, needed]
+    assert np.array_equal(tester.predict(problems), key.answers)
+
+
+@pytest.mark.parametrize("family", [ELEMENTARY, K3R1], ids=["eca", "k3r1"])
+def test_from_the_zero_tape_exact_reasoning_rises_with_the_budget_and_records_the_family(family):
+    rng = np.random.default_rng(1)
+    rules = [30, 110, 90, 54, 150, 60] if family.elementary else \
+        [family.number(rng.integers(0, 3, 27)) for _ in range(6)]
+    settings = WorldTestSettings(tasks=("prediction", "detection"), problems_per_rule=4, prediction_lengths=(1,),
+                                 detection_length=2, interaction_start="zeros")
+    scores = {}
+    for budget in (0, 16):
+        table = run_worldtest(get_method("active_identify"), build_config("active_identify", {}), settings,
+                              sides={"train": rules}, L=16, H=16, seed=0, budget=budget, family=family)
+        assert (table["family"] == family.name).all()
+        scores[budget] = table.groupby("task")["score"].mean()
+    assert scores[0]["prediction"] <= 0.4 < 0.9 <= scores[16]["prediction"]
+    assert scores[16]["detection"] > scores[0]["detection"]
+
+
+def test_a_k3r1_world_test_refuses_planning_and_elementary_only_testers():
+    with pytest.raises(ValueError, match="planning is defined for the elementary family"):
+        run_worldtest(get_method("identify_then_plan"), build_config("identify_then_plan", {}), SMALL,
+                      sides={"train": [5]}, L=16, H=16, seed=0, budget=0, family=K3R1)
+    assert worldtest.supports_family(get_method("active_identify").worldtest, K3R1)
+    assert not worldtest.supports_family(worldtest.learned_model_tester, K3R1)
+    assert worldtest.supports_family(worldtest.learned_model_tester, ELEMENTARY)

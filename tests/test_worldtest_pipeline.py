@@ -20,7 +20,7 @@ SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 
 def _records(agent, seed, budget, task, side, scores):
     n = len(scores)
-    return pd.DataFrame({"agent": agent, "seed": seed, "budget": budget, "split": "main", "side": side,
+    return pd.DataFrame({"agent": agent, "seed": seed, "budget": budget, "split": "main", "family": "eca", "side": side,
                          "rule": np.arange(n), "problem": 0, "task": task, "length": 1, "score": scores,
                          "success": np.nan, "final_dist": np.nan, "delay": np.nan})[list(WORLDTEST_COLUMNS)]
 
@@ -73,7 +73,7 @@ def test_worldtest_only_methods_cannot_be_table_rows():
 
 
 def test_table_and_figure_from_an_aggregate(tmp_path):
-    rows = [{"agent": a, "task": t, "side": s, "budget": b, "n_seeds": 2, "problems": 10, "mean": m,
+    rows = [{"agent": a, "family": "eca", "task": t, "side": s, "budget": b, "n_seeds": 2, "problems": 10, "mean": m,
              "ci_low": m - 0.1, "ci_high": m + 0.1, "ci": 0.95, "n_resamples": 100,
              "chance": 1 / 6 if t == "prediction" else np.nan}
             for a, m in (("random", 0.2), ("identify_then_plan", 0.8)) for t in ("prediction", "planning", "detection")

@@ -13,6 +13,7 @@ with `fits_int64`.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -237,6 +238,16 @@ def family_from_config(section: dict | None) -> RuleFamily | GridFamily:
         raise ValueError(f"rule family accepts the keys k and r (or neighbourhood for a 2D grid family), got "
                          f"unknown keys {unknown}")
     return RuleFamily(section.get("k", ELEMENTARY.k), section.get("r", ELEMENTARY.r))
+
+
+def family_from_name(name: str) -> RuleFamily:
+    """The family of a `RuleFamily.name` ('eca', or 'k{k}r{r}' such as 'k3r1')."""
+    if name == ELEMENTARY.name:
+        return ELEMENTARY
+    match = re.fullmatch(r"k(\d)r(\d)", str(name))
+    if match is None:
+        raise ValueError(f"a rule family name is 'eca' or 'k<colours>r<radius>' (e.g. 'k3r1'), got {name!r}")
+    return RuleFamily(int(match.group(1)), int(match.group(2)))
 
 
 def config_family(config: dict) -> RuleFamily:

@@ -40,13 +40,14 @@ PROTOCOL_REVERSAL_COLUMNS = ["protocol_a", "protocol_b", "reference", "agent_hi"
 
 # the world test (`tapebench worldtest`, `tapebench aggregate-worldtest`; docs/protocol.md#world-test): one row per
 # problem; success and final_dist only for planning, delay (report step - earliest detectable step) only for a
-# detection that reported, NaN elsewhere
+# detection that reported, NaN elsewhere; family is the rules' family name (`RuleFamily.name`: eca, k3r1, ...)
 WORLDTEST_COLUMNS = {
-    "agent": "string", "seed": "int64", "budget": "int64", "split": "string", "side": "string", "rule": "int64",
+    "agent": "string", "seed": "int64", "budget": "int64", "split": "string", "family": "string", "side": "string",
+    "rule": "int64",
     "problem": "int64", "task": "string", "length": "int64", "score": "float64", "success": "float64",
     "final_dist": "float64", "delay": "float64",
 }
-WORLDTEST_AGGREGATE_COLUMNS = ["agent", "task", "side", "budget", "n_seeds", "problems", "mean", "ci_low", "ci_high",
+WORLDTEST_AGGREGATE_COLUMNS = ["agent", "family", "task", "side", "budget", "n_seeds", "problems", "mean", "ci_low", "ci_high",
                                "ci", "n_resamples", "chance"]
 
 # what the runs cost (`tapebench render compute`; docs/protocol.md#compute): one row per method

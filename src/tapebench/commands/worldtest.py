@@ -23,7 +23,7 @@ from pathlib import Path
 
 from tapebench import defaults
 from tapebench.episodes.streams import split_key
-from tapebench.evaluation.worldtest import WorldTestSettings, run_worldtest
+from tapebench.evaluation.worldtest import WorldTestSettings, check_family, run_worldtest
 from tapebench.registry import build_config, get_method, registry
 from tapebench.splits.io import load_split
 from tapebench.training import checkpoint as ckpt
@@ -91,9 +91,7 @@ def run(args) -> int:
         able = sorted(m for m, x in registry().items() if x.worldtest is not None)
         raise ValueError(f"method {args.method!r} does not take part in the world test; methods that do: {able}")
     split = load_split(args.split)
-    if not split.family.elementary:
-        raise ValueError(f"the world test is defined for elementary rules; split {split.name!r} is of "
-                         f"{split.family.describe()}")
+    check_family(method, settings, split.family)
     config = build_config(args.method, params.get("agent", {}))
     device = resolve_device(args.device)
     start = time.perf_counter()
@@ -114,7 +112,8 @@ def run(args) -> int:
         table = run_worldtest(method, config, settings, sides={ID_SIDE: split.train, OOD_SIDE: split.test},
                                L=int(env["L"]), H=int(env["H"]), seed=args.seed, budget=args.budget,
                                split_name=split.name, split_key=split_key(split.content_hash), agent=agent,
-                               success_bonus=float(env["success_bonus"]), device=device, log=log)
+                               success_bonus=float(env["success_bonus"]), device=device, log=log,
+                               family=split.family)
     config_slice = {"env": env, "worldtest": settings.as_dict(), "agent": params.get("agent", {}),
                     "budget": int(args.budget)}
     write_parquet(args.out, table, meta={**provenance(config_slice, int(args.seed),

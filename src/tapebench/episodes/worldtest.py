@@ -23,22 +23,31 @@ A *row* is one hidden rule z (from one side of a split) and one problem index j.
     rule z' != z: step t uses z before k and z' from k on. The earliest detectable step is the first t >= k
     whose tape differs from F_z(s_{t-1} XOR e_{a_t}); problems with none within T are redrawn.
 
-Tapes are uint8 (N, L) arrays of 0/1 cells; actions are int64 cell indices (elementary rules, L <= 64).
+Rows carry their rule family (`rule_family.RuleFamily`, k colours, radius r; the elementary family by default):
+tapes are uint8 (N, L) arrays of cells 0..k-1, an action increments a cell mod k (a flip for k = 2), and actions
+are int64 cell indices (L <= 64). The elementary family runs on the bit-packed kernel and draws exactly what it
+always drew; another family runs on the table kernel, and its distractor rules (prediction candidates, the
+detection switch) are uniformly random other rules of the family.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numba as nb
 import numpy as np
 
+from tapebench.ca import table_kernel
 from tapebench.ca.packed import pack, step_word, step_words_rules, unpack
 from tapebench.episodes.streams import check_side, mix64_array, side_code, step_keys
+from tapebench.rule_family import ELEMENTARY, RuleFamily
 from tapebench.validation import check_integer, check_length
 from tapebench.vocabulary import DETECTION_TASK, PLANNING_TASK, PREDICTION_CANDIDATES, PREDICTION_TASK
 
 TASK_CODES = {PREDICTION_TASK: 0, PLANNING_TASK: 1, DETECTION_TASK: 2}
 FRESH_TAPE_SALT = 0x5245534554   # the interaction phase's fresh tapes (a stream of the row key)
+FRESH_CELL_SALT = 0x43454C4C     # a fresh tape's cells for k > 2 (one word per cell)
+DISTRACTOR_DRAWS = 256           # random other rules tried for prediction distractors (k > 2 or r > 1)
 MAX_REDRAWS = 10_000             # draws of a detection problem before giving up (never reached)
 GOAL_DRAWS = 256                 # draws of a planning goal before the row has none (rules reaching only 0...0)
 DETECTION_DECAY = 0.5            # detection score per step of delay after the earliest detectable step
@@ -54,12 +63,14 @@ class WorldTestRows:
     problems: np.ndarray   # (N,) int64 problem index j within the rule
     keys: np.ndarray       # (N,) uint64 row identities (methods' per-row randomness, fresh tapes)
     entropy: tuple         # (problem seed, world-test seed, split key): the rest of every row's identity
+    family: RuleFamily = field(default=ELEMENTARY)   # the rules' family (k colours, radius r)
 
     def __len__(self) -> int:
         return len(self.rules)
 
     def subset(self, rows) -> "WorldTestRows":
-        return WorldTestRows(self.L, self.side, self.rules[rows], self.problems[rows], self.keys[rows], self.entropy)
+        return WorldTestRows(self.L, self.side, self.rules[rows], self.problems[rows], self.keys[rows], self.entropy,
+                             self.family)
 
     def identity(self, row: int, task: str, length: int) -> list[int]:
         return [*self.entropy, side_code(self.side), int(self.rules[row]), int(self.problems[row]),
@@ -67,33 +78,62 @@ class WorldTestRows:
 
 
 def worldtest_rows(rules, problems_per_rule: int, L: int, *, side: str, seed: int, problem_seed: int = 0,
-                    split_key: int = 0) -> WorldTestRows:
+                    split_key: int = 0, family: RuleFamily = ELEMENTARY) -> WorldTestRows:
     """The rows of `rules` x `problems_per_rule` problems on one side, for world-test seed `seed`."""
     L = check_length(L)
     if L > 64:
-        raise ValueError(f"the world test uses packed elementary tapes and needs L <= 64, got L={L}")
+        raise ValueError(f"the world test needs L <= 64, got L={L}")
     check_integer(problems_per_rule, "world test problems_per_rule", minimum=1)
     check_integer(seed, "world test seed", minimum=0)
     check_integer(problem_seed, "world test problem_seed", minimum=0)
-    rules = np.asarray(rules, dtype=np.int64)
-    if rules.ndim != 1 or np.any((rules < 0) | (rules > 255)):
-        raise ValueError(f"world-test rules must be elementary rules 0..255, got {rules.tolist()}")
+    if not family.fits_int64:
+        raise ValueError(f"the world test stores rules as int64 and supports the families whose rule numbers fit "
+                         f"64 bits (k = 2 with r = 1, 2; k = 3, r = 1), not {family.describe()}")
+    rules = np.asarray(family.check_rules(rules) if np.size(rules) else rules, dtype=np.int64)
+    if rules.ndim != 1:
+        raise ValueError(f"world-test rules must be a list of rule numbers, got shape {rules.shape}")
     side = check_side(side)
     rule_col = np.repeat(rules, problems_per_rule)
     problem_col = np.tile(np.arange(problems_per_rule, dtype=np.int64), len(rules))
     entropy = (int(problem_seed), int(seed), int(split_key))
     keys = np.array([np.random.SeedSequence([*entropy, side_code(side), int(z), int(j)], spawn_key=(7,))
                      .generate_state(1, np.uint64)[0] for z, j in zip(rule_col, problem_col)], dtype=np.uint64)
-    return WorldTestRows(L, side, rule_col, problem_col, keys, entropy)
+    return WorldTestRows(L, side, rule_col, problem_col, keys, entropy, family)
 
 
-def fresh_tapes(keys: np.ndarray, n, L: int) -> np.ndarray:
-    """(N, L) uint8: the n-th fresh random tape of each row (n = 0: the interaction phase's first tape; the
-    k-th reset gives tape k). `n` is a scalar or an (N,) array. A pure function of (row key, n)."""
+def fresh_tapes(keys: np.ndarray, n, L: int, k: int = 2) -> np.ndarray:
+    """(N, L) uint8: the n-th fresh random tape of each row, cells uniform over 0..k-1 (n = 0: the interaction
+    phase's first tape; the j-th reset gives tape j). `n` is a scalar or an (N,) array. A pure function of
+    (row key, n)."""
     counters = np.broadcast_to(np.asarray(n, dtype=np.uint64), np.shape(keys))
     with np.errstate(over="ignore"):
         words = mix64_array(np.asarray(keys, dtype=np.uint64) ^ mix64_array(counters + np.uint64(FRESH_TAPE_SALT)))
-    return unpack(words, L)
+        if k == 2:
+            return unpack(words, L)
+        cells = mix64_array(words[:, None] ^ mix64_array(np.arange(L, dtype=np.uint64) + np.uint64(FRESH_CELL_SALT)))
+    return ((cells >> np.uint64(32)) * np.uint64(k) >> np.uint64(32)).astype(np.uint8)
+
+
+@lru_cache(maxsize=65_536)
+def _table(family: RuleFamily, rule: int) -> np.ndarray:
+    return family.table(rule)
+
+
+def rule_tables(rules, family: RuleFamily) -> tuple[np.ndarray, np.ndarray]:
+    """(tables (n_distinct, k^(2r+1)) uint8, index (N,) int64): the table of each row's rule."""
+    distinct, index = np.unique(np.asarray(rules, dtype=np.int64), return_inverse=True)
+    tables = np.stack([_table(family, int(z)) for z in distinct]) if len(distinct) else \
+        np.zeros((0, family.neighbourhoods), dtype=np.uint8)
+    return tables, index.astype(np.int64).reshape(-1)
+
+
+def act(tapes: np.ndarray, actions: np.ndarray, k: int) -> np.ndarray:
+    """(N, L) uint8: the post-action tapes (cell a_i of row i incremented mod k; a flip for k = 2)."""
+    out = np.array(tapes, dtype=np.uint8, copy=True)
+    rows = np.arange(len(out))
+    actions = np.asarray(actions, dtype=np.int64)
+    out[rows, actions] = (out[rows, actions] + 1) % k
+    return out
 
 
 def random_actions(keys: np.ndarray, t: int, salt: int, L: int) -> np.ndarray:
@@ -102,11 +142,16 @@ def random_actions(keys: np.ndarray, t: int, salt: int, L: int) -> np.ndarray:
     return ((words >> np.uint64(32)) * np.uint64(L) >> np.uint64(32)).astype(np.int64)
 
 
-def transition(tapes: np.ndarray, actions: np.ndarray, rules: np.ndarray) -> np.ndarray:
-    """(N, L) uint8: F_z(s XOR e_a) per row (the environment's step, elementary rules)."""
+def transition(tapes: np.ndarray, actions: np.ndarray, rules: np.ndarray, family: RuleFamily = ELEMENTARY) \
+        -> np.ndarray:
+    """(N, L) uint8: F_z(s + e_a mod k) per row (the environment's step: for k = 2, F_z(s XOR e_a))."""
     L = tapes.shape[1]
-    words = pack(tapes) ^ (np.uint64(1) << np.asarray(actions, dtype=np.uint64))
-    return unpack(step_words_rules(words, np.asarray(rules, dtype=np.int64), L), L)
+    if family.elementary:
+        words = pack(tapes) ^ (np.uint64(1) << np.asarray(actions, dtype=np.uint64))
+        return unpack(step_words_rules(words, np.asarray(rules, dtype=np.int64), L), L)
+    tables, index = rule_tables(rules, family)
+    return table_kernel.transition_nb(np.ascontiguousarray(tapes, dtype=np.uint8),
+                                      np.asarray(actions, dtype=np.int64), tables, index, family.k, family.r)
 
 
 @nb.njit(cache=True)
@@ -140,9 +185,50 @@ class PredictionKey:
     final: np.ndarray        # (N, L) uint8: s_T
 
 
+def _distractors(rows: WorldTestRows, i: int, rng, last: np.ndarray, action: int, cells: np.ndarray,
+                 right: np.ndarray) -> list:
+    """Row i's prediction candidates: the right answer first, then the masked cells other rules produce from the
+    last shown step, distinct from the right one and each other; random patterns fill up."""
+    family, L, z = rows.family, rows.L, int(rows.rules[i])
+    chosen = [right]
+    seen = {right.tobytes()}
+    if family.elementary:   # every other rule, in a random order
+        post = pack(last)[0] ^ (np.uint64(1) << np.uint64(action))
+        others = unpack(_all_rule_steps(post, L), L)[:, cells]
+        tries = [others[z_other] for z_other in rng.permutation(256) if z_other != z]
+    else:                   # uniformly random rules of the family (a tiny chance of z itself, skipped)
+        own = _table(family, z)
+        tables = rng.integers(0, family.k, (DISTRACTOR_DRAWS, family.neighbourhoods), dtype=np.uint8)
+        tables = tables[np.any(tables != own, axis=1)]
+        post = act(last[None], np.array([action]), family.k)[0]
+        idx = neighbourhood_indices(post[None], family)[0, cells]
+        tries = list(tables[:, idx])
+    for other in tries:
+        if len(chosen) == PREDICTION_CANDIDATES:
+            break
+        if other.tobytes() not in seen:
+            chosen.append(other)
+            seen.add(other.tobytes())
+    while len(chosen) < PREDICTION_CANDIDATES:   # too few distinct alternatives: random patterns fill up
+        pattern = rng.integers(0, family.k, len(cells), dtype=np.uint8)
+        if pattern.tobytes() not in seen:
+            chosen.append(pattern)
+            seen.add(pattern.tobytes())
+    return chosen
+
+
+def neighbourhood_indices(tapes: np.ndarray, family: RuleFamily) -> np.ndarray:
+    """(N, L) int64: the neighbourhood index of every cell (periodic tape, `RuleFamily` numbering)."""
+    tapes = np.asarray(tapes, dtype=np.int64)
+    idx = np.zeros(tapes.shape, dtype=np.int64)
+    for j in range(-family.r, family.r + 1):
+        idx = idx * family.k + np.roll(tapes, -j, axis=1)
+    return idx
+
+
 def prediction_problems(rows: WorldTestRows, T: int, masked_cells: int) -> tuple[PredictionProblems, PredictionKey]:
     T = check_integer(T, "prediction length", minimum=1)
-    L = rows.L
+    L, family = rows.L, rows.family
     M = check_integer(masked_cells, "masked_cells", minimum=1, maximum=L)
     n = len(rows)
     tapes = np.zeros((n, T + 1, L), dtype=np.uint8)
@@ -153,28 +239,13 @@ def prediction_problems(rows: WorldTestRows, T: int, masked_cells: int) -> tuple
     for i in range(n):
         rng = np.random.default_rng(np.random.SeedSequence(rows.identity(i, PREDICTION_TASK, T)))
         z = int(rows.rules[i])
-        tapes[i, 0] = rng.integers(0, 2, L, dtype=np.uint8)
+        tapes[i, 0] = rng.integers(0, family.k, L, dtype=np.uint8)
         actions[i] = rng.integers(0, L, T)
         for t in range(T):
-            tapes[i, t + 1] = transition(tapes[i, t][None], actions[i, t:t + 1], np.array([z]))[0]
+            tapes[i, t + 1] = transition(tapes[i, t][None], actions[i, t:t + 1], np.array([z]), family)[0]
         cells = np.sort(rng.choice(L, M, replace=False))
         masks[i, cells] = True
-        right = tapes[i, T, cells]
-        last = pack(tapes[i, T - 1])[0] ^ (np.uint64(1) << np.uint64(actions[i, T - 1]))
-        others = unpack(_all_rule_steps(last, L), L)[:, cells]
-        chosen = [right]
-        seen = {right.tobytes()}
-        for z_other in rng.permutation(256):
-            if len(chosen) == PREDICTION_CANDIDATES:
-                break
-            if z_other != z and others[z_other].tobytes() not in seen:
-                chosen.append(others[z_other])
-                seen.add(others[z_other].tobytes())
-        while len(chosen) < PREDICTION_CANDIDATES:   # too few distinct alternatives: random patterns fill up
-            pattern = rng.integers(0, 2, M, dtype=np.uint8)
-            if pattern.tobytes() not in seen:
-                chosen.append(pattern)
-                seen.add(pattern.tobytes())
+        chosen = _distractors(rows, i, rng, tapes[i, T - 1], int(actions[i, T - 1]), cells, tapes[i, T, cells])
         order = rng.permutation(PREDICTION_CANDIDATES)
         candidates[i] = np.stack(chosen)[order]
         answers[i] = int(np.flatnonzero(order == 0)[0])
@@ -204,7 +275,7 @@ class PlanningKey:
 def planning_problems(rows: WorldTestRows, horizon: int, goal_steps: int) -> tuple[PlanningProblems, PlanningKey]:
     horizon = check_integer(horizon, "planning horizon", minimum=1)
     goal_steps = check_integer(goal_steps, "planning goal_steps", minimum=1, maximum=horizon)
-    L, n = rows.L, len(rows)
+    L, n, family = rows.L, len(rows), rows.family
     starts = np.zeros((n, L), dtype=np.uint8)
     goals = np.zeros((n, L), dtype=np.uint8)
     witnesses = []
@@ -213,12 +284,12 @@ def planning_problems(rows: WorldTestRows, horizon: int, goal_steps: int) -> tup
         rng = np.random.default_rng(np.random.SeedSequence(rows.identity(i, PLANNING_TASK, horizon)))
         z = np.array([rows.rules[i]])
         for _ in range(GOAL_DRAWS):
-            start = rng.integers(0, 2, L, dtype=np.uint8)
+            start = rng.integers(0, family.k, L, dtype=np.uint8)
             k = int(rng.integers(1, goal_steps + 1))
             acts = rng.integers(0, L, k)
             tape = start
             for a in acts:
-                tape = transition(tape[None], np.array([a]), z)[0]
+                tape = transition(tape[None], np.array([a]), z, family)[0]
             if tape.any() and not np.array_equal(tape, start):
                 valid[i] = True
                 break
@@ -248,17 +319,27 @@ class DetectionKey:
     earliest: np.ndarray     # (N,) int64: the earliest detectable step (>= switch)
 
 
-def earliest_detectable(tapes: np.ndarray, actions: np.ndarray, rule: int) -> int:
-    """The first step t (1-based) whose tape differs from F_rule(s_{t-1} XOR e_{a_t}); 0 if none."""
+def earliest_detectable(tapes: np.ndarray, actions: np.ndarray, rule: int, family: RuleFamily = ELEMENTARY) -> int:
+    """The first step t (1-based) whose tape differs from F_rule(s_{t-1} + e_{a_t}); 0 if none."""
     T = len(actions)
-    predicted = transition(tapes[:T], actions, np.full(T, rule))
+    predicted = transition(tapes[:T], actions, np.full(T, rule), family)
     differs = np.any(predicted != tapes[1:T + 1], axis=1)
     return int(np.argmax(differs)) + 1 if differs.any() else 0
 
 
+def _other_rule(family: RuleFamily, z: int, rng) -> int:
+    """A rule of the family other than z, uniformly (the elementary family: z + 1..255 mod 256)."""
+    if family.elementary:
+        return int((z + rng.integers(1, 256)) % 256)
+    while True:
+        other = family.number(rng.integers(0, family.k, family.neighbourhoods, dtype=np.uint8))
+        if other != z:
+            return other
+
+
 def detection_problems(rows: WorldTestRows, T: int) -> tuple[DetectionProblems, DetectionKey]:
     T = check_integer(T, "detection length", minimum=1)
-    L, n = rows.L, len(rows)
+    L, n, family = rows.L, len(rows), rows.family
     tapes = np.zeros((n, T + 1, L), dtype=np.uint8)
     actions = np.zeros((n, T), dtype=np.int64)
     switch, other, earliest = (np.zeros(n, dtype=np.int64) for _ in range(3))
@@ -266,14 +347,14 @@ def detection_problems(rows: WorldTestRows, T: int) -> tuple[DetectionProblems, 
         rng = np.random.default_rng(np.random.SeedSequence(rows.identity(i, DETECTION_TASK, T)))
         z = int(rows.rules[i])
         for _ in range(MAX_REDRAWS):
-            tapes[i, 0] = rng.integers(0, 2, L, dtype=np.uint8)
+            tapes[i, 0] = rng.integers(0, family.k, L, dtype=np.uint8)
             actions[i] = rng.integers(0, L, T)
             switch[i] = int(rng.integers(1, T + 1))
-            other[i] = int((z + rng.integers(1, 256)) % 256)
+            other[i] = _other_rule(family, z, rng)
             for t in range(1, T + 1):
                 rule = z if t < switch[i] else other[i]
-                tapes[i, t] = transition(tapes[i, t - 1][None], actions[i, t - 1:t], np.array([rule]))[0]
-            earliest[i] = earliest_detectable(tapes[i], actions[i], z)
+                tapes[i, t] = transition(tapes[i, t - 1][None], actions[i, t - 1:t], np.array([rule]), family)[0]
+            earliest[i] = earliest_detectable(tapes[i], actions[i], z, family)
             if earliest[i] > 0:
                 break
         else:

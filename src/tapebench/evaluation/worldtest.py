@@ -22,7 +22,9 @@ import pandas as pd
 
 from tapebench.episodes.worldtest import (WorldTestRows, detection_problems, detection_score, fresh_tapes,
                                           planning_problems, prediction_problems, transition, worldtest_rows)
-from tapebench.methods.worldtest import WorldTestBatch, WorldTestContext, WorldTester, reset_action
+from tapebench.methods.worldtest import (WorldTestBatch, WorldTestContext, WorldTester, reset_action,
+                                         supports_family)
+from tapebench.rule_family import ELEMENTARY, RuleFamily
 from tapebench.schemas import WORLDTEST_COLUMNS
 from tapebench.validation import check_integer
 from tapebench.vocabulary import DETECTION_TASK, PLANNING_TASK, PREDICTION_CANDIDATES, PREDICTION_TASK, WORLDTEST_TASKS
@@ -37,15 +39,15 @@ class WorldTestSettings:
 
     tasks: tuple[str, ...] = WORLDTEST_TASKS
     problems_per_rule: int = 2
-    prediction_lengths: tuple[int, ...] = (1, 4, 8)
+    prediction_lengths: tuple[int, ...] = (1,)
     masked_cells: int = 8
     planning_horizon: int = 16
     goal_steps: int = 8
-    detection_length: int = 16
+    detection_length: int = 4
     planner_horizon: int = 8
     planner_candidates: int = 128
     problem_seed: int = 0
-    interaction_start: str = "random"
+    interaction_start: str = "zeros"
 
 
     def __post_init__(self):
@@ -128,18 +130,18 @@ def interact(tester, rows: WorldTestRows, budget: int, reveal_rules: bool, start
     """The interaction phase: `budget` steps on each row's hidden rule, no reward, resets allowed. It begins on a
     fresh random tape (`start` "random") or on the all-zero tape ("zeros"); a reset always gives a random one."""
     budget = check_integer(budget, "world test budget", minimum=0, maximum=MAX_BUDGET)
-    L, n = rows.L, len(rows)
+    L, n, family = rows.L, len(rows), rows.family
     tester.explore_begin(WorldTestBatch(L=L, budget=budget, keys=rows.keys.copy(),
                                         rules=rows.rules.copy() if reveal_rules else None))
-    tapes = fresh_tapes(rows.keys, 0, L) if start == "random" else np.zeros((n, L), dtype=np.uint8)
+    tapes = fresh_tapes(rows.keys, 0, L, family.k) if start == "random" else np.zeros((n, L), dtype=np.uint8)
     resets = np.zeros(n, dtype=np.int64)
     for step in range(budget):
         actions = _check_actions(tester.explore_act(tapes.copy(), step), n, reset_action(L), "exploration actions")
         is_reset = actions == reset_action(L)
-        following = transition(tapes, np.where(is_reset, 0, actions), rows.rules)
+        following = transition(tapes, np.where(is_reset, 0, actions), rows.rules, family)
         if is_reset.any():
             resets[is_reset] += 1
-            following[is_reset] = fresh_tapes(rows.keys[is_reset], resets[is_reset], L)
+            following[is_reset] = fresh_tapes(rows.keys[is_reset], resets[is_reset], L, family.k)
         tester.explore_observe(tapes.copy(), actions.copy(), following.copy())
         tapes = following
 
@@ -148,7 +150,7 @@ def _records(rows: WorldTestRows, task: str, length: int, score, success=None, f
     n = len(rows)
     nan = np.full(n, np.nan)
     return pd.DataFrame({
-        "side": rows.side, "rule": rows.rules, "problem": rows.problems, "task": task,
+        "family": rows.family.name, "side": rows.side, "rule": rows.rules, "problem": rows.problems, "task": task,
         "length": np.full(n, int(length), dtype=np.int64), "score": np.asarray(score, dtype=np.float64),
         "success": nan if success is None else np.asarray(success, dtype=np.float64),
         "final_dist": nan if final_dist is None else np.asarray(final_dist, dtype=np.float64),
@@ -175,7 +177,7 @@ def score_planning(tester, rows, horizon: int, goal_steps: int) -> pd.DataFrame:
     reached = np.zeros(n, dtype=bool)
     for t in range(horizon):
         actions = _check_actions(tester.plan_act(tapes.copy(), t), n, L - 1, "planning actions")
-        following = transition(tapes, actions, rows.rules)
+        following = transition(tapes, actions, rows.rules, rows.family)
         following[reached] = tapes[reached]   # a row that reached its goal stays there
         tester.plan_observe(tapes.copy(), actions.copy(), following.copy())
         tapes = following
@@ -199,24 +201,39 @@ def score_detection(tester, rows, T: int) -> pd.DataFrame:
     return _records(rows, DETECTION_TASK, T, detection_score(report, key.earliest), delay=delay)
 
 
+def check_family(method, settings: WorldTestSettings, family: RuleFamily) -> None:
+    """The world test of a family other than the elementary one: prediction and detection, by methods whose
+    tester supports the family (`methods.worldtest.supports_family`); planning is elementary only."""
+    if family.elementary:
+        return
+    if PLANNING_TASK in settings.tasks:
+        raise ValueError(f"world-test planning is defined for the elementary family (exact reasoning plans over the "
+                         f"enumerated consistent rules), not {family.describe()}; use tasks "
+                         f"{[t for t in settings.tasks if t != PLANNING_TASK]}")
+    if not supports_family(method.worldtest, family):
+        raise ValueError(f"method {method.id!r} answers the world test of the elementary family only, not "
+                         f"{family.describe()}")
+
+
 def run_worldtest(method, config, settings: WorldTestSettings, *, sides: dict, L: int, H: int, seed: int,
                    budget: int, split_name: str = "", split_key: int = 0, agent=None, success_bonus: float = 1.0,
-                   device="cpu", log=None) -> pd.DataFrame:
+                   device="cpu", log=None, family: RuleFamily = ELEMENTARY) -> pd.DataFrame:
     """Per-problem records (columns `schemas.WORLDTEST_COLUMNS`) of one method, seed and budget.
 
-    `sides` maps a side name to its rules; `agent` is the trained agent of a method that trains."""
+    `sides` maps a side name to its rules (of `family`); `agent` is the trained agent of a method that trains."""
     if method.worldtest is None:
         raise ValueError(f"method {method.id!r} does not take part in the world test (its registry entry has no "
                          f"worldtest)")
+    check_family(method, settings, family)
     if method.trains and agent is None:
         raise ValueError(f"method {method.id!r} trains: its world test needs the trained agent (--run)")
     context = WorldTestContext(L=int(L), H=int(H), seed=int(seed), planner_horizon=settings.planner_horizon,
                                planner_candidates=settings.planner_candidates, success_bonus=float(success_bonus),
-                               agent=agent, device=device)
+                               agent=agent, device=device, family=family)
     frames = []
     for side, rules in sides.items():
         rows = worldtest_rows(rules, settings.problems_per_rule, L, side=side, seed=seed,
-                               problem_seed=settings.problem_seed, split_key=split_key)
+                               problem_seed=settings.problem_seed, split_key=split_key, family=family)
         tasks = []
         if PREDICTION_TASK in settings.tasks:
             tasks += [(PREDICTION_TASK, T) for T in settings.prediction_lengths]

@@ -30,9 +30,10 @@ import numpy as np
 
 from tapebench.ca.packed import pack, step_word
 from tapebench.episodes.streams import U64, candidate_actions, episode_keys, step_key, step_keys, uniform_below
-from tapebench.episodes.worldtest import random_actions, transition
-from tapebench.methods.identify_then_plan import consistent_rules, decide, pinned_bits
+from tapebench.episodes.worldtest import act, neighbourhood_indices, random_actions, transition
+from tapebench.methods.identify_then_plan import consistent_rules, decide
 from tapebench.methods.mpc import _plan_action
+from tapebench.rule_family import ELEMENTARY, RuleFamily
 from tapebench.vocabulary import PREDICTION_CANDIDATES
 
 PREDICT_DOMAIN = 0x505245    # separates a tester's per-row streams of one seed
@@ -70,6 +71,7 @@ class WorldTestContext:
     success_bonus: float = 1.0    # the planner's score of a reached goal, as the environment's reward
     agent: Any = None        # methods that train: the agent with its final checkpoint's policy loaded
     device: Any = "cpu"
+    family: RuleFamily = ELEMENTARY   # the hidden rules' family (k colours, radius r)
 
 
 @runtime_checkable
@@ -173,7 +175,7 @@ class TrueRuleTester(_Tester):
         self.rules = np.asarray(batch.rules, dtype=np.int64)
 
     def predict(self, problems):
-        final = transition(problems.tapes[:, -1], problems.actions[:, -1], self.rules)
+        final = transition(problems.tapes[:, -1], problems.actions[:, -1], self.rules, self.context.family)
         return match_candidate(problems.candidates, problems.mask, final)
 
     def plan_act(self, tapes, t):
@@ -185,41 +187,65 @@ class TrueRuleTester(_Tester):
         pass
 
     def detect_step(self, t, before, actions, after):
-        return np.any(transition(before, actions, self.rules) != after, axis=1)
+        return np.any(transition(before, actions, self.rules, self.context.family) != after, axis=1)
+
+
+UNPINNED = -1   # a rule-table entry no observed transition has shown
 
 
 @nb.njit(cache=True)
-def _pin_rows(known_mask, known_values, before, actions, after, rows, L):
-    """Pin the table bits each row's transition shows; (N,) True where it contradicts the row's pins (those
-    rows keep their pins unchanged)."""
-    clash = np.zeros(before.shape[0], dtype=np.bool_)
-    for i in range(before.shape[0]):
+def _pin_tables(pins, posts, after, rows, k, r):
+    """Pin, per row, the table entries its transition shows: the neighbourhood of each cell of the post-action
+    tape maps to that cell's next value. (N,) True where the transition contradicts the row's pins or itself
+    (one neighbourhood shown with two outputs); those rows keep their pins unchanged."""
+    n, L = posts.shape
+    clash = np.zeros(n, dtype=np.bool_)
+    staged = np.empty(pins.shape[1], dtype=pins.dtype)
+    for i in range(n):
         if not rows[i]:
             continue
-        km, kv, ok = pinned_bits(before[i] ^ (U64(1) << U64(actions[i])), after[i], L)
-        if not ok or (km & known_mask[i] & (kv ^ known_values[i])) != 0:
-            clash[i] = True
-            continue
-        known_mask[i] |= km
-        known_values[i] |= kv
+        staged[:] = pins[i]
+        for c in range(L):
+            idx = 0
+            for j in range(-r, r + 1):
+                idx = idx * k + posts[i, (c + j) % L]
+            if staged[idx] == UNPINNED:
+                staged[idx] = after[i, c]
+            elif staged[idx] != after[i, c]:
+                clash[i] = True
+                break
+        if not clash[i]:
+            pins[i] = staged
     return clash
 
 
 @nb.njit(cache=True)
-def _most_informative(states, known_mask, L):
-    """Per row: the flip whose post-action tape shows the most table bits not yet pinned (lowest cell on ties);
-    a reset (L) when no flip shows a new one and some bit is still unknown."""
-    out = np.zeros(states.shape[0], dtype=np.int64)
-    for i in range(states.shape[0]):
-        if known_mask[i] == 0xFF:
+def _most_informative(tapes, pins, k, r):
+    """Per row: the action (increment of a cell mod k) whose post-action tape shows the most table entries not
+    yet pinned (lowest cell on ties); a reset (L) when no action shows a new one and some entry is unknown;
+    cell 0 when every entry is pinned."""
+    n, L = tapes.shape
+    out = np.zeros(n, dtype=np.int64)
+    stamp = np.zeros(pins.shape[1], dtype=np.int64)
+    post = np.empty(L, dtype=np.int64)
+    mark = 0
+    for i in range(n):
+        if not np.any(pins[i] == UNPINNED):
             continue
         best, best_gain = L, 0
         for a in range(L):
-            km, kv, ok = pinned_bits(states[i] ^ (U64(1) << U64(a)), states[i], L)
+            for c in range(L):
+                post[c] = tapes[i, c]
+            post[a] = (post[a] + 1) % k
+            mark += 1
             gain = 0
-            unknown = km & ~known_mask[i]
-            for k in range(8):
-                gain += (unknown >> k) & 1
+            for c in range(L):
+                idx = 0
+                for j in range(-r, r + 1):
+                    idx = idx * k + post[(c + j) % L]
+                if pins[i, idx] == UNPINNED and stamp[idx] != mark:
+                    stamp[idx] = mark
+                    gain += 1
             if gain > best_gain:
                 best, best_gain = a, gain
         out[i] = best
@@ -227,19 +253,36 @@ def _most_informative(states, known_mask, L):
 
 
 @nb.njit(cache=True)
-def _votes(known_mask, known_values, last, L, cell_masks, candidate_words):
-    """Per row: how many consistent rules produce each candidate's masked cells from the last shown step."""
-    n, c = candidate_words.shape
-    out = np.zeros((n, c), dtype=np.int64)
+def _compatible_candidate(pins, idx, candidates):
+    """Per row: the lowest candidate the consistent tables can produce (-1: none). A candidate is produced by
+    some consistent table iff every masked cell whose neighbourhood entry is pinned shows the pinned value and
+    cells sharing an unpinned entry show one value; every such candidate is produced by the same number of
+    consistent tables (k^(unpinned entries - unpinned entries shown)), so this is the most-produced one."""
+    n, c, m = candidates.shape
+    out = np.full(n, -1, dtype=np.int64)
+    staged = np.empty(pins.shape[1], dtype=pins.dtype)
     for i in range(n):
-        rules = consistent_rules(known_mask[i], known_values[i], 256)
-        for z in rules:
-            x = last[i]
-            nxt = step_word(x, z, L)
-            for j in range(c):
-                if (nxt & cell_masks[i]) == candidate_words[i, j]:
-                    out[i, j] += 1
+        for j in range(c):
+            staged[:] = pins[i]
+            ok = True
+            for q in range(m):
+                e = idx[i, q]
+                if staged[e] == UNPINNED:
+                    staged[e] = candidates[i, j, q]
+                elif staged[e] != candidates[i, j, q]:
+                    ok = False
+                    break
+            if ok:
+                out[i] = j
+                break
     return out
+
+
+def pins_to_bits(pins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Elementary pins (N, 8) as identify-then-plan's (known_mask, known_values) bytes."""
+    weights = np.int64(1) << np.arange(pins.shape[1], dtype=np.int64)
+    known = pins != UNPINNED
+    return (known * weights).sum(axis=1).astype(np.int64), ((pins == 1) * weights).sum(axis=1).astype(np.int64)
 
 
 @nb.njit(cache=True)
@@ -256,58 +299,70 @@ def _plan_consistent(states, known_mask, known_values, goals, keys, active, t, H
 
 
 class ExactReasoningTester(_Tester):
-    """Exact reasoning over the rule tables consistent with everything observed (identify-then-plan's
-    machinery). `active=False`: random flips while exploring; `active=True`: each step the flip that shows the
-    most table bits not yet pinned (the consistent set shrinks by 2^bits), a reset when no flip shows one.
+    """Exact reasoning over the rule tables consistent with everything observed, in any rule family: each
+    observed transition pins the table entries of the neighbourhoods its post-action tape shows, and the
+    consistent tables are those that agree with every pin (all values of the unpinned entries). `active=False`:
+    random actions while exploring; `active=True`: each step the action whose post-action tape shows the most
+    entries not yet pinned, a reset when no action shows one.
 
-    Prediction: the candidate most consistent rules produce (ties: lowest index). Planning: random shooting
-    scored by the summed return over the consistent rules. Detection: the first transition that contradicts
-    the pinned bits; a transition that does not contradict them is pinned like any other."""
+    Prediction: a candidate the most consistent tables produce (ties: lowest index). Planning (the elementary
+    family): random shooting scored by the summed return over the consistent rules (identify-then-plan's
+    planner). Detection: the first transition that contradicts the pins; a transition that does not contradict
+    them is pinned like any other."""
 
     def __init__(self, context: WorldTestContext, active: bool):
         super().__init__(context)
         self.active_exploration = bool(active)
+        self.family = context.family
 
     def explore_begin(self, batch: WorldTestBatch) -> None:
         super().explore_begin(batch)
-        self.known_mask = np.zeros(len(batch), dtype=np.int64)
-        self.known_values = np.zeros(len(batch), dtype=np.int64)
+        self.pins = np.full((len(batch), self.family.neighbourhoods), UNPINNED, dtype=np.int8)
+
+    @property
+    def known_mask(self) -> np.ndarray:
+        """(N,) int64, elementary family: the pinned bits of each row's table."""
+        return pins_to_bits(self.pins)[0]
+
+    @property
+    def known_values(self) -> np.ndarray:
+        return pins_to_bits(self.pins)[1]
 
     def explore_act(self, tapes, step):
         if self.active_exploration:
-            return _most_informative(pack(tapes), self.known_mask, self.L)
+            return _most_informative(np.ascontiguousarray(tapes, dtype=np.uint8), self.pins, self.family.k,
+                                     self.family.r)
         return super().explore_act(tapes, step)
 
     def explore_observe(self, tapes, actions, next_tapes) -> None:
         self._pin(tapes, actions, next_tapes, actions < self.L)
 
-    def _pin(self, before, actions, after, rows, mask=None, values=None):
-        mask = self.known_mask if mask is None else mask
-        values = self.known_values if values is None else values
-        return _pin_rows(mask, values, pack(before), np.where(rows, actions, 0).astype(np.int64), pack(after),
-                         np.asarray(rows, dtype=np.bool_), self.L)
+    def _pin(self, before, actions, after, rows, pins=None):
+        pins = self.pins if pins is None else pins
+        posts = act(before, np.where(rows, actions, 0), self.family.k)
+        return _pin_tables(pins, posts, np.ascontiguousarray(after, dtype=np.uint8), np.asarray(rows, dtype=np.bool_),
+                           self.family.k, self.family.r)
 
     def consistent(self, row: int) -> np.ndarray:
+        """Elementary family: the rules consistent with row `row`'s pins, ascending."""
         return consistent_rules(self.known_mask[row], self.known_values[row], 256)
 
     def predict(self, problems):
-        mask, values = self.known_mask.copy(), self.known_values.copy()
+        pins = self.pins.copy()
         everyone = np.ones(len(problems), dtype=np.bool_)
         for t in range(problems.T - 1):
-            self._pin(problems.tapes[:, t], problems.actions[:, t], problems.tapes[:, t + 1], everyone, mask, values)
-        last = pack(problems.tapes[:, -1]) ^ (U64(1) << problems.actions[:, -1].astype(np.uint64))
-        cell_masks = pack(problems.mask.astype(np.uint8))
-        candidate_words = np.zeros(problems.candidates.shape[:2], dtype=np.uint64)
-        for i in range(len(problems)):
-            full = np.zeros((problems.candidates.shape[1], self.L), dtype=np.uint8)
-            full[:, problems.mask[i]] = problems.candidates[i]
-            candidate_words[i] = pack(full)
-        votes = _votes(mask, values, last, self.L, cell_masks, candidate_words)
-        return np.argmax(votes, axis=1).astype(np.int64)
+            self._pin(problems.tapes[:, t], problems.actions[:, t], problems.tapes[:, t + 1], everyone, pins)
+        posts = act(problems.tapes[:, -1], problems.actions[:, -1], self.family.k)
+        entries = neighbourhood_indices(posts, self.family)
+        idx = np.stack([entries[i, problems.mask[i]] for i in range(len(problems))]) if len(problems) else \
+            np.zeros((0, problems.candidates.shape[2]), dtype=np.int64)
+        choice = _compatible_candidate(pins, idx, problems.candidates.astype(np.int8))
+        return np.maximum(choice, 0).astype(np.int64)
 
     def plan_act(self, tapes, t):
         horizon, candidates, bonus = self._planner()
-        return _plan_consistent(pack(tapes), self.known_mask, self.known_values, self.goal_words, self.planner_keys,
+        mask, values = pins_to_bits(self.pins)
+        return _plan_consistent(pack(tapes), mask, values, self.goal_words, self.planner_keys,
                                 self.active, t, self.planning.horizon, self.L, bonus, horizon, candidates)
 
     def plan_observe(self, tapes, actions, next_tapes) -> None:
@@ -352,6 +407,9 @@ class LearnedModelTester(_Tester):
         if context.agent is None or not hasattr(context.agent, "world_model_rollout"):
             raise ValueError("a learned world tester needs a trained agent with world_model_rollout "
                              "(a registry entry with world_model=True)")
+        if not context.family.elementary:
+            raise ValueError(f"a learned world tester reads binary tapes and is defined for the elementary family, "
+                             f"not {context.family.describe()}")
         self.agent = context.agent
         self.repeats = "repeat" in inspect.signature(context.agent.world_model_rollout).parameters
 
@@ -460,6 +518,13 @@ class LearnedModelTester(_Tester):
         return out
 
 
+def supports_family(tester_factory, family: RuleFamily) -> bool:
+    """Whether a world tester answers the world test of `family` (the elementary family: every tester; another
+    family: the built-in chance, true-rule and exact-reasoning testers, or a factory with `any_rule_family`)."""
+    return family.elementary or tester_factory in ANY_FAMILY_TESTERS or \
+        bool(getattr(tester_factory, "any_rule_family", False))
+
+
 def chance_tester(config, context: WorldTestContext) -> ChanceTester:
     return ChanceTester(context)
 
@@ -483,3 +548,7 @@ def learned_model_tester(config, context: WorldTestContext) -> LearnedModelTeste
 @dataclass
 class ActiveConfig:
     """Active exploration + exact reasoning has no hyperparameters (its planner is the world test's)."""
+
+
+# the built-in testers that answer prediction and detection in any rule family (planning: the elementary one)
+ANY_FAMILY_TESTERS = (chance_tester, true_rule_tester, random_exploration_tester, active_exploration_tester)

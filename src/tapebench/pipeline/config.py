@@ -19,6 +19,7 @@ import jsonschema
 import yaml
 
 from tapebench.health.checks import CHECKS
+from tapebench.methods.worldtest import supports_family
 from tapebench.layout import NOISE_DECIMALS, noise_label
 from tapebench.pipeline import resources
 from tapebench.registry import build_config, check_hyperparameters, get_method, registry
@@ -28,7 +29,7 @@ from tapebench.rules.sampling import sample_rule_set, spec_from_config
 from tapebench.settings import MAX_CHECKPOINTS_PER_RUN, checkpoints_per_run, worldtest_study
 from tapebench.splits.ladder import LadderError, draw_training_set, ladder_levels
 from tapebench.validation import parse_rule_list
-from tapebench.vocabulary import MAX_EXACT_L
+from tapebench.vocabulary import MAX_EXACT_L, PLANNING_TASK
 
 
 class ConfigError(ValueError):
@@ -316,10 +317,18 @@ def _check_worldtest(config: dict) -> None:
                               f"runs; add it to `methods` {list(config['methods'])} or remove it here")
     if not study["methods"]:
         return
-    if not config_family(config).elementary:
-        raise ConfigError(f"{where}.methods': the world test is defined for elementary rules (exact reasoning "
-                          f"enumerates the 256 tables), not {config_family(config).describe()}; set "
-                          f"studies.worldtest.methods: []")
+    family = config_family(config)
+    if not family.elementary:
+        if PLANNING_TASK in study["tasks"]:
+            raise ConfigError(f"{where}.tasks': world-test planning is defined for the elementary family (exact "
+                              f"reasoning plans over the enumerated consistent rules), not {family.describe()}; "
+                              f"use tasks {[t for t in study['tasks'] if t != PLANNING_TASK]}")
+        for i, method in enumerate(study["methods"]):
+            if not supports_family(methods[method].worldtest, family):
+                able = sorted(m for m, entry in methods.items()
+                              if entry.worldtest is not None and supports_family(entry.worldtest, family))
+                raise ConfigError(f"{where}.methods[{i}]': {method!r} answers the world test of the elementary "
+                                  f"family only, not {family.describe()}; methods that answer it: {able}")
     if any(methods[m].trains for m in study["methods"]) and study["seeds"] > config["seeds"]:
         raise ConfigError(f"{where}.seeds': {study['seeds']} seeds, but methods that train have runs of seeds "
                           f"0..{config['seeds'] - 1} only (`seeds` = {config['seeds']})")

@@ -171,7 +171,7 @@ def calibrate_jobs() -> dict:
                              "--out", f"{tmp}/run", "--quiet"], repeats=1)
         light = _median_cpu([*tapebench, "aggregate-seed", "--episodes", f"{tmp}/e.parquet", "--last-k", "1",
                              "--out", f"{tmp}/p.parquet"])
-        rows = [{"agent": "random", "task": "prediction", "side": s, "budget": b, "n_seeds": 1, "problems": 1,
+        rows = [{"agent": "random", "family": "eca", "task": "prediction", "side": s, "budget": b, "n_seeds": 1, "problems": 1,
                  "mean": 0.2, "ci_low": 0.1, "ci_high": 0.3, "ci": 0.95, "n_resamples": 10, "chance": 1 / 6}
                 for s in ("train", "test") for b in (0, 8)]
         write_parquet(f"{tmp}/a.parquet", pd.DataFrame(rows, columns=WORLDTEST_AGGREGATE_COLUMNS).astype(

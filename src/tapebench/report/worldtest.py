@@ -9,6 +9,7 @@ from tapebench import defaults
 from tapebench.report.render import render_table
 from tapebench.report.style import COLUMN_WIDTH, SIDE_LABELS, method_style, pyplot, save_figure
 from tapebench.report.tables import _seeds_text, display_name
+from tapebench.rule_family import family_from_name
 from tapebench.utils.artifacts import read_table
 from tapebench.validation import check_length
 from tapebench.vocabulary import ID_SIDE, OOD_SIDE, PREDICTION_CANDIDATES, PREDICTION_TASK, WORLDTEST_TASKS
@@ -41,7 +42,8 @@ def worldtest_context(aggregate: pd.DataFrame, *, split: str, L: int, agents=Non
     methods = [{"name": display_name(a),
                 "rows": [{"budget": b, "cells": [cell(a, t, s, b) for t in tasks for s in (ID_SIDE, OOD_SIDE)]}
                          for b in budgets]} for a in agents]
-    return {"split": split, "L": int(L), "tasks": [TASK_LABELS[t] for t in tasks], "methods": methods,
+    families = [family_from_name(f).describe() for f in dict.fromkeys(aggregate["family"].astype(str))]
+    return {"split": split, "L": int(L), "family": "; ".join(families), "tasks": [TASK_LABELS[t] for t in tasks], "methods": methods,
             "seeds": _seeds_text(aggregate.groupby("agent")["n_seeds"].max().tolist())}
 
 

@@ -1,6 +1,6 @@
 """World-test scores (docs/protocol.md#world-test) -> means over seeds with percentile-bootstrap CIs.
 
-Per (agent, task, side, budget): each seed's value is the mean score over its problems; the row is the mean of
+Per (agent, family, task, side, budget): each seed's value is the mean score over its problems; the row is the mean of
 those values over seeds with its percentile-bootstrap CI over seeds. `chance` is 1/6 for prediction (the
 uniform answer), NaN for the other tasks (their chance level is the measured chance row, `random`).
 """
@@ -14,7 +14,7 @@ from tapebench.defaults import CI, N_RESAMPLES
 from tapebench.stats.bootstrap import percentile_ci
 from tapebench.vocabulary import PREDICTION_CANDIDATES, PREDICTION_TASK, WORLDTEST_TASKS
 
-KEYS = ["agent", "task", "side", "budget"]
+KEYS = ["agent", "family", "task", "side", "budget"]
 
 
 def worldtest_per_seed(records: pd.DataFrame) -> pd.DataFrame:
@@ -31,15 +31,15 @@ def aggregate_worldtest(records: pd.DataFrame, *, n_resamples: int = N_RESAMPLES
     """The world-test aggregate (columns `schemas.WORLDTEST_AGGREGATE_COLUMNS`), tasks in protocol order."""
     per_seed = worldtest_per_seed(records)
     rows = []
-    for (agent, task, side, budget), group in per_seed.groupby(KEYS, observed=True, sort=False):
+    for (agent, family, task, side, budget), group in per_seed.groupby(KEYS, observed=True, sort=False):
         interval = percentile_ci(group["value"].to_numpy(), n_resamples, ci, rng=seed)
-        rows.append({"agent": str(agent), "task": str(task), "side": str(side), "budget": int(budget),
+        rows.append({"agent": str(agent), "family": str(family), "task": str(task), "side": str(side), "budget": int(budget),
                      "n_seeds": interval.n, "problems": int(group["problems"].sum()), "mean": interval.mean,
                      "ci_low": interval.low, "ci_high": interval.high, "ci": float(ci), "n_resamples": int(n_resamples),
                      "chance": 1.0 / PREDICTION_CANDIDATES if task == PREDICTION_TASK else np.nan})
     table = pd.DataFrame(rows, columns=WORLDTEST_AGGREGATE_COLUMNS)
     order = {t: i for i, t in enumerate(WORLDTEST_TASKS)}
     agents = {a: i for i, a in enumerate(dict.fromkeys(records["agent"].astype(str)))}
-    return table.sort_values(["agent", "task", "side", "budget"], kind="stable",
+    return table.sort_values(["agent", "family", "task", "side", "budget"], kind="stable",
                              key=lambda c: c.map(agents) if c.name == "agent" else
                              c.map(order) if c.name == "task" else c).reset_index(drop=True)
