@@ -79,3 +79,55 @@ def test_one_decision_picks_the_best_candidate_under_the_scoring(rule):
         expected.append(score)
     assert np.array_equal(scores, expected)
     assert action == seqs[int(np.argmax(expected)), 0]
+
+
+def brute_force_optimum(rule, H):
+    """(fewest steps to the goal, capped at 255 beyond H; least final live count) from every non-goal 3 × 3 grid,
+    by playing every action sequence of length H on the NumPy reference."""
+    starts = ((np.arange(1, 512)[:, None] >> np.arange(9)) & 1).astype(np.uint8).reshape(-1, 3, 3)
+    grids, first = starts, np.full(len(starts), 255)
+    for k in range(1, H + 1):
+        grids = np.repeat(grids, 9, axis=0)
+        first = np.repeat(first, 9)
+        actions = np.tile(np.arange(9), len(grids) // 9)
+        flipped = grids.reshape(len(grids), 9).copy()
+        flipped[np.arange(len(grids)), actions] ^= 1
+        stepped = grid_reference.update(flipped.reshape(-1, 3, 3), rule)
+        done = first != 255
+        grids = np.where(done[:, None, None], 0, stepped).astype(np.uint8)
+        first[~done & (grids.reshape(len(grids), -1).sum(axis=1) == 0)] = k
+    per_start = 9 ** H
+    return (first.reshape(511, per_start).min(axis=1),
+            grids.reshape(511, per_start, 9).sum(axis=2).min(axis=1))
+
+
+@pytest.mark.parametrize("rule", ["B3/S23", "B2/S", "B36/S125", "B1/S12V", "B0/S1V"])
+def test_exact_search_matches_brute_force_on_3x3(rule):
+    from tapebench.methods.grid_exact import value_layers
+
+    rule = MOORE.rule(rule) if not rule.endswith("V") else VON_NEUMANN.rule(rule)
+    H = 3
+    W, d = value_layers(rule, rule.family, 3, H)
+    first, final = brute_force_optimum(rule, H)
+    assert np.array_equal(d[1:], first)
+    assert np.array_equal(W[H][1:], final)
+
+
+def test_exact_feasibility_table_and_its_limit():
+    from tapebench.methods.grid_exact import transition_table
+    from tapebench.oracle.grid_feasibility import grid_feasibility_table
+
+    frame = grid_feasibility_table(["B/S", "B3/S23"], MOORE, 4, 4)
+    dies = frame.iloc[0]
+    assert dies["solvable_fraction"] == 1.0 and dies["steps_1"] == 1.0 and dies["min_steps_max"] == 1
+    life = frame.iloc[1]
+    assert 0 < life["solvable_fraction"] <= 1 and life["optimal_final_dist_mean"] >= 0
+    T = transition_table("B3/S23", MOORE, 4)
+    rule = MOORE.rule("B3/S23")
+    for s in (1, 0b1011_0110_0001_1100, 65535):
+        grid = ((s >> np.arange(16)) & 1).astype(np.uint8).reshape(4, 4)
+        for a in (0, 7, 15):
+            after = grid_reference.transition(grid, a, rule).reshape(-1)
+            assert T[s, a] == int((after.astype(np.int64) << np.arange(16)).sum())
+    with pytest.raises(ValueError, match="n in 3..4, got n=5"):
+        grid_feasibility_table(["B3/S23"], MOORE, 5, 4)
