@@ -131,3 +131,67 @@ def test_exact_feasibility_table_and_its_limit():
             assert T[s, a] == int((after.astype(np.int64) << np.arange(16)).sum())
     with pytest.raises(ValueError, match="n in 3..4, got n=5"):
         grid_feasibility_table(["B3/S23"], MOORE, 5, 4)
+
+
+def one_transition(rule, n=3, seed=4, action=4):
+    grid = random_grids(1, n, seed=seed)[0]
+    return grid, action, grid_reference.transition(grid, action, rule)
+
+
+def test_rule_set_filter_keeps_exactly_the_rules_that_reproduce_the_transition():
+    from tapebench.ca.grid_packed import pack
+    from tapebench.methods.grid_bayes_filter import GridBayesFilter
+
+    true = VON_NEUMANN.rule("B1/S12V")
+    grid, action, after = one_transition(true)
+    bf = GridBayesFilter(range(1024), VON_NEUMANN, 3, seed=0)
+    bf.begin([7])
+    bf.observe(pack(grid), [action], pack(after), [False])
+    flipped = grid_reference.flip(grid, action)
+    consistent = {z for z in range(1024) if np.array_equal(grid_reference.update(flipped, VON_NEUMANN.rule(z)), after)}
+    kept = set(bf.rules[bf.M[0] == 0].tolist())
+    assert kept == consistent and true.id in kept and len(kept) < 1024
+    post = bf.posterior()[0]
+    assert np.allclose(post[bf.M[0] == 0], post.max()) and (post[bf.M[0] > 0] < post.max() * 0.02).all()
+
+
+def test_factorised_filter_is_the_enumerated_posterior_over_the_whole_family():
+    from tapebench.ca.grid_packed import pack
+    from tapebench.methods.grid_bayes_filter import GridBayesFilter, GridBayesFilterFull
+
+    true = VON_NEUMANN.rule("B13/S0V")
+    grid, action, after = one_transition(true, seed=5, action=2)
+    grid2, action2, after2 = one_transition(true, seed=6, action=7)
+    enum = GridBayesFilter(range(1024), VON_NEUMANN, 3)
+    full = GridBayesFilterFull(VON_NEUMANN, 3)
+    for bf in (enum, full):
+        bf.begin([1])
+        bf.observe(pack(grid), [action], pack(after), [False])
+        bf.observe(pack(grid2), [action2], pack(after2), [False])
+    marginal = np.einsum("z,zse->se", enum.posterior()[0], VON_NEUMANN.tables(enum.rules.tolist()).astype(float))
+    assert np.allclose(full.entry_probabilities()[0], marginal, atol=1e-12)
+    pinned = full.C[0].sum(axis=1).reshape(2, 5) > 0
+    assert pinned.any()
+    assert np.array_equal(np.round(full.entry_probabilities()[0][pinned]), true.table[pinned])
+    assert np.allclose(full.entry_probabilities()[0][~pinned], 0.5)
+    # the same action scores: expected live fraction and predictive entropy (nats) of the next grid
+    state = pack(random_grids(1, 3, seed=8))[0]
+    (s_enum, ig_enum), (s_full, ig_full) = enum.action_scores(state), full.action_scores(state)
+    assert np.allclose(s_enum, s_full, atol=1e-9) and np.allclose(ig_enum, ig_full, atol=1e-9)
+    assert ig_full.max() > 0
+
+
+def test_bayes_filters_play_grid_episodes():
+    from tapebench.methods.grid_bayes_filter import GridBayesFilter, GridBayesFilterFull, run_grid_bayes_filter
+
+    starts = random_grids(6, 4, seed=9)
+    rules = ["B/S", "B3/S23", "B2/S"] * 2
+    for make in (lambda: GridBayesFilter(["B/S", "B3/S23", "B2/S", "B36/S23"], MOORE, 4, seed=3),
+                 lambda: GridBayesFilterFull(MOORE, 4, seed=3)):
+        a = run_grid_bayes_filter(starts, rules, MOORE, 6, make(), keys=np.arange(6) + 11)
+        b = run_grid_bayes_filter(starts, rules, MOORE, 6, make(), keys=np.arange(6) + 11)
+        assert all(np.array_equal(a[k], b[k]) for k in ("success", "steps", "actions", "return"))
+        assert a["success"][[0, 3]].all() and (a["steps"][[0, 3]] == 1).all()
+        for i in range(6):
+            lives = replay(starts[i], a["actions"][i], MOORE.rule(rules[i]))
+            assert len(lives) == a["steps"][i] and a["success"][i] == (lives[-1] == 0)
