@@ -195,3 +195,39 @@ def test_bayes_filters_play_grid_episodes():
         for i in range(6):
             lives = replay(starts[i], a["actions"][i], MOORE.rule(rules[i]))
             assert len(lives) == a["steps"][i] and a["success"][i] == (lives[-1] == 0)
+
+
+@pytest.mark.parametrize("rule", ["B3678/S34678", "B3/S012345678", "B1/S12V"])
+def test_exact_controller_reaches_the_goal_in_the_fewest_steps_or_the_least_final_count(rule):
+    from tapebench.methods.grid_exact import dense_index, run_grid_exact, value_layers
+
+    rule = MOORE.rule(rule) if not rule.endswith("V") else VON_NEUMANN.rule(rule)
+    H, starts = 4, random_grids(40, 4, seed=10)
+    out = run_grid_exact(starts, [rule] * 40, rule.family, H)
+    W, d = value_layers(rule, rule.family, 4, H)
+    s = dense_index(starts)
+    solvable = d[s] <= H
+    assert np.array_equal(out["success"], solvable)
+    assert np.array_equal(out["steps"][solvable], d[s][solvable]) and (out["steps"][~solvable] == H).all()
+    assert np.array_equal(np.round(out["final_dist"] * 16).astype(int), np.where(solvable, 0, W[H][s]))
+    for i in range(40):
+        lives = replay(starts[i], out["actions"][i], rule)
+        assert lives[-1] == round(out["final_dist"][i] * 16) and len(lives) == out["steps"][i]
+    mpc = run_grid_mpc(starts, [rule] * 40, rule.family, H, config=MPCConfig(4, 64, 0))
+    assert (mpc["success"] <= out["success"]).all() and (mpc["final_dist"] >= out["final_dist"] - 1e-12).all()
+
+
+def test_oracles_refuse_bad_batches_naming_the_argument():
+    from tapebench.methods.grid_exact import run_grid_exact
+
+    grids = random_grids(2, 4)
+    with pytest.raises(ValueError, match="one rule per start grid"):
+        run_grid_mpc(grids, ["B3/S23"], MOORE, 4)
+    with pytest.raises(ValueError, match="all-zero goal"):
+        run_grid_mpc(np.zeros((1, 4, 4), dtype=np.uint8), ["B3/S23"], MOORE, 4)
+    with pytest.raises(ValueError, match="neighbourhood"):
+        run_grid_mpc(grids, ["B3/S23", "B1/S1V"], MOORE, 4)
+    with pytest.raises(ValueError, match="packed kernel"):
+        run_grid_mpc(random_grids(1, 9), ["B3/S23"], MOORE, 4)
+    with pytest.raises(ValueError, match="n in 3..4, got n=5"):
+        run_grid_exact(random_grids(1, 5), ["B3/S23"], MOORE, 4)

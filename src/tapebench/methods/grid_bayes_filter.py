@@ -30,11 +30,11 @@ import numpy as np
 from tapebench import defaults
 from tapebench.ca.grid_packed import check_packed_size, masks, step_word_masks, transition_words
 from tapebench.ca.packed import popcount
-from tapebench.episodes.accounting import add_step, results_dict
+from tapebench.episodes.accounting import results_dict
 from tapebench.episodes.streams import U64, step_keys
 from tapebench.grid_rules import GridFamily
 from tapebench.methods.bayes_filter import BAYES_DOMAIN, Config, _pick, _weights
-from tapebench.methods.grid_mpc import _check_batch, flip_word
+from tapebench.methods.grid_mpc import account_steps, check_batch, flip_word
 from tapebench.validation import check_horizon, check_success_bonus
 
 
@@ -279,16 +279,6 @@ class GridBayesFilterFull(_Filter):
 
 # ---------------------------------------------------------------------------------------------- episodes
 
-@nb.njit(cache=True)
-def _account(metrics, steps, actions_log, states, actions, active, t, cells, bonus32):
-    for i in range(states.shape[0]):
-        if active[i]:
-            live = popcount(states[i])
-            add_step(metrics, i, live, cells, bonus32)
-            actions_log[i, t] = actions[i]
-            steps[i] = t + 1
-
-
 def run_grid_bayes_filter(starts, rules, family: GridFamily, H: int, policy: _Filter, *, keys=None,
                           success_bonus: float = defaults.SUCCESS_BONUS) -> dict:
     """Play one episode per start grid (N, n, n) under its true rule (N rules of `family`) with a grid Bayes
@@ -296,7 +286,7 @@ def run_grid_bayes_filter(starts, rules, family: GridFamily, H: int, policy: _Fi
     `grid_mpc.run_grid_mpc`."""
     H = check_horizon(H)
     success_bonus = check_success_bonus(success_bonus)
-    states, ids, n, keys = _check_batch(starts, rules, family, keys)
+    states, ids, n, keys = check_batch(starts, rules, family, keys)
     if policy.family != family or policy.n != n:
         raise ValueError(f"the filter is for {policy.family.name} grids of side {policy.n}, the episodes are "
                          f"{family.name} grids of side {n}")
@@ -313,7 +303,7 @@ def run_grid_bayes_filter(starts, rules, family: GridFamily, H: int, policy: _Fi
         actions = policy.act(states)
         nxt = transition_words(states, actions, ids, n, moore)
         nxt = np.where(active, nxt, states)
-        _account(metrics, steps, log, nxt, actions, active, t, n * n, np.float32(success_bonus))
+        account_steps(metrics, steps, log, nxt, actions, active, t, n * n, np.float32(success_bonus))
         policy.observe(states, actions, nxt, (nxt == 0) | (t + 1 >= H))
         states = nxt
     return results_dict(metrics, steps, log, H)

@@ -18,9 +18,12 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from tapebench import defaults
 from tapebench.ca.grid_packed import ROW_STRIDE, step_words
+from tapebench.episodes.accounting import results_dict
 from tapebench.grid_rules import GridFamily
-from tapebench.validation import check_horizon, check_integer
+from tapebench.methods.grid_mpc import account_steps, check_batch
+from tapebench.validation import check_horizon, check_integer, check_success_bonus
 
 MAX_EXACT_GRID = 4   # 2^16 grids; n = 5 would be 2^25 grids x 25 actions per rule
 UNREACHABLE = 255
@@ -92,3 +95,47 @@ def value_layers(rule, family: GridFamily, n: int, H: int) -> tuple[np.ndarray, 
         W[r] = U[T].min(axis=1)
         d[(W[r] == 0) & (d == UNREACHABLE)] = r
     return W, d
+
+
+def dense_index(grids) -> np.ndarray:
+    """(N, n, n) grids -> their dense n²-bit indices (cell (r, c) is bit r·n + c)."""
+    grids = np.asarray(grids, dtype=np.int64)
+    cells = grids.shape[-1] ** 2
+    return (grids.reshape(len(grids), cells) << np.arange(cells, dtype=np.int64)).sum(axis=1)
+
+
+def run_grid_exact(starts, rules, family: GridFamily, H: int, *,
+                   success_bonus: float = defaults.SUCCESS_BONUS) -> dict:
+    """Play one episode per start grid (N, n, n), n ≤ 4, under its rule with the exact controller: with r steps
+    left in grid s it plays the lowest action a minimising U[k](T(s, a)), k = min(d[s], r) − 1, so it reaches
+    the goal in the fewest steps whenever it can within H and otherwise ends at the least reachable live-cell
+    count. Per-episode arrays as `grid_mpc.run_grid_mpc`."""
+    H = check_exact_grid_horizon(H)
+    success_bonus = check_success_bonus(success_bonus)
+    words, ids, n, _ = check_batch(starts, rules, family, None)
+    n = check_exact_grid(n)
+    count = len(words)
+    metrics = np.zeros((count, 4), dtype=np.float64)
+    steps = np.zeros(count, dtype=np.int64)
+    log = np.full((count, H), -1, dtype=np.int16)
+    states = dense_index(np.asarray(starts, dtype=np.uint8).reshape(count, n, n))
+    for rule_id in np.unique(ids):
+        rows = np.flatnonzero(ids == rule_id)
+        T = transition_table(int(rule_id), family, n)
+        W, d = value_layers(int(rule_id), family, n, H)
+        U = W.astype(np.int64)
+        U[:, 0] = 0
+        s = states[rows]
+        active = np.ones(len(rows), dtype=np.bool_)
+        m_rows, steps_rows, log_rows = metrics[rows], steps[rows], log[rows]
+        for t in range(H):
+            k = np.minimum(d[s].astype(np.int64), H - t) - 1
+            actions = np.argmin(U[k[:, None], T[s]], axis=1)
+            s = np.where(active, T[s, actions], s)
+            account_steps(m_rows, steps_rows, log_rows, _dense_to_packed(s, n), actions, active, t, n * n,
+                          np.float32(success_bonus))
+            active &= s != 0
+            if not active.any():
+                break
+        metrics[rows], steps[rows], log[rows] = m_rows, steps_rows, log_rows
+    return results_dict(metrics, steps, log, H)

@@ -93,7 +93,18 @@ def _plan_episodes(starts, rules, keys, n, moore, H, bonus32, score_bonus, horiz
     return metrics, steps, actions
 
 
-def _check_batch(starts, rules, family: GridFamily, keys):
+@nb.njit(cache=True)
+def account_steps(metrics, steps, actions_log, states, actions, active, t, cells, bonus32):
+    """Account step t of every active episode whose new packed grid is states[i] (`episodes.accounting`)."""
+    for i in range(states.shape[0]):
+        if active[i]:
+            live = popcount(states[i])
+            add_step(metrics, i, live, cells, bonus32)
+            actions_log[i, t] = actions[i]
+            steps[i] = t + 1
+
+
+def check_batch(starts, rules, family: GridFamily, keys):
     grids = check_grids(starts, what="start grid")
     grids = grids[None] if grids.ndim == 2 else grids
     n = check_packed_size(grids.shape[-1])
@@ -123,7 +134,7 @@ def run_grid_mpc(starts, rules, family: GridFamily, H: int, config: MPCConfig = 
     auc_dist, return, steps and the action log (N, H), −1 after the end."""
     H = check_horizon(H)
     success_bonus = check_success_bonus(success_bonus)
-    words, ids, n, keys = _check_batch(starts, rules, family, keys)
+    words, ids, n, keys = check_batch(starts, rules, family, keys)
     metrics, steps, actions = _plan_episodes(words, ids, episode_keys(keys, config.seed), n,
                                              family.neighbours == 8, H, np.float32(success_bonus),
                                              float(success_bonus) * n * n, int(config.horizon),
@@ -135,7 +146,7 @@ def plan_action(grid, rule, family: GridFamily, step_key_word: int, depth: int, 
                 success_bonus: float = defaults.SUCCESS_BONUS) -> tuple[int, np.ndarray]:
     """One decision from one grid (n, n) under step key `step_key_word` with `depth` steps of lookahead:
     (the action, the n²-scaled scores of the candidates). For tests and inspection."""
-    words, ids, n, _ = _check_batch(np.asarray(grid)[None], [rule], family, None)
+    words, ids, n, _ = check_batch(np.asarray(grid)[None], [rule], family, None)
     candidates, horizon = int(config.candidates), int(config.horizon)
     score = np.empty(candidates, dtype=np.float64)
     action = _plan_action(words[0], ids[0], U64(step_key_word), int(depth), n, family.neighbours == 8,
