@@ -197,22 +197,22 @@ def test_bayes_filters_play_grid_episodes():
             assert len(lives) == a["steps"][i] and a["success"][i] == (lives[-1] == 0)
 
 
-@pytest.mark.parametrize("rule", ["B3678/S34678", "B3/S012345678", "B1/S12V"])
-def test_exact_controller_reaches_the_goal_in_the_fewest_steps_or_the_least_final_count(rule):
+@pytest.mark.parametrize("rule, n", [("B3678/S34678", 4), ("B3/S012345678", 4), ("B1/S12V", 3)])
+def test_exact_controller_reaches_the_goal_in_the_fewest_steps_or_the_least_final_count(rule, n):
     from tapebench.methods.grid_exact import dense_index, run_grid_exact, value_layers
 
     rule = MOORE.rule(rule) if not rule.endswith("V") else VON_NEUMANN.rule(rule)
-    H, starts = 4, random_grids(40, 4, seed=10)
+    H, starts, cells = 4, random_grids(40, n, seed=10), n * n
     out = run_grid_exact(starts, [rule] * 40, rule.family, H)
-    W, d = value_layers(rule, rule.family, 4, H)
+    W, d = value_layers(rule, rule.family, n, H)
     s = dense_index(starts)
     solvable = d[s] <= H
     assert np.array_equal(out["success"], solvable)
     assert np.array_equal(out["steps"][solvable], d[s][solvable]) and (out["steps"][~solvable] == H).all()
-    assert np.array_equal(np.round(out["final_dist"] * 16).astype(int), np.where(solvable, 0, W[H][s]))
+    assert np.array_equal(np.round(out["final_dist"] * cells).astype(int), np.where(solvable, 0, W[H][s]))
     for i in range(40):
         lives = replay(starts[i], out["actions"][i], rule)
-        assert lives[-1] == round(out["final_dist"][i] * 16) and len(lives) == out["steps"][i]
+        assert lives[-1] == round(out["final_dist"][i] * cells) and len(lives) == out["steps"][i]
     mpc = run_grid_mpc(starts, [rule] * 40, rule.family, H, config=MPCConfig(4, 64, 0))
     assert (mpc["success"] <= out["success"]).all() and (mpc["final_dist"] >= out["final_dist"] - 1e-12).all()
 
