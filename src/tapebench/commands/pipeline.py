@@ -35,12 +35,17 @@ def run(args) -> int:
     from tapebench.registry import get_method
 
     trained = [m for m in config["methods"] if get_method(m).trains]
-    runs = len(trained) * config["seeds"]
-    evaluations = runs + sum(1 if get_method(m).deterministic else config["seeds"]
-                             for m in config["methods"] if m not in trained)
+    seeds = config["seeds"]
+    blocks = -(-seeds // training["seeds_per_job"])   # jobs per method: one per seed block
+    runs = len(trained) * seeds
+    seeded = [m for m in config["methods"] if m not in trained and not get_method(m).deterministic]
+    one_seed = [m for m in config["methods"] if m not in trained and get_method(m).deterministic]
+    evaluations = runs + len(seeded) * seeds + len(one_seed)
+    eval_jobs = (len(trained) + len(seeded)) * blocks + len(one_seed)
+    horizons = len(evaluation["horizons"])
     print(f"\n# {runs} training runs (split {config['main_split']}: {len(trained)} methods that train x "
-          f"{config['seeds']} seeds) of {training['total_steps']} steps with "
+          f"{seeds} seeds, in {len(trained) * blocks} jobs) of {training['total_steps']} steps with "
           f"{checkpoints_per_run(training['total_steps'], training['eval_every'])} checkpoints each; "
-          f"{evaluations * len(evaluation['horizons'])} evaluation jobs (H = "
+          f"{evaluations * horizons} evaluations in {eval_jobs * horizons} jobs (H = "
           f"{', '.join(map(str, evaluation['horizons']))}) for {len(config['methods'])} methods")
     return 0
