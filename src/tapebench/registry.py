@@ -116,6 +116,9 @@ class Method:
     rule_agnostic    its policy never uses the rule, neither told nor inferred from transitions (the live-cell
                      rows, the prior-only planner, the random floor): the best such row is the rule-agnostic
                      floor of the rule-dependent headroom (docs/protocol.md#rule-agnostic-floors)
+    goal_conditioned its evaluation policy takes each episode's own goal (`EpisodeBatch.goals`, the observation's goal
+                     part): it can run with env.goal: derived (docs/protocol.md#multi-goal); validation refuses the
+                     others there
     fixed            Config fields that define the row (e.g. the equivariant rows' `network`): an override with
                      another value is refused, since the row would train something else under its name
 
@@ -141,6 +144,7 @@ class Method:
     summary: str = ""
     fixed: tuple[str, ...] = ()
     rule_agnostic: bool = False
+    goal_conditioned: bool = False
 
     def __new__(cls, *args, **kwargs):
         # The dataclass's own TypeError names the unknown keyword only; name the field that was meant as well.
