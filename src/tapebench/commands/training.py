@@ -33,7 +33,7 @@ from tapebench.splits.io import load_split
 from tapebench.training.blocks import SEED_FIELD, STACKING, train_block, write_block_record
 from tapebench.training.loop import RunLog, TrainSpec, resolve_device, torch_settings, train
 from tapebench.utils.io import provenance, write_parquet
-from tapebench.validation import check_noise, parse_param_sections, parse_rule_list, parse_seed_list, seed_argument
+from tapebench.validation import check_goal_mode, check_noise, parse_param_sections, parse_rule_list, parse_seed_list, seed_argument
 
 PARAM_SECTIONS = {
     "agent": None,  # checked against the agent's Config
@@ -130,7 +130,11 @@ def _evaluate_one(args, params: dict, split, rules) -> int:
                   eval_seed=evaluation.get("eval_seed", defaults.EVAL_SEED),
                   success_bonus=float(env.get("success_bonus", defaults.SUCCESS_BONUS)),
                   noise=float(check_noise(evaluation.get("noise", 0.0))))
+    goal_mode, goal_steps = check_goal_mode(env.get("goal", defaults.GOAL), env.get("goal_steps", defaults.GOAL_STEPS))
     if args.run is not None:
+        if goal_mode != defaults.GOAL:
+            raise ValueError(f"env.goal: {goal_mode}: trained runs do not take an episode's goal yet; the multi-goal "
+                             f"protocol (docs/protocol.md#multi-goal) evaluates the methods that do not train")
         label = f"H{args.H}" + (f"_noise{common['noise']:g}" if common["noise"] else "")
         log = RunLog(Path(args.run) / f"evaluate_{label}.log", f"evaluate {label}", args.quiet)
         records, summary = evaluate_run(args.run, args.H, split=split, rules=rules,
@@ -138,7 +142,8 @@ def _evaluate_one(args, params: dict, split, rules) -> int:
                                         device=args.device, threads=args.threads, log=log, **common)
     else:
         log = _untrained_log(args)
-        records, summary = _evaluate_untrained(args, params, split, rules, env, common, log)
+        records, summary = _evaluate_untrained(args, params, split, rules, env,
+                                               {**common, "goal_mode": goal_mode, "goal_steps": goal_steps}, log)
     config_slice = {k: params[k] for k in ("agent", "env", "evaluation") if k in params}
     config_slice["H"] = args.H
     if rules is not None:
