@@ -33,7 +33,8 @@ from tapebench.splits.io import load_split
 from tapebench.training.blocks import SEED_FIELD, STACKING, train_block, write_block_record
 from tapebench.training.loop import RunLog, TrainSpec, resolve_device, torch_settings, train
 from tapebench.utils.io import provenance, write_parquet
-from tapebench.validation import check_goal_mode, check_noise, parse_param_sections, parse_rule_list, parse_seed_list, seed_argument
+from tapebench.validation import (check_goal_mode, check_noise, parse_param_sections, parse_rule_list, parse_seed_list,
+                                  seed_argument)
 
 PARAM_SECTIONS = {
     "agent": None,  # checked against the agent's Config
