@@ -38,7 +38,7 @@ from tapebench.validation import (check_goal_mode, check_noise, parse_param_sect
 
 PARAM_SECTIONS = {
     "agent": None,  # checked against the agent's Config
-    "env": tuple(defaults.ENV),
+    "env": (*defaults.ENV, "goal", "goal_steps"),   # env.goal / goal_steps: docs/protocol.md#multi-goal
     "training": tuple(defaults.TRAINING),
     "evaluation": ("episodes_per_rule", "eval_seed", "checkpoints", "noise"),
     "model_error": ("context", "depth"),
@@ -67,6 +67,9 @@ def run_train(args) -> int:
     split, split_info = _rule_source(args)
     rules = tuple(split.train) if split is not None else tuple(parse_rule_list(args.rules))
     env = {**defaults.ENV, **params.get("env", {})}
+    if check_goal_mode(env.get("goal", defaults.GOAL), env.get("goal_steps", defaults.GOAL_STEPS))[0] != defaults.GOAL:
+        raise ValueError(f"env.goal: {env['goal']}: training runs do not take an episode's goal yet (only the methods "
+                         f"that do not train play the multi-goal protocol, docs/protocol.md#multi-goal)")
     training = {**defaults.TRAINING, **params.get("training", {})}
     specs = [TrainSpec(agent=args.agent, rules=rules, seed=seed, hyperparameters=params.get("agent", {}),
                        L=env["L"], H=env["H"], success_bonus=float(env["success_bonus"]),
@@ -290,7 +293,8 @@ def register(sub) -> None:
     p.add_argument("--H", type=int, required=True, help="evaluation horizon (steps per episode)")
     p.add_argument("--out", required=True, help="Parquet file of per-episode records to write")
     p.add_argument("--params", default="{}",
-                   help='settings as JSON: {"env": {"L", "success_bonus"}, "evaluation": {"episodes_per_rule", '
+                   help='settings as JSON: {"env": {"L", "success_bonus", "goal", "goal_steps"}, '
+                        '"evaluation": {"episodes_per_rule", '
                         '"eval_seed", "checkpoints": "all" or K (the last K), "noise": cell-update noise epsilon '
                         'in [0, 0.5]}, "agent": {hyperparameters of --method}}; what is left out takes the paper '
                         f'protocol\'s value ({defaults.EPISODES_PER_RULE} episodes per rule, every checkpoint, no '
