@@ -405,10 +405,12 @@ def _check_goal(config: dict) -> None:
                           f"{config_family(config).describe()} (rule_set.family); use env.goal: {ZEROS_GOAL}")
     methods = registry()
     supported = sorted(m for m, entry in methods.items() if entry.goal_conditioned)
-    for i, method in enumerate(config["methods"]):
-        if not methods[method].goal_conditioned:
-            raise ConfigError(f"config key 'methods[{i}]': {method!r} does not take an episode's goal, so it cannot "
-                              f"run with env.goal: {DERIVED_GOAL}; methods that do: {supported}")
+    lists = {"methods": config["methods"], "studies.ladder.methods": config["studies"]["ladder"]["methods"]}
+    for key, listed in lists.items():
+        for i, method in enumerate(listed):
+            if method in methods and not methods[method].goal_conditioned:
+                raise ConfigError(f"config key '{key}[{i}]': {method!r} does not take an episode's goal, so it cannot "
+                                  f"run with env.goal: {DERIVED_GOAL}; methods that do: {supported}")
 
 
 def env_params(config: dict) -> dict:
