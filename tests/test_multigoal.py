@@ -124,3 +124,28 @@ def test_goal_errors_name_the_key_and_what_is_allowed():
         play(lambda obs: torch.zeros(len(obs), dtype=torch.long), get_method("dqn"), episodes, protocol, types)
     zeros = side_protocols(L=8, H=4, episodes_per_rule=1, eval_seed=0, rules=[30])[0][1]
     assert protocol_differences(zeros.as_dict(), protocol.as_dict()) == ["goal_mode ('zeros' vs 'derived')"]
+
+
+def test_tape_env_with_a_goal_per_episode_agrees_with_the_batched_env_step_for_step():
+    from tapebench.envs.tape_env import TapeEnv
+
+    episodes = episode_set([30, 90, 110], 2, 10, eval_seed=9, goal_mode="derived", goal_steps=4)
+    n, H = len(episodes), 6
+    batched = BatchedTapeEnv(n, L=10, H=H, rules=[30, 90, 110], autoreset=False, goal_in_obs=True)
+    obs = batched.load(episodes.tapes, episodes.rules, goals=episodes.goals).numpy()
+    envs = [TapeEnv(rule=int(z), L=10, H=H, goal_in_obs=True) for z in episodes.rules]
+    single = np.stack([env.reset(options={"tape": tape, "goal": goal, "rule": int(z)})[0] for env, tape, goal, z in
+                       zip(envs, episodes.tapes, episodes.goals, episodes.rules)])
+    assert obs.shape == (n, 21) and envs[0].observation_space.shape == (21,)
+    assert np.array_equal(obs, single)
+    rng = np.random.default_rng(0)
+    for _ in range(H):
+        actions = rng.integers(0, 10, n)
+        obs, reward, terminated, truncated, info = batched.step(torch.as_tensor(actions))
+        steps = [env.step(int(a)) for env, a in zip(envs, actions)]
+        assert np.array_equal(obs.numpy(), np.stack([s[0] for s in steps]))
+        assert np.allclose(reward.numpy(), [s[1] for s in steps])
+        assert terminated.tolist() == [s[2] for s in steps]
+        assert np.allclose(info["dist"].numpy(), [s[4]["dist"] for s in steps])
+    # a reset without options["goal"] returns to the env's own goal (the all-zero tape)
+    assert not envs[0].reset(seed=1)[0][10:20].any()
