@@ -15,7 +15,6 @@ from tapebench.evaluation.evaluate import evaluate_untrained, play, side_protoco
 from tapebench.evaluation.protocol import protocol_differences
 from tapebench.evaluation.runner import run_episodes
 from tapebench.methods.live_policy import live_actions
-from tapebench.methods.mpc import MPCPolicy
 from tapebench.registry import get_method
 from tapebench.validation import check_goal_mode
 
