@@ -35,6 +35,8 @@ def test_the_shipped_configs_are_valid():
     validate_config(merge_config(paper_config(), load_config_file(REPO / "config/quick.yaml")), SCHEMA)
     validate_config(merge_config(paper_config(), load_config_file(REPO / "tests/data/tiny.yaml")), SCHEMA)
     validate_config(merge_config(paper_config(), load_config_file(REPO / "config/equivariant.yaml")), SCHEMA)
+    validate_config(merge_config(paper_config(), load_config_file(REPO / "config/multigoal.yaml")), SCHEMA)
+    validate_config(merge_config(paper_config(), load_config_file(REPO / "config/multigoal_quick.yaml")), SCHEMA)
 
 
 @pytest.mark.parametrize("override, key, message", [
@@ -63,6 +65,11 @@ def test_the_shipped_configs_are_valid():
     ({"evaluation": {"horizons": [32, 10**7]}}, "evaluation.horizons.1", "maximum of 1024"),
     ({"training": {"threads": 10**6}}, "training.threads", "maximum of 256"),
     ({"oracle": {"candidates": 10**9}}, "oracle.candidates", "maximum of 65536"),
+    ({"env": {"goal": "ones"}}, "env.goal", "is not one of ['zeros', 'derived']"),
+    ({"env": {"goal_steps": 65}}, "env.goal_steps", "maximum of 64"),
+    ({"env": {"goal_steps": 0}}, "env.goal_steps", "minimum of 1"),
+    ({"env": {"goal": "derived"}}, "methods[0]", "'dqn' does not take an episode's goal"),
+    ({"env": {"goal": "derived"}, "methods": ["mpc"]}, "studies.ladder.methods[0]", "does not take an episode's goal"),
 ])
 def test_hostile_values_stop_at_validation_naming_the_key(override, key, message):
     assert_rejected(paper_config(**override), key, message)

@@ -147,7 +147,9 @@ def test_python_dataclass_defaults_are_the_config_values():
         assert _same(default, ladder[key]), (f"studies.ladder.{key}: LadderParams default {default!r}, "
                                              f"config/config.yaml {ladder[key]!r}")
     fields = {f.name: f.default for f in dataclasses.fields(TrainSpec)}
-    for key, value in {**config["env"], **{k: config["training"][k] for k in ("total_steps", "eval_every")}}.items():
+    # env.goal / env.goal_steps are the evaluation episodes' (docs/protocol.md#multi-goal), not a training run's
+    training_env = {k: config["env"][k] for k in ("L", "H", "success_bonus")}
+    for key, value in {**training_env, **{k: config["training"][k] for k in ("total_steps", "eval_every")}}.items():
         assert _same(fields[key], value), f"TrainSpec.{key} default {fields[key]!r}, config/config.yaml {value!r}"
 
 

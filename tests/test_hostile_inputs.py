@@ -211,8 +211,8 @@ def test_output_folders_and_bad_render_options_are_refused_before_any_work(tmp_p
     assert main(["bench", "sb3", "--json", str(tmp_path), "--steps", "10"]) == 2
     assert "is a folder" in capsys.readouterr().err
     aggregate = tmp_path / "wt.parquet"
-    table = pd.DataFrame({"agent": ["random"], "task": ["prediction"], "side": ["train"], "budget": [0],
-                          "n_seeds": [1], "problems": [2], "mean": [0.5], "ci_low": [0.4], "ci_high": [0.6],
+    table = pd.DataFrame({"agent": ["random"], "family": ["k=2 r=1"], "task": ["prediction"], "side": ["train"],
+                          "budget": [0], "n_seeds": [1], "problems": [2], "mean": [0.5], "ci_low": [0.4], "ci_high": [0.6],
                           "ci": [0.95], "n_resamples": [10], "chance": [1 / 6]})
     write_parquet(aggregate, table, meta={"table": "worldtest_aggregate"})
     render = ["render", "worldtest", "--aggregate", str(aggregate), "--split", "main"]

@@ -26,6 +26,8 @@ from __future__ import annotations
 L = 32                       # tape length
 H = 32                       # training horizon
 SUCCESS_BONUS = 1.0          # b in r = -dist + b * 1[dist = 0]
+GOAL = "zeros"               # the episodes' goal: the all-zero tape, or "derived" (docs/protocol.md#multi-goal)
+GOAL_STEPS = 8               # derived goals: reached from the start in k in 1..GOAL_STEPS random steps
 
 # training: the schedule of one run
 TOTAL_STEPS = 200_000        # environment steps per run
@@ -75,6 +77,8 @@ CONFIG_KEYS = {
     "env.L": L,
     "env.H": H,
     "env.success_bonus": SUCCESS_BONUS,
+    "env.goal": GOAL,
+    "env.goal_steps": GOAL_STEPS,
     "features.L": L,
     "features.trials": FEATURE_TRIALS,
     "features.steps": FEATURE_STEPS,

@@ -116,6 +116,9 @@ class Method:
     rule_agnostic    its policy never uses the rule, neither told nor inferred from transitions (the live-cell
                      rows, the prior-only planner, the random floor): the best such row is the rule-agnostic
                      floor of the rule-dependent headroom (docs/protocol.md#rule-agnostic-floors)
+    goal_conditioned its evaluation policy takes each episode's own goal (`EpisodeBatch.goals`, the observation's goal
+                     part): it can run with env.goal: derived (docs/protocol.md#multi-goal); validation refuses the
+                     others there
     fixed            Config fields that define the row (e.g. the equivariant rows' `network`): an override with
                      another value is refused, since the row would train something else under its name
 
@@ -141,6 +144,7 @@ class Method:
     summary: str = ""
     fixed: tuple[str, ...] = ()
     rule_agnostic: bool = False
+    goal_conditioned: bool = False
 
     def __new__(cls, *args, **kwargs):
         # The dataclass's own TypeError names the unknown keyword only; name the field that was meant as well.
@@ -278,13 +282,16 @@ def _builtin() -> list[Method]:
               summary="ensemble MPC with beta x ensemble disagreement (nats) added to each planned step"),
         Method("bayes_filter", "Bayes filter (train)", "belief", part("bayes_filter", "Config"),
                make_policy=part("bayes_filter", "make_policy"),
+               goal_conditioned=True,
                summary="posterior over the training rules, one-step greedy on expected distance + 0.25 x IG"),
         Method("bayes_filter_full", "Bayes filter (full)", "belief", part("bayes_filter", "Config"),
                make_policy=part("bayes_filter", "make_policy_full"),
+               goal_conditioned=True,
                summary="posterior over all 256 rules, one-step greedy on expected distance + 0.25 x IG"),
         Method("identify_then_plan", "Identify-then-plan", "belief", part("identify_then_plan", "Config"),
                make_policy=part("identify_then_plan", "make_policy"),
                worldtest=part("worldtest", "random_exploration_tester"),
+               goal_conditioned=True,
                summary="rule tables consistent with the transitions seen, MPC (8 x 512) averaged over them"),
         Method("active_identify", "Active identification", "belief", part("worldtest", "ActiveConfig"),
                worldtest=part("worldtest", "active_exploration_tester"),
@@ -292,23 +299,29 @@ def _builtin() -> list[Method]:
         Method("random", "Random policy", "reference", part("random_policy", "Config"),
                make_policy=part("random_policy", "make_policy"), any_rule_family=True,
                worldtest=part("worldtest", "chance_tester"), rule_agnostic=True,
+               goal_conditioned=True,
                summary="a uniformly random cell each step: the floor"),
         Method("live_leftmost", "Flip lowest live cell", "rule_agnostic", part("live_policy", "Config"),
                make_policy=part("live_policy", "make_leftmost"), any_rule_family=True, rule_agnostic=True,
-               summary="flip the lowest-index live (non-zero) cell; a uniform cell when none is live"),
+               goal_conditioned=True,
+               summary="flip the lowest-index live cell (one that differs from the goal); a uniform cell when none is"),
         Method("live_random", "Flip random live cell", "rule_agnostic", part("live_policy", "Config"),
                make_policy=part("live_policy", "make_random"), any_rule_family=True, rule_agnostic=True,
-               summary="flip a uniformly random live (non-zero) cell; a uniform cell when none is live"),
+               goal_conditioned=True,
+               summary="flip a uniformly random live cell (one differing from the goal); a uniform cell when none is"),
         Method("mpc_prior", "MPC (training-rule prior)", "rule_agnostic", part("identify_then_plan", "Config"),
                make_policy=part("identify_then_plan", "make_prior_policy"), rule_agnostic=True,
+               goal_conditioned=True,
                summary="identify-then-plan's MPC (8 x 512) over the training rules, a prior never updated"),
         Method("mpc", "True-dynamics MPC", "reference", part("mpc", "MPCMethodConfig"),
                make_policy=part("mpc", "make_policy"),
                sees_true_rule=True, any_rule_family=True, worldtest=part("worldtest", "true_rule_tester"),
+               goal_conditioned=True,
                summary="random-shooting MPC with the episode's true rule (8 x 512)"),
         Method("exact", "Exact optimum", "reference", part("exact", "ExactConfig"),
                make_policy=part("exact", "make_policy"),
                sees_true_rule=True, deterministic=True, by_rule=True,
+               goal_conditioned=True,
                summary="exact finite-horizon optimum by dynamic programming over all 2^L tapes (L <= 20)"),
     ]
 

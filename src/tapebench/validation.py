@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from tapebench.rule_family import ELEMENTARY, RuleFamily
+from tapebench.vocabulary import GOAL_MODES, MAX_GOAL_STEPS
 
 MIN_L, MAX_L = 3, 64
 MIN_GRID, MAX_GRID = 3, 32    # side n of the n x n torus grids (docs/protocol.md#grid)
@@ -248,6 +249,14 @@ def check_init_density(value, allow_range: bool = False):
     """Initial cell density rho (cells i.i.d. Bernoulli(rho)): in (0, 1), so a tape other than the goal
     can always be drawn."""
     return _check_nuisance(value, "init_density", 0.0, 1.0, True, allow_range)
+
+
+def check_goal_mode(goal, goal_steps) -> tuple[str, int]:
+    """env.goal (zeros | derived) and env.goal_steps (1..MAX_GOAL_STEPS): docs/protocol.md#multi-goal."""
+    if goal not in GOAL_MODES:
+        raise ValueError(f"env.goal must be one of {list(GOAL_MODES)}, got {goal!r}")
+    steps = check_integer(goal_steps, "env.goal_steps", minimum=1, maximum=MAX_GOAL_STEPS)
+    return goal, steps
 
 
 def check_noise(value, allow_range: bool = False):

@@ -16,6 +16,11 @@ LADDER_SIDE_PREFIX = "d"
 ID_PROTOCOL = "ID"           # protocol names of the protocol comparison (docs/protocol.md#protocol-comparison)
 OOD_PROTOCOL = "OOD"         # the reference protocol: OOD on the main split at the training horizon
 
+ZEROS_GOAL = "zeros"         # env.goal: every episode's goal is the all-zero tape (docs/protocol.md#multi-goal)
+DERIVED_GOAL = "derived"     # env.goal: each episode's goal is reached from its start by its rule in random steps
+GOAL_MODES = (ZEROS_GOAL, DERIVED_GOAL)
+MAX_GOAL_STEPS = 64          # env.goal_steps: at most this many random steps to a derived goal
+
 MAX_EXACT_L = 20             # the exact optimum enumerates all 2^L tapes: L <= 20
 
 # the world test (docs/protocol.md#world-test): its tasks, in the order tables list them

@@ -30,6 +30,7 @@ def _list(args) -> int:
                                               "evaluates only the last K checkpoints (planner)"),
                                              (m.deterministic, "deterministic: one seed is evaluated"),
                                              (m.worldtest is not None, "takes part in the world test"),
+                                             (m.goal_conditioned, "takes each episode's goal (env.goal: derived)"),
                                              (not m.plays_episodes, "world test only: no TAPE episodes"))
                      if flag]
             if notes:

@@ -33,11 +33,12 @@ from tapebench.splits.io import load_split
 from tapebench.training.blocks import SEED_FIELD, STACKING, train_block, write_block_record
 from tapebench.training.loop import RunLog, TrainSpec, resolve_device, torch_settings, train
 from tapebench.utils.io import provenance, write_parquet
-from tapebench.validation import check_noise, parse_param_sections, parse_rule_list, parse_seed_list, seed_argument
+from tapebench.validation import (check_goal_mode, check_noise, parse_param_sections, parse_rule_list, parse_seed_list,
+                                  seed_argument)
 
 PARAM_SECTIONS = {
     "agent": None,  # checked against the agent's Config
-    "env": tuple(defaults.ENV),
+    "env": (*defaults.ENV, "goal", "goal_steps"),   # env.goal / goal_steps: docs/protocol.md#multi-goal
     "training": tuple(defaults.TRAINING),
     "evaluation": ("episodes_per_rule", "eval_seed", "checkpoints", "noise"),
     "model_error": ("context", "depth"),
@@ -66,6 +67,9 @@ def run_train(args) -> int:
     split, split_info = _rule_source(args)
     rules = tuple(split.train) if split is not None else tuple(parse_rule_list(args.rules))
     env = {**defaults.ENV, **params.get("env", {})}
+    if check_goal_mode(env.get("goal", defaults.GOAL), env.get("goal_steps", defaults.GOAL_STEPS))[0] != defaults.GOAL:
+        raise ValueError(f"env.goal: {env['goal']}: training runs do not take an episode's goal yet (only the methods "
+                         f"that do not train play the multi-goal protocol, docs/protocol.md#multi-goal)")
     training = {**defaults.TRAINING, **params.get("training", {})}
     specs = [TrainSpec(agent=args.agent, rules=rules, seed=seed, hyperparameters=params.get("agent", {}),
                        L=env["L"], H=env["H"], success_bonus=float(env["success_bonus"]),
@@ -130,7 +134,11 @@ def _evaluate_one(args, params: dict, split, rules) -> int:
                   eval_seed=evaluation.get("eval_seed", defaults.EVAL_SEED),
                   success_bonus=float(env.get("success_bonus", defaults.SUCCESS_BONUS)),
                   noise=float(check_noise(evaluation.get("noise", 0.0))))
+    goal_mode, goal_steps = check_goal_mode(env.get("goal", defaults.GOAL), env.get("goal_steps", defaults.GOAL_STEPS))
     if args.run is not None:
+        if goal_mode != defaults.GOAL:
+            raise ValueError(f"env.goal: {goal_mode}: trained runs do not take an episode's goal yet; the multi-goal "
+                             f"protocol (docs/protocol.md#multi-goal) evaluates the methods that do not train")
         label = f"H{args.H}" + (f"_noise{common['noise']:g}" if common["noise"] else "")
         log = RunLog(Path(args.run) / f"evaluate_{label}.log", f"evaluate {label}", args.quiet)
         records, summary = evaluate_run(args.run, args.H, split=split, rules=rules,
@@ -138,7 +146,8 @@ def _evaluate_one(args, params: dict, split, rules) -> int:
                                         device=args.device, threads=args.threads, log=log, **common)
     else:
         log = _untrained_log(args)
-        records, summary = _evaluate_untrained(args, params, split, rules, env, common, log)
+        records, summary = _evaluate_untrained(args, params, split, rules, env,
+                                               {**common, "goal_mode": goal_mode, "goal_steps": goal_steps}, log)
     config_slice = {k: params[k] for k in ("agent", "env", "evaluation") if k in params}
     config_slice["H"] = args.H
     if rules is not None:
@@ -284,7 +293,8 @@ def register(sub) -> None:
     p.add_argument("--H", type=int, required=True, help="evaluation horizon (steps per episode)")
     p.add_argument("--out", required=True, help="Parquet file of per-episode records to write")
     p.add_argument("--params", default="{}",
-                   help='settings as JSON: {"env": {"L", "success_bonus"}, "evaluation": {"episodes_per_rule", '
+                   help='settings as JSON: {"env": {"L", "success_bonus", "goal", "goal_steps"}, '
+                        '"evaluation": {"episodes_per_rule", '
                         '"eval_seed", "checkpoints": "all" or K (the last K), "noise": cell-update noise epsilon '
                         'in [0, 0.5]}, "agent": {hyperparameters of --method}}; what is left out takes the paper '
                         f'protocol\'s value ({defaults.EPISODES_PER_RULE} episodes per rule, every checkpoint, no '

@@ -50,6 +50,12 @@ class BatchedTapeEnv:
         k, r or family: the rule family (default elementary). With k > 2 the initial cells are uniform over
             the k colours (init_density must stay at its default) and a noisy cell takes a uniformly random
             other colour.
+        goal_in_obs: the observation carries the row's goal, [s, g, t/H] (2L + 1 entries; the multi-goal protocol,
+            docs/protocol.md#multi-goal); default [s, t/H].
+
+    Per-row goals: `load(tapes, rules, goals=...)` gives every row its own goal tape (evaluation of the multi-goal
+    protocol; an env without auto-reset); distance, reward and success are then to the row's goal. Without them
+    every row's goal is `goal`.
 
     With the defaults the env draws fair bits for the tapes and no noise. The rows' current values are
     `row_density` and `row_noise` ((N,) float32, on the CPU); `reset`, auto-reset and `load` draw them for the
@@ -64,7 +70,8 @@ class BatchedTapeEnv:
     def __init__(self, num_envs: int, L: int = defaults.L, H: int = defaults.H, rules=(30,), goal=None,
                  success_bonus: float = defaults.SUCCESS_BONUS, device: str | torch.device = "cpu", seed: int = 0,
                  autoreset: bool = True, init_density=defaults.INIT_DENSITY, noise=defaults.NOISE,
-                 k: int | None = None, r: int | None = None, family: RuleFamily | None = None):
+                 k: int | None = None, r: int | None = None, family: RuleFamily | None = None,
+                 goal_in_obs: bool = False):
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
             raise ValueError(f"num_envs must be an integer >= 1, got {num_envs!r}")
         self.family = resolve_family(family, k, r)
@@ -82,6 +89,8 @@ class BatchedTapeEnv:
         # dist count = tape . (1 - 2g) + sum(g): exact small integers in float32
         self._goal_sign = torch.as_tensor(1.0 - 2.0 * goal, dtype=torch.float32, device=self.device)
         self._goal_ones = float(goal.sum())
+        self.goal_in_obs = bool(goal_in_obs)
+        self._row_goals: torch.Tensor | None = None   # (N, L) uint8 per-row goals from `load`, or None
         self.success_bonus = check_success_bonus(success_bonus)
         self.autoreset = bool(autoreset)
         # a degenerate range (x, x) is the constant x: no per-row draws
@@ -168,14 +177,27 @@ class BatchedTapeEnv:
             return torch_kernel.interior(self._padded)
         return torch_table_kernel.interior(self._padded, self.family.r)
 
+    @property
+    def obs_dim(self) -> int:
+        return 2 * self.L + 1 if self.goal_in_obs else self.L + 1
+
+    def row_goals(self) -> torch.Tensor:
+        """(N, L) uint8: every row's goal tape (`goal` in every row unless `load` gave per-row goals)."""
+        if self._row_goals is not None:
+            return self._row_goals
+        return self.goal.to(torch.uint8).expand(self.num_envs, self.L)
+
     def observation(self) -> torch.Tensor:
-        obs = torch.empty(self.num_envs, self.L + 1, dtype=torch.float32, device=self.device)
+        obs = torch.empty(self.num_envs, self.obs_dim, dtype=torch.float32, device=self.device)
         obs[:, :self.L] = self.tapes
-        torch.div(self.t, self.H, out=obs[:, self.L])
+        if self.goal_in_obs:
+            obs[:, self.L:2 * self.L] = self.row_goals()
+        torch.div(self.t, self.H, out=obs[:, -1])
         return obs
 
     def distance(self) -> torch.Tensor:
-        return (self.tapes != self.goal).sum(dim=1).float() / self.L
+        goal = self.goal if self._row_goals is None else self._row_goals
+        return (self.tapes != goal).sum(dim=1).float() / self.L
 
     def _draw_tapes(self, n: int, density: torch.Tensor | None = None) -> torch.Tensor:
         """n initial tapes, each redrawn while equal to the goal: fair bits, or with `density` ((n,) on the
@@ -236,12 +258,15 @@ class BatchedTapeEnv:
         self._reset_rows(torch.arange(self.num_envs, device=self.device))
         return self.observation()
 
-    def load(self, tapes, rules) -> torch.Tensor:
+    def load(self, tapes, rules, goals=None) -> torch.Tensor:
         """Start episodes from explicit initial tapes (N, L) and rules (N,): evaluation uses this.
         Per-row ranges of rho and epsilon are drawn for the new episodes as at a reset.
+        `goals` ((N, L) 0/1 cells, elementary rules, an env without auto-reset): each row's own goal.
         For a family, `rules` are rule numbers (a list of Python ints, or an integer array / tensor when
         they fit int64); rules outside the rule set are appended to `rule_numbers` (resets still draw
         from the rule set only)."""
+        if goals is not None:
+            self._load_goals(goals)
         if not self.family.elementary:
             return self._load_family(tapes, rules)
         tapes_np = tapes.cpu().numpy() if isinstance(tapes, torch.Tensor) else np.asarray(tapes)
@@ -258,6 +283,16 @@ class BatchedTapeEnv:
             self._draw_row_nuisances(rows)
         self._set_rows(rows, torch.as_tensor(tapes_np.astype(np.uint8), device=self.device), rules_t)
         return self.observation()
+
+    def _load_goals(self, goals) -> None:
+        if self.autoreset or not self.family.elementary:
+            raise ValueError("per-row goals need elementary rules and an env without auto-reset (autoreset=False): "
+                             "a reset would not know the next episode's goal")
+        goals_np = goals.cpu().numpy() if isinstance(goals, torch.Tensor) else np.asarray(goals)
+        if goals_np.shape != (self.num_envs, self.L) or not np.all((goals_np == 0) | (goals_np == 1)):
+            raise ValueError(f"load: goals must be an ({self.num_envs}, {self.L}) array of 0/1 cells, got shape "
+                             f"{goals_np.shape}")
+        self._row_goals = torch.as_tensor(goals_np.astype(np.uint8), device=self.device)
 
     def _load_family(self, tapes, rules) -> torch.Tensor:
         tapes_np = tapes.cpu().numpy() if isinstance(tapes, torch.Tensor) else np.asarray(tapes)
@@ -329,7 +364,9 @@ class BatchedTapeEnv:
             self._shift_colours(flips)
         self.t += 1
         obs = self.observation()
-        if self.family.k == 2:
+        if self._row_goals is not None:
+            mismatches = (self.tapes != self._row_goals).sum(dim=1).to(torch.float32)
+        elif self.family.k == 2:
             mismatches = torch.mv(obs[:, :self.L], self._goal_sign)
             if self._goal_ones:
                 mismatches += self._goal_ones
@@ -345,7 +382,7 @@ class BatchedTapeEnv:
                 self._reset_rows(done_rows)
                 obs = obs.clone()
                 obs[done_rows, :self.L] = self.tapes[done_rows].float()
-                obs[done_rows, self.L] = 0.0
+                obs[done_rows, -1] = 0.0
         return obs, reward, terminated, truncated, info
 
 

@@ -38,6 +38,11 @@ class TapeEnv(gym.Env):
         k, r: the rule family (colours 2..4, radius 1..2); or `family`, a `RuleFamily`. Cells are 0..k-1,
             the observation's tape part lies in Box(0, k-1), the initial tape is i.i.d. uniform over the k
             colours (init_density applies to k = 2 only).
+        goal_in_obs: the observation is [s, g, t/H] (2L + 1 entries), the multi-goal protocol's
+            (docs/protocol.md#multi-goal); default [s, t/H].
+
+    `reset(options={"goal": g})` plays that episode towards the goal tape g (the multi-goal protocol's per-episode
+    goals); an episode without it has the env's `goal`.
 
     Per-episode ranges of rho and epsilon (domain randomisation) are `BatchedTapeEnv`'s; here each is one
     number. With the defaults (0.5, 0) the random stream is exactly that of an env without them.
@@ -49,11 +54,13 @@ class TapeEnv(gym.Env):
                  success_bonus: float = defaults.SUCCESS_BONUS,
                  rules=None, render_mode: str | None = None, init_density: float = defaults.INIT_DENSITY,
                  noise: float = defaults.NOISE, k: int | None = None, r: int | None = None,
-                 family: RuleFamily | None = None):
+                 family: RuleFamily | None = None, goal_in_obs: bool = False):
         self.family = resolve_family(family, k, r)
         self.L = check_length(L)
         self.H = check_horizon(H)
         self.goal = check_goal(goal, self.L, family=self.family)
+        self._env_goal = self.goal
+        self.goal_in_obs = bool(goal_in_obs)
         self.success_bonus = check_success_bonus(success_bonus)
         self.rules = check_rules(rules, self.family) if rules is not None else [check_rule(rule, self.family)]
         self.init_density = check_init_density(init_density)
@@ -64,12 +71,13 @@ class TapeEnv(gym.Env):
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         self.render_mode = render_mode
+        size = 2 * self.L + 1 if self.goal_in_obs else self.L + 1
         if self.family.k == 2:
-            self.observation_space = spaces.Box(0.0, 1.0, shape=(self.L + 1,), dtype=np.float32)
-        else:   # tape cells in 0..k-1, then t/H in [0, 1]
-            high = np.full(self.L + 1, self.family.k - 1, dtype=np.float32)
+            self.observation_space = spaces.Box(0.0, 1.0, shape=(size,), dtype=np.float32)
+        else:   # tape (and goal) cells in 0..k-1, then t/H in [0, 1]
+            high = np.full(size, self.family.k - 1, dtype=np.float32)
             high[-1] = 1.0
-            self.observation_space = spaces.Box(np.zeros(self.L + 1, dtype=np.float32), high, dtype=np.float32)
+            self.observation_space = spaces.Box(np.zeros(size, dtype=np.float32), high, dtype=np.float32)
         self._table = None if self.family.elementary else self.family.table(self.rules[0])
         self.action_space = spaces.Discrete(self.L)
         self.rule = self.rules[0]
@@ -77,6 +85,9 @@ class TapeEnv(gym.Env):
         self.t = 0
 
     def _obs(self) -> np.ndarray:
+        if self.goal_in_obs:
+            return np.concatenate([self.tape.astype(np.float32), self.goal.astype(np.float32),
+                                   [np.float32(self.t / self.H)]]).astype(np.float32)
         return np.append(self.tape.astype(np.float32), np.float32(self.t / self.H))
 
     def _info(self) -> dict:
@@ -89,6 +100,8 @@ class TapeEnv(gym.Env):
             int(self.rules[self.np_random.integers(len(self.rules))])
         if not self.family.elementary:
             self._table = self.family.table(self.rule)
+        self.goal = check_goal(options["goal"], self.L, what="goal tape (options['goal'])", family=self.family) \
+            if "goal" in options else self._env_goal
         if "tape" in options:
             tape = check_goal(options["tape"], self.L, what="initial tape (options['tape'])", family=self.family)
             if np.array_equal(tape, self.goal):

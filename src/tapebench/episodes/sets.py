@@ -13,6 +13,11 @@ the same noise realisation; they do not depend on H, batching or order either, a
 epsilon (the flips at a smaller epsilon are a subset of those at a larger one). With k > 2 colours a noisy
 cell moves to another colour, c + s mod k with s = 1 + floor((k - 1) u / epsilon), uniform over 1..k-1 given
 u < epsilon.
+
+Multi-goal protocol (docs/protocol.md#multi-goal, `goal="derived"`): episode k's goal is the tape its rule reaches
+from its initial tape in 1..goal_steps random steps (`episodes.worldtest.reachable_goal`, the world test's planning
+goals), drawn from a fourth stream of the same identity (`goal_stream`), so every method plays the same goals and
+the initial tapes are those of the all-zero-goal protocol.
 """
 from __future__ import annotations
 
@@ -20,9 +25,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tapebench.episodes.streams import check_side, episode_key, identity, noise_key, noise_uniforms
+from tapebench.episodes.streams import check_side, episode_key, goal_stream, identity, noise_key, noise_uniforms
+from tapebench.episodes.worldtest import reachable_goal
 from tapebench.rule_family import ELEMENTARY, RuleFamily
-from tapebench.validation import check_goal, check_length, check_noise, check_rules
+from tapebench.validation import check_goal, check_goal_mode, check_length, check_noise, check_rules
+from tapebench.vocabulary import DERIVED_GOAL, ZEROS_GOAL
 
 
 def noise_flips(noise_keys: np.ndarray, t: int, L: int, noise: float, colours: int = 2) -> np.ndarray:
@@ -45,6 +52,16 @@ def episode_tape(eval_seed: int, key: int, side: str, rule: int, episode: int, L
             return tape
 
 
+def derived_goal(eval_seed: int, key: int, side: str, rule: int, episode: int, start: np.ndarray,
+                 goal_steps: int) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(goal, witness actions, found) of one episode in the multi-goal protocol: `reachable_goal` from its start on
+    its own stream. A rule that reaches no tape other than the start and 0...0 in the draws (rule 0) keeps the last
+    tape reached (found False); the witness reaches it all the same."""
+    _, goal, actions, found = reachable_goal(goal_stream(eval_seed, key, side, rule, episode), int(rule),
+                                             len(start), goal_steps, start=start)
+    return goal, actions, found
+
+
 @dataclass(frozen=True)
 class EpisodeSet:
     """Rows are episodes: rule-major, episode index k = 0..E-1 within each rule."""
@@ -58,6 +75,7 @@ class EpisodeSet:
     family: RuleFamily = field(default=ELEMENTARY)
     noise: float = 0.0     # cell-update noise epsilon; 0 = the noise-free dynamics
     noise_keys: np.ndarray | None = None   # (N,) uint64 noise streams (`noise_key`) when noise > 0
+    goals: np.ndarray | None = None        # (N, L) uint8 per-episode goals (multi-goal protocol); None: one goal
 
     def flips(self, t: int) -> np.ndarray | None:
         """The (N, L) uint8 noise shifts after the CA update of step t (`noise_flips`), or None without noise."""
@@ -72,12 +90,17 @@ class EpisodeSet:
         """The episodes at `rows` (a slice or index array), identities unchanged."""
         return EpisodeSet(self.rules[rows], self.episodes[rows], self.tapes[rows], self.side, self.key,
                           self.keys[rows], self.family, self.noise,
-                          None if self.noise_keys is None else self.noise_keys[rows])
+                          None if self.noise_keys is None else self.noise_keys[rows],
+                          None if self.goals is None else self.goals[rows])
 
 
 def episode_set(rules, episodes_per_rule: int, L: int, *, eval_seed: int = 0, key: int = 0,
-                side: str = "rules", goal=None, family: RuleFamily = ELEMENTARY, noise: float = 0.0) -> EpisodeSet:
-    """The episodes of `rules` (rule-major), with the noise realisation of epsilon = `noise` (docstring above)."""
+                side: str = "rules", goal=None, family: RuleFamily = ELEMENTARY, noise: float = 0.0,
+                goal_mode: str = ZEROS_GOAL, goal_steps: int = 8) -> EpisodeSet:
+    """The episodes of `rules` (rule-major), with the noise realisation of epsilon = `noise` (docstring above).
+    `goal_mode` "derived" gives every episode its own goal (`derived_goal`, at most `goal_steps` steps away);
+    the fixed `goal` then must be left at the all-zero default."""
+    goal_mode, goal_steps = check_goal_mode(goal_mode, goal_steps)
     rules = check_rules(rules, family)
     if not family.fits_int64:
         raise ValueError(f"evaluation episodes store rules as int64; {family.describe()} has rules beyond 64 bits")
@@ -95,4 +118,11 @@ def episode_set(rules, episodes_per_rule: int, L: int, *, eval_seed: int = 0, ke
     if noise > 0.0:
         noise_keys = np.array([noise_key(eval_seed, key, side, z, k) for z, k in zip(rule_col, ep_col)],
                               dtype=np.uint64)
-    return EpisodeSet(rule_col, ep_col, tapes, side, key, keys, family, noise, noise_keys)
+    goals = None
+    if goal_mode == DERIVED_GOAL:
+        if not family.elementary or L > 64 or goal.any():
+            raise ValueError(f"derived goals (env.goal: {DERIVED_GOAL}) need elementary rules, L <= 64 and no fixed "
+                             f"goal tape, got {family.describe()}, L={L}, a goal with {int(goal.sum())} live cells")
+        goals = np.stack([derived_goal(eval_seed, key, side, z, k, tape, goal_steps)[0]
+                          for z, k, tape in zip(rule_col, ep_col, tapes)])
+    return EpisodeSet(rule_col, ep_col, tapes, side, key, keys, family, noise, noise_keys, goals)

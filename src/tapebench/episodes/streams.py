@@ -5,8 +5,9 @@ sequential generator's state, so results do not depend on batching, thread sched
 episodes run:
 
 * an episode's identity (evaluation seed, split key, side, rule, episode index) fixes its initial tape
-  (`episodes.sets.episode_tape`), its key `episode_key` (methods' per-episode randomness) and its noise
-  stream `noise_key`, three separate SeedSequence streams;
+  (`episodes.sets.episode_tape`), its key `episode_key` (methods' per-episode randomness), its noise
+  stream `noise_key` and, in the multi-goal protocol, its derived goal (`goal_stream`), four separate
+  SeedSequence streams;
 * `step_keys(keys, t, salt)`: one 64-bit word per episode for step t under a method's salt (its seed);
 * the planners' candidate actions: `episode_keys` (per-episode planner key) -> `step_key` (per step) ->
   `candidate_action` (per candidate and depth), numba functions the planning kernels inline;
@@ -81,6 +82,12 @@ def noise_key(eval_seed: int, key: int, side: str, rule: int, episode: int) -> n
     """A 64-bit key of one evaluation episode's noise stream (separate from the tape and `episode_key`)."""
     seq = np.random.SeedSequence(identity(eval_seed, key, side, rule, episode), spawn_key=(2,))
     return seq.generate_state(1, np.uint64)[0]
+
+
+def goal_stream(eval_seed: int, key: int, side: str, rule: int, episode: int) -> np.random.Generator:
+    """The generator of one evaluation episode's derived goal (docs/protocol.md#multi-goal): its own stream of the
+    episode's identity, separate from the tape, `episode_key` and `noise_key`."""
+    return np.random.default_rng(np.random.SeedSequence(identity(eval_seed, key, side, rule, episode), spawn_key=(3,)))
 
 
 def noise_uniforms(noise_keys: np.ndarray, t: int, L: int) -> np.ndarray:

@@ -282,20 +282,32 @@ def planning_problems(rows: WorldTestRows, horizon: int, goal_steps: int) -> tup
     valid = np.zeros(n, dtype=bool)
     for i in range(n):
         rng = np.random.default_rng(np.random.SeedSequence(rows.identity(i, PLANNING_TASK, horizon)))
-        z = np.array([rows.rules[i]])
-        for _ in range(GOAL_DRAWS):
-            start = rng.integers(0, family.k, L, dtype=np.uint8)
-            k = int(rng.integers(1, goal_steps + 1))
-            acts = rng.integers(0, L, k)
-            tape = start
-            for a in acts:
-                tape = transition(tape[None], np.array([a]), z, family)[0]
-            if tape.any() and not np.array_equal(tape, start):
-                valid[i] = True
-                break
-        starts[i], goals[i] = start, tape
-        witnesses.append(acts.astype(np.int64))
+        starts[i], goals[i], acts, valid[i] = reachable_goal(rng, int(rows.rules[i]), L, goal_steps, family=family)
+        witnesses.append(acts)
     return PlanningProblems(horizon, starts, goals), PlanningKey(witnesses, valid)
+
+
+def reachable_goal(rng: np.random.Generator, rule: int, L: int, goal_steps: int, start=None,
+                   family: RuleFamily = ELEMENTARY):
+    """A goal `rule` (of `family`) reaches from a start in k random steps (k uniform in 1..goal_steps; a step is a
+    uniformly random cell flipped, then the rule's update), redrawn while it is the start or the all-zero tape.
+
+    Without `start` every draw draws its start first (the world test's planning problems); with `start` ((L,) uint8)
+    only k and the actions are drawn (the multi-goal protocol's episodes, docs/protocol.md#multi-goal).
+    Returns (start, goal, actions, found): `actions` (int64) lead from start to goal under the rule, so the goal is
+    reachable by construction; found is False when no draw in `GOAL_DRAWS` gave such a goal (rule 0 reaches only
+    0...0), and the last draw is returned."""
+    z = np.array([rule], dtype=np.int64)
+    for _ in range(GOAL_DRAWS):
+        first = rng.integers(0, family.k, L, dtype=np.uint8) if start is None else start
+        k = int(rng.integers(1, goal_steps + 1))
+        acts = rng.integers(0, L, k)
+        tape = first
+        for a in acts:
+            tape = transition(tape[None], np.array([a]), z, family)[0]
+        if tape.any() and not np.array_equal(tape, first):
+            return first, tape, acts.astype(np.int64), True
+    return first, tape, acts.astype(np.int64), False
 
 
 # --- detection ----------------------------------------------------------------------------------------------

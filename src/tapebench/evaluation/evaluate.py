@@ -27,11 +27,12 @@ from tapebench.utils.io import provenance, write_parquet
 
 def side_protocols(*, L: int, H: int, episodes_per_rule: int, eval_seed: int,
                    success_bonus: float = defaults.SUCCESS_BONUS, noise: float = defaults.NOISE, split=None, rules=None,
-                   features=None) -> list[tuple[EpisodeSet, EvalProtocol, dict[int, str]]]:
+                   features=None, goal_mode: str = defaults.GOAL, goal_steps: int = defaults.GOAL_STEPS
+                   ) -> list[tuple[EpisodeSet, EvalProtocol, dict[int, str]]]:
     """The ID ('train') and OOD protocols of a split ('test', or one per level 'd1', 'd2', ... of a severity
     ladder), or the one protocol of a rule list."""
     common = dict(L=L, H=H, episodes_per_rule=episodes_per_rule, eval_seed=eval_seed, success_bonus=success_bonus,
-                  noise=noise)
+                  noise=noise, goal_mode=goal_mode, goal_steps=goal_steps)
     if split is not None:
         split = split if isinstance(split, Split) else resolve_split(split)
         return [protocol_episodes(split=split, side=side, **common) for side in split.sides]
@@ -42,6 +43,9 @@ def play(policy, method: Method, episodes: EpisodeSet, protocol: EvalProtocol, r
          device="cpu") -> pd.DataFrame:
     """Per-episode records (schema `evaluation.records`) of one method's policy on the protocol's episodes."""
     check_rule_family(method.id, episodes.family)
+    if episodes.goals is not None and not method.goal_conditioned:
+        raise ValueError(f"method {method.id!r} does not take an episode's goal, so it cannot play the multi-goal "
+                         f"protocol (env.goal: derived, docs/protocol.md#multi-goal)")
     results = run_episodes(policy, episodes, protocol.H, goal=protocol.goal_tape(),
                            success_bonus=protocol.success_bonus, device=device,
                            reveal_rules=method.sees_true_rule, by_rule=method.by_rule)

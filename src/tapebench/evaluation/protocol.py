@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from tapebench.defaults import EPISODES_PER_RULE, EVAL_SEED
-from tapebench.defaults import NOISE, SUCCESS_BONUS
+from tapebench.defaults import GOAL, GOAL_STEPS, NOISE, SUCCESS_BONUS
 from tapebench.episodes.sets import EpisodeSet, episode_set
 from tapebench.episodes.streams import split_key
 from tapebench.rule_family import ELEMENTARY
@@ -25,11 +25,12 @@ from tapebench.splits.io import DEFAULT_SPLITS_DIR, Split, resolve_split
 from tapebench.utils.artifacts import read_table
 from tapebench.utils.io import provenance, write_parquet
 from tapebench.validation import check_goal, check_horizon, check_length, check_noise, check_rules
-from tapebench.vocabulary import SPLIT_SIDES
+from tapebench.vocabulary import DERIVED_GOAL, SPLIT_SIDES
 
 PROTOCOL_FIELDS = ("L", "H", "split", "split_hash", "side", "rules", "episodes_per_rule", "eval_seed",
-                   "goal", "success_bonus", "noise")
-FIELD_DEFAULTS = {"noise": NOISE}   # fields a protocol record leaves out at their default
+                   "goal", "success_bonus", "noise", "goal_mode", "goal_steps")
+# fields a protocol record leaves out at their default (goal_steps too whenever the goal is not derived)
+FIELD_DEFAULTS = {"noise": NOISE, "goal_mode": GOAL, "goal_steps": GOAL_STEPS}
 
 
 @dataclass(frozen=True)
@@ -47,12 +48,16 @@ class EvalProtocol:
     goal: str = ""             # goal tape as a 0/1 string; "" = all zeros (the default goal)
     success_bonus: float = SUCCESS_BONUS
     noise: float = NOISE         # cell-update noise epsilon of the dynamics (docs/protocol.md#noise)
+    goal_mode: str = GOAL        # "zeros": `goal` for every episode; "derived": a goal per episode (#multi-goal)
+    goal_steps: int = GOAL_STEPS   # derived goals: at most this many random steps from the start
 
     def as_dict(self) -> dict:
         out = asdict(self)
         out["rules"] = list(self.rules)
+        if self.goal_mode != DERIVED_GOAL:
+            del out["goal_steps"]
         for name, default in FIELD_DEFAULTS.items():
-            if out[name] == default:
+            if name in out and out[name] == default:
                 del out[name]
         return out
 
@@ -70,13 +75,14 @@ def goal_string(goal, L: int) -> str:
 
 def protocol_episodes(*, L: int, H: int, episodes_per_rule: int, eval_seed: int = 0, split=None,
                       side: str | None = None, rules=None, features=None, goal=None,
-                      success_bonus: float = SUCCESS_BONUS, noise: float = NOISE, splits_dir=DEFAULT_SPLITS_DIR
+                      success_bonus: float = SUCCESS_BONUS, noise: float = NOISE, splits_dir=DEFAULT_SPLITS_DIR,
+                      goal_mode: str = GOAL, goal_steps: int = GOAL_STEPS
                       ) -> tuple[EpisodeSet, EvalProtocol, dict[int, str]]:
     """Build the evaluation episodes of one side of a split, or of an explicit rule list.
 
     Exactly one of `split` (a Split, a name or a path, with `side` one of its sides: 'train', 'test', or a
     ladder level 'd1', 'd2', ...) and `rules` must be given. `noise` > 0 makes the dynamics stochastic with the
-    episodes' common noise realisation.
+    episodes' common noise realisation. `goal_mode` "derived" gives each episode its own goal (docs/protocol.md#multi-goal).
     Rule types come from the split; for a rule list from the features file `features` if given.
     Returns (episodes, protocol, {rule: type}).
     """
@@ -106,10 +112,11 @@ def protocol_episodes(*, L: int, H: int, episodes_per_rule: int, eval_seed: int 
         name, chash, key = "", "", 0
         family = ELEMENTARY
     episodes = episode_set(rule_list, int(episodes_per_rule), L, eval_seed=int(eval_seed), key=key, side=side,
-                           goal=goal, family=family, noise=noise)
+                           goal=goal, family=family, noise=noise, goal_mode=goal_mode, goal_steps=goal_steps)
     protocol = EvalProtocol(L=L, H=H, split=name, split_hash=chash, side=side, rules=tuple(int(z) for z in rule_list),
                         episodes_per_rule=int(episodes_per_rule), eval_seed=int(eval_seed), goal=goal_text,
-                        success_bonus=float(success_bonus), noise=noise)
+                        success_bonus=float(success_bonus), noise=noise, goal_mode=goal_mode,
+                        goal_steps=int(goal_steps))
     return episodes, protocol, types
 
 

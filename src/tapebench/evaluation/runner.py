@@ -28,6 +28,8 @@ def run_episodes(policy, episodes: EpisodeSet, H: int, *, goal=None, success_bon
     for reference methods). Results do not depend on the batching for a policy that keeps to the contract.
     With cell-update noise (`episodes.noise` > 0) every step applies the episodes' own noise realisation
     (`EpisodeSet.flips`), so success and reward are judged on the noisy tape, as in the environment.
+    Episodes with their own goals (`episodes.goals`, docs/protocol.md#multi-goal) are judged against them and the
+    policy sees [s, g, t/H]; `goal` is then the all-zero default.
     """
     policy = as_policy(policy)
     n = len(episodes)
@@ -46,13 +48,15 @@ def run_episodes(policy, episodes: EpisodeSet, H: int, *, goal=None, success_bon
 @torch.no_grad()
 def _run_batch(policy, episodes: EpisodeSet, H, goal, success_bonus, device, reveal_rules) -> dict:
     n, L = episodes.tapes.shape
+    derived = episodes.goals is not None
     env = BatchedTapeEnv(n, L=L, H=H, rules=sorted(set(episodes.rules.tolist())), goal=goal,
-                         success_bonus=success_bonus, device=device, autoreset=False, family=episodes.family)
-    obs = env.load(episodes.tapes, episodes.rules)
+                         success_bonus=success_bonus, device=device, autoreset=False, family=episodes.family,
+                         goal_in_obs=derived)
+    obs = env.load(episodes.tapes, episodes.rules, goals=episodes.goals)
     policy.begin(EpisodeBatch(L=L, H=H, keys=episodes.keys, goal=goal, success_bonus=float(success_bonus),
                               device=env.device, rules=episodes.rules.copy() if reveal_rules else None,
                               family=None if episodes.family.elementary else episodes.family,
-                              noise=episodes.noise))
+                              noise=episodes.noise, goals=episodes.goals.copy() if derived else None))
     active = torch.ones(n, dtype=torch.bool, device=env.device)
     dist_sum = torch.zeros(n, dtype=torch.float64, device=env.device)
     ret = torch.zeros(n, dtype=torch.float64, device=env.device)

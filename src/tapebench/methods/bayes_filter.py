@@ -148,14 +148,14 @@ def _pick(scores, word, L):
 
 
 @nb.njit(cache=True, parallel=True)
-def _decide(states, M, active, rules, words, L, goal, log_r, beta):
+def _decide(states, M, active, rules, words, L, goals, log_r, beta):
     n = states.shape[0]
     out = np.zeros(n, dtype=np.int64)
     for i in nb.prange(n):
         if active[i]:
             scores = np.empty(L, dtype=np.float64)
             igs = np.empty(L, dtype=np.float64)
-            _action_scores(states[i], _weights(M[i], log_r), rules, L, goal, beta, scores, igs)
+            _action_scores(states[i], _weights(M[i], log_r), rules, L, goals[i], beta, scores, igs)
             out[i] = _pick(scores, words[i], L)
     return out
 
@@ -200,7 +200,7 @@ class BayesFilterPolicy:
 
     def begin(self, batch: EpisodeBatch) -> None:
         self.L, self.t, self.device = batch.L, 0, batch.device
-        self.goal = pack(check_goal(batch.goal, batch.L))[0]
+        self.goals = pack(np.ascontiguousarray(batch.row_goals()))   # (N,) packed: each row's goal
         self.keys = step_keys(np.asarray(batch.keys, dtype=np.uint64), BAYES_DOMAIN, self.seed)
         self.M = np.zeros((len(batch), len(self.rules)), dtype=np.int64)
         self.active = np.ones(len(batch), dtype=np.bool_)
@@ -215,7 +215,7 @@ class BayesFilterPolicy:
 
     def act(self, obs):
         words = step_keys(self.keys, self.t, self.seed)
-        actions = _decide(self._pack(obs), self.M, self.active, self.rules, words, self.L, self.goal, self.log_r,
+        actions = _decide(self._pack(obs), self.M, self.active, self.rules, words, self.L, self.goals, self.log_r,
                           float(self.config.beta))
         return torch.from_numpy(actions).to(self.device)
 

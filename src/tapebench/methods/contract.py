@@ -10,7 +10,9 @@ plays a batch of episodes that all start together; it calls
 * `begin(batch)` once, before the first step: every row of `batch` starts a new episode, so a
   stateful policy (recurrent core, context of transitions, belief over rules, planner) resets its
   per-episode state here;
-* `act(obs)` each step: (N, L+1) float observations -> (N,) long cell indices;
+* `act(obs)` each step: (N, L+1) float observations [s, t/H] -> (N,) long cell indices; in the multi-goal
+  protocol (docs/protocol.md#multi-goal) (N, 2L+1) observations [s, g, t/H] and `batch.goals` holds every
+  row's goal (`batch.row_goals()` gives the rows' goals in either protocol);
 * `observe(obs, actions, rewards, next_obs, terminated, truncated)` after each step: the batched
   transition. Rows whose episode already ended keep being stepped (their records are frozen);
   their actions and transitions are to be ignored.
@@ -125,9 +127,16 @@ class EpisodeBatch:
     rules: np.ndarray | None = None   # (N,) true rules: only for reference methods
     family: Any = None                # the episodes' RuleFamily (None: elementary; cells 0..k-1, action +1 mod k)
     noise: float = 0.0                # the protocol's cell-update noise epsilon (0: noise-free dynamics)
+    goals: np.ndarray | None = None   # (N, L) uint8 per-episode goals (multi-goal protocol); None: `goal` for all
 
     def __len__(self) -> int:
         return len(self.keys)
+
+    def row_goals(self) -> np.ndarray:
+        """(N, L) uint8: each row's goal tape, per-episode goals or `goal` in every row."""
+        if self.goals is not None:
+            return self.goals
+        return np.broadcast_to(np.asarray(self.goal, dtype=np.uint8), (len(self.keys), self.L))
 
 
 @runtime_checkable

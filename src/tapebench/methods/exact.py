@@ -158,8 +158,9 @@ class ExactConfig:
 class ExactPolicy:
     """The exact optimal controller as an evaluation policy (a reference method: it needs the true rule).
 
-    Value tables are built per rule, so the runner plays it one rule per batch (`Method.by_rule`);
-    a batch with several rules builds each rule's tables (2^L x (H+1) bytes each) in turn.
+    Value tables are built per (rule, goal), so the runner plays it one rule per batch (`Method.by_rule`);
+    a batch with several rules builds each rule's tables (2^L x (H+1) bytes each) in turn, and in the multi-goal
+    protocol (docs/protocol.md#multi-goal) each distinct goal of a rule's episodes its own.
     """
 
     def begin(self, batch) -> None:
@@ -168,9 +169,14 @@ class ExactPolicy:
                              "(run it with reveal_rules=True)")
         self.L, self.H = check_exact_length(batch.L), check_exact_horizon(batch.H)
         self.t, self.device = 0, batch.device
-        self.goal = np.uint32(pack(check_goal(batch.goal, batch.L))[0])
+        goals = np.ascontiguousarray(batch.row_goals())
+        self.goals = pack(goals).astype(np.uint32)
         self.rules = np.asarray(batch.rules)
-        self.tables = {int(z): value_tables(int(z), self.L, self.H, batch.goal) for z in np.unique(self.rules)}
+        self.tables = {}
+        for i in range(len(self.rules)):
+            pair = (int(self.rules[i]), int(self.goals[i]))
+            if pair not in self.tables:
+                self.tables[pair] = value_tables(pair[0], self.L, self.H, goals[i])
 
     def act(self, obs):
         # torch is heavy: loaded only when this runs
@@ -178,9 +184,9 @@ class ExactPolicy:
 
         states = pack(obs[:, :self.L].to(torch.uint8).cpu().numpy()).astype(np.uint32)
         actions = np.zeros(len(states), dtype=np.int64)
-        for z, (F, d, W) in self.tables.items():
-            rows = self.rules == z
-            actions[rows] = _exact_actions(states[rows], self.H - self.t, F, d, W, self.L, self.goal)
+        for (z, goal), (F, d, W) in self.tables.items():
+            rows = (self.rules == z) & (self.goals == goal)
+            actions[rows] = _exact_actions(states[rows], self.H - self.t, F, d, W, self.L, np.uint32(goal))
         return torch.from_numpy(actions).to(self.device)
 
     def observe(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:

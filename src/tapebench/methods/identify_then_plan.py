@@ -37,7 +37,7 @@ import torch
 from tapebench.ca.packed import length_mask, pack
 from tapebench.episodes.streams import candidate_action, episode_keys, step_key
 from tapebench.methods.mpc import MPCConfig, _score_candidates
-from tapebench.validation import check_goal, check_integer
+from tapebench.validation import check_integer
 
 U64 = np.uint64
 FULL = 0xFF
@@ -123,7 +123,7 @@ def decide(s, rules, k_t, depth, L, goal, score_bonus, horizon, candidates):
 
 
 @nb.njit(cache=True, parallel=True)
-def _decide_all(states, known_mask, known_values, keys, active, t, H, L, goal, score_bonus, horizon, candidates,
+def _decide_all(states, known_mask, known_values, keys, active, t, H, L, goals, score_bonus, horizon, candidates,
                 max_rules):
     n = states.shape[0]
     out = np.zeros(n, dtype=np.int64)
@@ -131,7 +131,8 @@ def _decide_all(states, known_mask, known_values, keys, active, t, H, L, goal, s
     for i in nb.prange(n):
         if active[i]:
             rules = consistent_rules(known_mask[i], known_values[i], max_rules)
-            out[i] = decide(states[i], rules, step_key(keys[i], t), depth, L, goal, score_bonus, horizon, candidates)
+            out[i] = decide(states[i], rules, step_key(keys[i], t), depth, L, goals[i], score_bonus, horizon,
+                            candidates)
     return out
 
 
@@ -155,14 +156,15 @@ def _observe(known_mask, known_values, states, actions, next_states, active, L, 
 
 
 @nb.njit(cache=True, parallel=True)
-def _decide_fixed(states, rules, keys, active, t, H, L, goal, score_bonus, horizon, candidates):
+def _decide_fixed(states, rules, keys, active, t, H, L, goals, score_bonus, horizon, candidates):
     """`decide` for every active row over one fixed rule set (the prior-only planner)."""
     n = states.shape[0]
     out = np.zeros(n, dtype=np.int64)
     depth = min(horizon, H - t)
     for i in nb.prange(n):
         if active[i]:
-            out[i] = decide(states[i], rules, step_key(keys[i], t), depth, L, goal, score_bonus, horizon, candidates)
+            out[i] = decide(states[i], rules, step_key(keys[i], t), depth, L, goals[i], score_bonus, horizon,
+                            candidates)
     return out
 
 
@@ -176,7 +178,7 @@ class IdentifyThenPlanPolicy:
         self.noisy = batch.noise > 0.0
         n = len(batch)
         self.keys = episode_keys(batch.keys, self.seed)
-        self.goal = pack(check_goal(batch.goal, batch.L))[0]
+        self.goals = pack(np.ascontiguousarray(batch.row_goals()))   # (N,) packed: each row's goal
         self.score_bonus = float(batch.success_bonus) * batch.L
         self.known_mask = np.zeros(n, dtype=np.int64)
         self.known_values = np.zeros(n, dtype=np.int64)
@@ -192,7 +194,7 @@ class IdentifyThenPlanPolicy:
     def act(self, obs):
         c = self.config
         actions = _decide_all(self._pack(obs), self.known_mask, self.known_values, self.keys, self.active, self.t,
-                              self.H, self.L, self.goal, self.score_bonus, int(c.horizon), int(c.candidates),
+                              self.H, self.L, self.goals, self.score_bonus, int(c.horizon), int(c.candidates),
                               int(c.max_rules))
         return torch.from_numpy(actions).to(self.device)
 
@@ -223,7 +225,7 @@ class PriorPlanPolicy(IdentifyThenPlanPolicy):
     def act(self, obs):
         c = self.config
         actions = _decide_fixed(self._pack(obs), self.prior, self.keys, self.active, self.t, self.H, self.L,
-                                self.goal, self.score_bonus, int(c.horizon), int(c.candidates))
+                                self.goals, self.score_bonus, int(c.horizon), int(c.candidates))
         return torch.from_numpy(actions).to(self.device)
 
     def observe(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:

@@ -133,8 +133,8 @@ def _plan_episodes(starts, rules, keys, L, H, goal, bonus32, score_bonus, horizo
 
 
 @nb.njit(cache=True, parallel=True)
-def _plan_actions(states, rules, keys, active, t, H, L, goal, score_bonus, horizon, candidates):
-    """One decision for every active episode at step t (inactive rows get action 0)."""
+def _plan_actions(states, rules, keys, active, t, H, L, goals, score_bonus, horizon, candidates):
+    """One decision for every active episode at step t (inactive rows get action 0); goals (N,) packed per row."""
     n = states.shape[0]
     out = np.zeros(n, dtype=np.int64)
     depth = min(horizon, H - t)
@@ -143,8 +143,8 @@ def _plan_actions(states, rules, keys, active, t, H, L, goal, score_bonus, horiz
             tapes = np.empty(candidates, dtype=np.uint64)
             score = np.empty(candidates, dtype=np.float64)
             alive = np.empty(candidates, dtype=np.float64)
-            out[i] = _plan_action(states[i], rules[i], step_key(keys[i], t), depth, L, goal, score_bonus, horizon,
-                                  candidates, tapes, score, alive)
+            out[i] = _plan_action(states[i], rules[i], step_key(keys[i], t), depth, L, goals[i], score_bonus,
+                                  horizon, candidates, tapes, score, alive)
     return out
 
 
@@ -224,8 +224,8 @@ class MPCPolicy:
             self.tables = self.family.tables(self.rules.tolist()) if len(self.rules) else np.zeros(
                 (0, self.family.neighbourhoods), dtype=np.uint8)
             self.goal = check_goal(batch.goal, batch.L, family=self.family)
-        else:
-            self.goal = pack(check_goal(batch.goal, batch.L))[0]
+        else:   # one packed goal per row: the episodes' own goals in the multi-goal protocol
+            self.goals = pack(np.ascontiguousarray(batch.row_goals()))
         self.score_bonus = float(batch.success_bonus) * batch.L
         self.active = np.ones(len(self.rules), dtype=np.bool_)
 
@@ -240,7 +240,7 @@ class MPCPolicy:
                                            int(self.config.candidates), self.family.k, self.family.r)
             return torch.from_numpy(actions).to(self.device)
         states = pack(cells)
-        actions = _plan_actions(states, self.rules, self.keys, self.active, self.t, self.H, self.L, self.goal,
+        actions = _plan_actions(states, self.rules, self.keys, self.active, self.t, self.H, self.L, self.goals,
                                 self.score_bonus, int(self.config.horizon), int(self.config.candidates))
         return torch.from_numpy(actions).to(self.device)
 

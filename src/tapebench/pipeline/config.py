@@ -29,7 +29,7 @@ from tapebench.rules.sampling import sample_rule_set, spec_from_config
 from tapebench.settings import MAX_CHECKPOINTS_PER_RUN, checkpoints_per_run, worldtest_study
 from tapebench.splits.ladder import LadderError, draw_training_set, ladder_levels
 from tapebench.validation import parse_rule_list
-from tapebench.vocabulary import MAX_EXACT_L, PLANNING_TASK
+from tapebench.vocabulary import DERIVED_GOAL, MAX_EXACT_L, PLANNING_TASK, ZEROS_GOAL
 
 
 class ConfigError(ValueError):
@@ -404,6 +404,34 @@ def _check_logging(config: dict) -> None:
                               f"installed; install it with `{INSTALL_HINT}` or set logging.tensorboard: false")
 
 
+def _check_goal(config: dict) -> None:
+    """env.goal: derived (docs/protocol.md#multi-goal) draws goals with elementary rules, and every method that plays
+    episodes must take the episode's goal (`Method.goal_conditioned`)."""
+    if config["env"]["goal"] != DERIVED_GOAL:
+        return
+    if not config_family(config).elementary:
+        raise ConfigError(f"config key 'env.goal': derived goals are drawn with elementary rules, not "
+                          f"{config_family(config).describe()} (rule_set.family); use env.goal: {ZEROS_GOAL}")
+    methods = registry()
+    supported = sorted(m for m, entry in methods.items() if entry.goal_conditioned)
+    lists = {"methods": config["methods"], "studies.ladder.methods": config["studies"]["ladder"]["methods"]}
+    for key, listed in lists.items():
+        for i, method in enumerate(listed):
+            if method in methods and not methods[method].goal_conditioned:
+                raise ConfigError(f"config key '{key}[{i}]': {method!r} does not take an episode's goal, so it cannot "
+                                  f"run with env.goal: {DERIVED_GOAL}; methods that do: {supported}")
+
+
+def env_params(config: dict) -> dict:
+    """The env section of a job's params: env.goal and env.goal_steps only when the goal is derived, so the default
+    protocol's jobs keep the params (and provenance) they had before the multi-goal protocol."""
+    env = dict(config["env"])
+    if env.get("goal", ZEROS_GOAL) == ZEROS_GOAL:
+        env.pop("goal", None)
+        env.pop("goal_steps", None)
+    return env
+
+
 def validate_config(config: dict, schema_path, command_line: dict | None = None) -> dict:
     """Validate against the JSON schema plus cross-field checks; fill defaults; raise ConfigError naming the key.
 
@@ -441,6 +469,7 @@ def validate_config(config: dict, schema_path, command_line: dict | None = None)
         if method == "exact" and config["env"]["L"] > MAX_EXACT_L:
             raise ConfigError(f"config key 'methods[{i}]': the exact optimum enumerates all 2^L tapes and needs "
                               f"env.L <= {MAX_EXACT_L}, but env.L = {config['env']['L']}")
+    _check_goal(config)
     _check_sweep(config)
     _check_studies(config)
     _check_noise_study(config)
@@ -580,7 +609,7 @@ def dumps(obj) -> str:
 def train_slice(config: dict, agent: str) -> dict:
     return {
         "agent": config["agents"].get(agent, {}),
-        "env": config["env"],
+        "env": env_params(config),
         "training": {k: config["training"][k] for k in ("total_steps", "eval_every")},
         **logging_slice(config),
     }
@@ -597,7 +626,7 @@ def logging_slice(config: dict) -> dict:
 def fixed_z_train_slice(config: dict, agent: str, L: int, H: int) -> dict:
     """A fixed-z study run: the agent's hyperparameters, the study's L, H and schedule (not env.L / training)."""
     fixed = config["studies"]["fixed_z"]
-    return {"agent": config["agents"].get(agent, {}), "env": {**config["env"], "L": int(L), "H": int(H)},
+    return {"agent": config["agents"].get(agent, {}), "env": {**env_params(config), "L": int(L), "H": int(H)},
             "training": {k: fixed[k] for k in ("total_steps", "eval_every")}, **logging_slice(config)}
 
 
@@ -610,7 +639,7 @@ def fixed_z_eval_slice(config: dict, agent: str, L: int, H: int) -> dict:
 def eval_slice(config: dict) -> dict:
     ev = config["evaluation"]
     return {
-        "env": config["env"],
+        "env": env_params(config),
         "evaluation": {"episodes_per_rule": ev["episodes_per_rule"], "eval_seed": ev["eval_seed"]},
     }
 
@@ -624,7 +653,7 @@ def checkpoint_eval_slice(config: dict, method: str) -> dict:
 
 
 def model_error_slice(config: dict) -> dict:
-    return {"env": config["env"], "evaluation": eval_slice(config)["evaluation"],
+    return {"env": env_params(config), "evaluation": eval_slice(config)["evaluation"],
             "model_error": dict(config["diagnostics"]["model_error"])}
 
 
