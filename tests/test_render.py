@@ -101,6 +101,17 @@ def test_table3_rows_ci_lines_on_column_and_reference_rows(aggregate_path, tmp_p
     assert (tmp_path / "t3.tex").read_text() == text
 
 
+def test_table3_hides_the_score_where_the_headroom_is_too_narrow(aggregate_path, tmp_path):
+    # the OOD headroom is 0.167: a threshold above it empties the Score column and says why; one below keeps it
+    text = render_result_table("table3", aggregate_path, tmp_path / "t3.tex", split="main", H=32, min_headroom=0.2)
+    assert "DQN & 20 & 0.073 & 0.048 & 0.026 & -28.91 & 25.7 & -- \\" in text
+    assert "True-dynamics MPC & 20 & 0.312 & 0.187 & 0.125 & -- & 100 & -- \\" in text
+    assert "is not shown: the OOD headroom is below 0.20" in text
+    assert_well_formed(text, 8)
+    text = render_result_table("table3", aggregate_path, tmp_path / "t3.tex", split="main", H=32, min_headroom=0.1)
+    assert "DQN & 20 & 0.073 & 0.048 & 0.026 & -28.91 & 25.7 & -40.5 \\" in text and "not shown" not in text
+
+
 def test_table3_caption_states_the_floor(aggregate_path, tmp_path):
     from tapebench.splits.io import save_split
 

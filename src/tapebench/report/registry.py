@@ -73,6 +73,7 @@ def _result_table(table: str) -> Callable[[dict], list[Job]]:
             values["split_file"] = layout.split_file(split)
             values["random_per_rule"] = (layout.per_rule(split, "random", config["env"]["H"])
                                          if "random" in config["methods"] else None)
+            values["min_headroom"] = config["health"]["rule_headroom"]["warn"]
         return [Job(table, f"results/{table}.tex", values)]
     return jobs
 
@@ -145,7 +146,9 @@ _TABLES: list[Output] = [
                _L, _AGENTS,
                Option("split_file", "split JSON: the caption counts test rules solved by any action", required=False),
                Option("random_per_rule", "the random policy's per-rule Parquet: the caption counts test rules it "
-                                         "solves in >= 90% of episodes", required=False)),
+                                         "solves in >= 90% of episodes", required=False),
+               _value("min_headroom", "the Score column is shown only where the OOD rule-dependent headroom is at least "
+                                      "this (the pipeline: health.rule_headroom.warn)", float, required=False)),
            _result_table("table3")),
     Output("table4", TABLE, "Table 4: final distance, AUC, soft success@0.1 by family",
            "tapebench.report.tables:render_table4", (

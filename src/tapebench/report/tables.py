@@ -131,13 +131,15 @@ def _rows(groups: list[dict]) -> list[dict]:
 
 def table3_context(agg: pd.DataFrame, split: str, H: int, L: int | None = None, agents=None,
                    meta: dict | None = None, test_rules: list[int] | None = None,
-                   random_per_rule: pd.DataFrame | None = None, family=None) -> dict:
+                   random_per_rule: pd.DataFrame | None = None, family=None, min_headroom: float | None = None) -> dict:
     """Paper Table 3: n, ID success, OOD success, drop (paired), OOD return, ON(p), the floor-normalised score
     (rule-agnostic floor = 0, reference = 100), each with a CI line; the caption gives the reference's
     rule-dependent headroom ID and OOD (docs/protocol.md#rule-agnostic-floors).
 
     `test_rules` (the split's OOD rules) adds the caption's floor: how many test rules any action solves;
     `random_per_rule` (the random policy's per-rule table) adds how many the random policy solves.
+    `min_headroom`: below this OOD headroom the Score column is left empty and the caption says why (a scale from
+    the floor to the reference that narrow multiplies every difference into hundreds of points).
     """
     data = _select(agg, split, [H], L)
     cells = _cells(data)
@@ -158,9 +160,12 @@ def table3_context(agg: pd.DataFrame, split: str, H: int, L: int | None = None, 
     groups = _groups_of_rows(_agents(data, agents), make_row)
     has_reference = any(r["is_on_reference"] for r in _rows(groups))
     headroom = {side: _cell(cells, REFERENCE, H, side, HEADROOM_METRIC) for side in SPLIT_SIDES}
+    headroom = None if headroom["test"]["missing"] else headroom
+    narrow = (headroom is not None and min_headroom is not None
+              and not headroom["test"]["mean"] >= float(min_headroom))
     return {"split": split, "L": int(data["L"].iloc[0]), "H": H, "groups": groups,
             "on_reference": display_name(REFERENCE) if has_reference else None,
-            "headroom": None if headroom["test"]["missing"] else headroom,
+            "headroom": headroom, "score_hidden_below": float(min_headroom) if narrow else None,
             "floor": _floor(test_rules, random_per_rule, split, H, family),
             "seeds": _seeds_text([r["n"] for r in _rows(groups)]), **_statistics(data, meta or {})}
 
@@ -246,11 +251,11 @@ def table4_context(agg: pd.DataFrame, split: str, H: int, L: int | None = None, 
 
 
 def render_result_table(table: str, aggregate, out, *, split: str, H=None, L=None, agents=None,
-                        split_file=None, random_per_rule=None) -> str:
+                        split_file=None, random_per_rule=None, min_headroom=None) -> str:
     """Render table2/table3/table4 from an aggregate Parquet to `out`; returns the LaTeX text.
 
     Table 3 only: `split_file` (the split JSON) and `random_per_rule` (the random policy's per-rule
-    Parquet) give the caption's floor."""
+    Parquet) give the caption's floor; `min_headroom` hides the Score column below that OOD headroom."""
     agg, meta = load_aggregate(aggregate)
     if table == "table3":
         test_rules, family = None, None
@@ -259,7 +264,8 @@ def render_result_table(table: str, aggregate, out, *, split: str, H=None, L=Non
             loaded = load_split(split_file)
             test_rules, family = list(loaded.test), loaded.family
         per_rule = pd.read_parquet(random_per_rule) if random_per_rule is not None else None
-        context = table3_context(agg, split, _single_H(H), L, agents, meta, test_rules, per_rule, family)
+        context = table3_context(agg, split, _single_H(H), L, agents, meta, test_rules, per_rule, family,
+                                 min_headroom=min_headroom)
     elif table == "table4":
         context = table4_context(agg, split, _single_H(H), L, agents, meta)
     elif table == "table2":
@@ -283,9 +289,10 @@ def render_table2(out, *, aggregate, split, H=None, L=None, agents=None) -> str:
     return render_result_table("table2", aggregate, out, split=split, H=H, L=L, agents=agents)
 
 
-def render_table3(out, *, aggregate, split, H=32, L=None, agents=None, split_file=None, random_per_rule=None) -> str:
+def render_table3(out, *, aggregate, split, H=32, L=None, agents=None, split_file=None, random_per_rule=None,
+                  min_headroom=None) -> str:
     return render_result_table("table3", aggregate, out, split=split, H=H, L=L, agents=agents, split_file=split_file,
-                               random_per_rule=random_per_rule)
+                               random_per_rule=random_per_rule, min_headroom=min_headroom)
 
 
 def render_table4(out, *, aggregate, split, H=32, L=None, agents=None) -> str:
