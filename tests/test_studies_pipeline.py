@@ -12,6 +12,8 @@ import yaml
 from pipeline_helpers import copy_workdir, make_workdir, scheduled_jobs, snakemake
 from scipy import stats as sps
 
+from tapebench.report.per_type import HEADROOM_ROW
+
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("tiny_build")]      # a tiny-DAG pipeline build: `python3 -m pytest -m slow` (CI runs it)
 
 TARGETS = ("results/table5.tex", "results/table6.tex", "results/table_types.tex", "results/figures/figure5.png",
@@ -95,7 +97,9 @@ def test_study_targets_are_built(studies_run):
         assert re.search(row, table6, re.M), (row, table6)
 
     types = pd.read_parquet(results / "table_types.parquet")
-    assert set(types["stratum"]) >= {"micro", "macro"} and set(types["agent"]) == {"dqn", "ppo", "random", "mpc", "exact"}
+    # the methods, and the MPC's rule-dependent headroom over the rule-agnostic floor as its own row
+    assert set(types["stratum"]) >= {"micro", "macro"} and set(types["agent"]) == {"dqn", "ppo", "random", "mpc", "exact",
+                                                                                  HEADROOM_ROW}
     micro = types[types["stratum"] == "micro"].set_index(["agent", "side"])["mean"]
     aggregate = pd.read_parquet(results / "aggregate/main/aggregate.parquet")
     overall = aggregate[(aggregate["H"] == 8) & (aggregate["metric"] == "success")].set_index(["agent", "side"])["mean"]

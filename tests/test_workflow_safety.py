@@ -14,7 +14,7 @@ def shell_commands() -> dict[str, str]:
     """{rule name: shell command template} read from workflow/rules/*.smk."""
     commands = {}
     for path in sorted((REPO / "workflow" / "rules").glob("*.smk")):
-        rule, parts, in_shell = None, [], False
+        rule, parts, in_shell, generated = None, [], False, 0
         for line in path.read_text().splitlines() + [""]:
             stripped = line.strip()
             if in_shell and stripped[:1] == '"':
@@ -25,15 +25,17 @@ def shell_commands() -> dict[str, str]:
                 in_shell, parts = False, []
             if stripped.startswith("rule ") and stripped.endswith(":"):
                 rule = stripped[5:-1]
-            elif stripped == "rule:":      # rules generated in a loop (report.smk: one per registry entry)
-                rule = f"{path.stem}: generated"
+            elif stripped == "rule:":      # rules generated in a loop (report.smk: one per registry entry;
+                generated += 1              # evaluate.smk, noise.smk: per seed or per seed block)
+                rule = f"{path.stem}: generated #{generated}"
             in_shell = stripped == "shell:"
     return commands
 
 
 def test_every_shell_placeholder_is_quoted():
     commands = shell_commands()
-    assert {"train", "evaluate", "split", "mpc_split", "report: generated"} <= set(commands)
+    assert {"train", "split", "mpc_split", "report: generated #1", "evaluate: generated #1", "evaluate: generated #2",
+            "noise: generated #1", "noise: generated #2"} <= set(commands)
     unquoted = [(rule, field + (":" + spec if spec else ""))
                 for rule, command in commands.items()
                 for _, field, spec, _ in string.Formatter().parse(command)
