@@ -268,7 +268,8 @@ class BatchedTapeEnv:
         goals = np.asarray(self.goal_sampler(rows_np, self.tapes[rows].cpu().numpy(),
                                              [int(z) for z in self.rules[rows].tolist()]), dtype=np.uint8)
         if goals.shape != (len(rows_np), self.L):
-            raise ValueError(f"the goal sampler returned goals of shape {goals.shape}, expected {(len(rows_np), self.L)}")
+            raise ValueError(f"the goal sampler returned goals of shape {goals.shape}, expected "
+                             f"{(len(rows_np), self.L)}")
         if self._row_goals is None:
             self._row_goals = self.goal.to(torch.uint8).expand(self.num_envs, self.L).clone()
         self._row_goals[rows] = torch.as_tensor(goals, device=self.device)

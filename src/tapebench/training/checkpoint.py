@@ -106,7 +106,7 @@ def env_state(env) -> dict:
     if env.nuisances:   # per-row rho and epsilon (domain randomisation); absent with the defaults
         state["init_density"] = env.row_density.clone()
         state["noise"] = env.row_noise.clone()
-    if getattr(env, "goal_sampler", None) is not None:   # derived training goals: the rows' goals and the sampler's counters
+    if getattr(env, "goal_sampler", None) is not None:   # derived training goals: the rows' goals, the sampler's counts
         state["goals"] = env.row_goals().cpu().clone()
         state["goal_sampler"] = env.goal_sampler.state_dict()
     return state

@@ -76,7 +76,7 @@ class TrainSpec:
     family: dict | None = None             # {k, r} of a non-elementary rule family (None: elementary)
     block: tuple[int, ...] | None = None   # the seeds it is trained with as one stacked block, where stacking does
                                            # not reproduce a one-seed run bit for bit (training/blocks.py); else None
-    goal: str = defaults.GOAL              # "derived": every training episode its own goal (docs/protocol.md#multi-goal)
+    goal: str = defaults.GOAL              # "derived": every training episode its own goal (protocol.md#multi-goal)
     goal_steps: int = defaults.GOAL_STEPS  # derived goals: at most this many random steps from the episode's start
 
     def __post_init__(self):
