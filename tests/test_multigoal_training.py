@@ -76,9 +76,13 @@ def test_a_zeros_run_is_refused_under_derived_goals_and_dqn_cannot_train_on_them
         TrainSpec(agent="dqn", rules=(204,), seed=0, goal="derived")
 
 
-def test_a_stacked_block_with_derived_goals_is_each_seeds_one_seed_run_and_resumes(tmp_path, monkeypatch):
-    specs = [spec(seed=s, rules=(30, 204), total_steps=384) for s in (0, 1)]
-    block = train_block(specs, [tmp_path / f"block{s}" for s in (0, 1)], quiet=True, stacking="always")
+@pytest.mark.parametrize("agent", ["ppo", "ppo_equivariant"])
+def test_a_stacked_block_with_derived_goals_is_each_seeds_one_seed_run_and_resumes(tmp_path, monkeypatch, capsys,
+                                                                                  agent):
+    specs = [spec(seed=s, agent=agent, rules=(30, 204), total_steps=384) for s in (0, 1)]
+    block = train_block(specs, [tmp_path / f"block{s}" for s in (0, 1)], quiet=False, stacking="always")
+    shown = capsys.readouterr()
+    assert "as one stacked block" in shown.err and "one after another" not in shown.out + shown.err
     one = train(specs[1], tmp_path / "one", quiet=True)
     assert [c["sha256"] for c in block[1]["checkpoints"]] == [c["sha256"] for c in one["checkpoints"]]
     # a run killed after its first checkpoint resumes to the same weights (goals and counters in resume.pt)
