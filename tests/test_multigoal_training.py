@@ -105,3 +105,21 @@ def test_a_stacked_block_with_derived_goals_is_each_seeds_one_seed_run_and_resum
     assert state["goals"].shape == (4, 8) and np.asarray(state["goal_sampler"]["episodes"]).sum() > 0
     resumed = train(specs[1], tmp_path / "resumed", quiet=True)
     assert [c["sha256"] for c in resumed["checkpoints"]] == [c["sha256"] for c in one["checkpoints"]]
+
+
+def test_the_equivariant_policy_reads_the_goal_as_a_channel_and_rolls_with_tape_and_goal():
+    from tapebench.methods import ppo
+    from tapebench.registry import build_config
+
+    config = build_config("ppo_equivariant", {"conv_channels": 8, "conv_layers": 2})
+    network = ppo.ActorCritic(config, spec(agent="ppo_equivariant").env_spec())
+    assert network.actor.trunk.inp.in_channels == 3
+    torch.manual_seed(0)
+    tape, goal = torch.randint(0, 2, (5, 8)).float(), torch.randint(0, 2, (5, 8)).float()
+    obs = torch.cat([tape, goal, torch.full((5, 1), 0.25)], dim=1)
+    rolled = torch.cat([tape.roll(3, 1), goal.roll(3, 1), obs[:, -1:]], dim=1)
+    with torch.no_grad():
+        assert torch.allclose(network.actor(rolled), network.actor(obs).roll(3, 1), atol=1e-5)
+        assert torch.allclose(network.value(rolled), network.value(obs), atol=1e-5)
+        other = torch.cat([tape, 1 - goal, obs[:, -1:]], dim=1)
+        assert not torch.allclose(network.actor(other), network.actor(obs))   # the goal changes the policy
