@@ -67,14 +67,13 @@ def run_train(args) -> int:
     split, split_info = _rule_source(args)
     rules = tuple(split.train) if split is not None else tuple(parse_rule_list(args.rules))
     env = {**defaults.ENV, **params.get("env", {})}
-    if check_goal_mode(env.get("goal", defaults.GOAL), env.get("goal_steps", defaults.GOAL_STEPS))[0] != defaults.GOAL:
-        raise ValueError(f"env.goal: {env['goal']}: training runs do not take an episode's goal yet (only the methods "
-                         f"that do not train play the multi-goal protocol, docs/protocol.md#multi-goal)")
+    goal_mode, goal_steps = check_goal_mode(env.get("goal", defaults.GOAL), env.get("goal_steps", defaults.GOAL_STEPS))
     training = {**defaults.TRAINING, **params.get("training", {})}
     specs = [TrainSpec(agent=args.agent, rules=rules, seed=seed, hyperparameters=params.get("agent", {}),
                        L=env["L"], H=env["H"], success_bonus=float(env["success_bonus"]),
                        total_steps=training["total_steps"], eval_every=training["eval_every"], split=split_info,
-                       family=None if split is None or split.family.elementary else split.family.as_dict())
+                       family=None if split is None or split.family.elementary else split.family.as_dict(),
+                       goal=goal_mode, goal_steps=goal_steps)
              for seed in seeds]
     check_training(args.agent, params.get("agent", {}) or {}, int(env["L"]), int(env["H"]), len(seeds))
     tensorboard = params.get("logging", {}).get("tensorboard", False)
@@ -136,14 +135,12 @@ def _evaluate_one(args, params: dict, split, rules) -> int:
                   noise=float(check_noise(evaluation.get("noise", 0.0))))
     goal_mode, goal_steps = check_goal_mode(env.get("goal", defaults.GOAL), env.get("goal_steps", defaults.GOAL_STEPS))
     if args.run is not None:
-        if goal_mode != defaults.GOAL:
-            raise ValueError(f"env.goal: {goal_mode}: trained runs do not take an episode's goal yet; the multi-goal "
-                             f"protocol (docs/protocol.md#multi-goal) evaluates the methods that do not train")
         label = f"H{args.H}" + (f"_noise{common['noise']:g}" if common["noise"] else "")
         log = RunLog(Path(args.run) / f"evaluate_{label}.log", f"evaluate {label}", args.quiet)
         records, summary = evaluate_run(args.run, args.H, split=split, rules=rules,
                                         checkpoints=evaluation.get("checkpoints", "all"), L=env.get("L"),
-                                        device=args.device, threads=args.threads, log=log, **common)
+                                        device=args.device, threads=args.threads, log=log, goal_mode=goal_mode,
+                                        goal_steps=goal_steps, **common)
     else:
         log = _untrained_log(args)
         records, summary = _evaluate_untrained(args, params, split, rules, env,

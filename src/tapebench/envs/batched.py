@@ -52,6 +52,10 @@ class BatchedTapeEnv:
             other colour.
         goal_in_obs: the observation carries the row's goal, [s, g, t/H] (2L + 1 entries; the multi-goal protocol,
             docs/protocol.md#multi-goal); default [s, t/H].
+        goal_sampler: training under the multi-goal protocol: a callable (rows, tapes, rules) -> (n, L) goals that
+            gives every row it starts (reset, auto-reset, `load` without goals) a goal of its own, from the row
+            indices (int64 numpy), the rows' initial tapes ((n, L) uint8 numpy) and rule numbers (list of ints);
+            elementary rules only. Its state (e.g. per-row episode counters) is its own.
 
     Per-row goals: `load(tapes, rules, goals=...)` gives every row its own goal tape (evaluation of the multi-goal
     protocol; an env without auto-reset); distance, reward and success are then to the row's goal. Without them
@@ -71,7 +75,7 @@ class BatchedTapeEnv:
                  success_bonus: float = defaults.SUCCESS_BONUS, device: str | torch.device = "cpu", seed: int = 0,
                  autoreset: bool = True, init_density=defaults.INIT_DENSITY, noise=defaults.NOISE,
                  k: int | None = None, r: int | None = None, family: RuleFamily | None = None,
-                 goal_in_obs: bool = False):
+                 goal_in_obs: bool = False, goal_sampler=None):
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
             raise ValueError(f"num_envs must be an integer >= 1, got {num_envs!r}")
         self.family = resolve_family(family, k, r)
@@ -91,6 +95,10 @@ class BatchedTapeEnv:
         self._goal_ones = float(goal.sum())
         self.goal_in_obs = bool(goal_in_obs)
         self._row_goals: torch.Tensor | None = None   # (N, L) uint8 per-row goals from `load`, or None
+        self.goal_sampler = goal_sampler
+        if goal_sampler is not None and not self.family.elementary:
+            raise ValueError(f"a goal sampler (derived training goals) needs elementary rules, not "
+                             f"{self.family.describe()}")
         self.success_bonus = check_success_bonus(success_bonus)
         self.autoreset = bool(autoreset)
         # a degenerate range (x, x) is the constant x: no per-row draws
@@ -251,6 +259,20 @@ class BatchedTapeEnv:
                 self._draw_row_nuisances(rows)
             density = None if self._fair_bits else self.row_density[rows.cpu()]
             self._set_rows(rows, self._draw_tapes(n, density), self._draw_rules(n))
+            if self.goal_sampler is not None:
+                self._sample_goals(rows)
+
+    def _sample_goals(self, rows: torch.Tensor) -> None:
+        """The goal sampler's goals for the rows just started (after their tapes and rules are set)."""
+        rows_np = rows.cpu().numpy().astype(np.int64)
+        goals = np.asarray(self.goal_sampler(rows_np, self.tapes[rows].cpu().numpy(),
+                                             [int(z) for z in self.rules[rows].tolist()]), dtype=np.uint8)
+        if goals.shape != (len(rows_np), self.L):
+            raise ValueError(f"the goal sampler returned goals of shape {goals.shape}, expected "
+                             f"{(len(rows_np), self.L)}")
+        if self._row_goals is None:
+            self._row_goals = self.goal.to(torch.uint8).expand(self.num_envs, self.L).clone()
+        self._row_goals[rows] = torch.as_tensor(goals, device=self.device)
 
     def reset(self, seed: int | None = None) -> torch.Tensor:
         if seed is not None:
@@ -282,12 +304,14 @@ class BatchedTapeEnv:
         if self.randomised:
             self._draw_row_nuisances(rows)
         self._set_rows(rows, torch.as_tensor(tapes_np.astype(np.uint8), device=self.device), rules_t)
+        if self.goal_sampler is not None and goals is None:
+            self._sample_goals(rows)
         return self.observation()
 
     def _load_goals(self, goals) -> None:
-        if self.autoreset or not self.family.elementary:
-            raise ValueError("per-row goals need elementary rules and an env without auto-reset (autoreset=False): "
-                             "a reset would not know the next episode's goal")
+        if (self.autoreset and self.goal_sampler is None) or not self.family.elementary:
+            raise ValueError("per-row goals need elementary rules and an env without auto-reset (autoreset=False) or "
+                             "with a goal sampler: a reset would not know the next episode's goal")
         goals_np = goals.cpu().numpy() if isinstance(goals, torch.Tensor) else np.asarray(goals)
         if goals_np.shape != (self.num_envs, self.L) or not np.all((goals_np == 0) | (goals_np == 1)):
             raise ValueError(f"load: goals must be an ({self.num_envs}, {self.L}) array of 0/1 cells, got shape "
@@ -382,6 +406,8 @@ class BatchedTapeEnv:
                 self._reset_rows(done_rows)
                 obs = obs.clone()
                 obs[done_rows, :self.L] = self.tapes[done_rows].float()
+                if self.goal_in_obs:
+                    obs[done_rows, self.L:2 * self.L] = self.row_goals()[done_rows].float()
                 obs[done_rows, -1] = 0.0
         return obs, reward, terminated, truncated, info
 

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tapebench.episodes.streams import check_side, episode_key, goal_stream, identity, noise_key, noise_uniforms
+from tapebench.episodes.streams import (check_side, episode_key, goal_stream, identity, noise_key, noise_uniforms,
+                                        training_goal_stream)
 from tapebench.episodes.worldtest import reachable_goal
 from tapebench.rule_family import ELEMENTARY, RuleFamily
 from tapebench.validation import check_goal, check_goal_mode, check_length, check_noise, check_rules
@@ -60,6 +61,36 @@ def derived_goal(eval_seed: int, key: int, side: str, rule: int, episode: int, s
     _, goal, actions, found = reachable_goal(goal_stream(eval_seed, key, side, rule, episode), int(rule),
                                              len(start), goal_steps, start=start)
     return goal, actions, found
+
+
+class TrainingGoals:
+    """The goal sampler of a training environment under the multi-goal protocol (`BatchedTapeEnv(goal_sampler=...)`):
+    every episode a row starts gets a goal its rule reaches from its initial tape in 1..goal_steps random steps
+    (`reachable_goal`, as an evaluation episode's), drawn from the row's own stream (`training_goal_stream` of the
+    env seed, the row and the row's episode count), so a run's goals are a function of its seed. `episodes` (the
+    per-row counts) is the whole state a resumed run restores."""
+
+    def __init__(self, env_seed: int, num_envs: int, goal_steps: int):
+        self.env_seed, self.goal_steps = int(env_seed), int(goal_steps)
+        self.episodes = np.zeros(int(num_envs), dtype=np.int64)
+
+    def __call__(self, rows: np.ndarray, tapes: np.ndarray, rules: list[int]) -> np.ndarray:
+        goals = np.empty_like(tapes)
+        for i, (row, rule) in enumerate(zip(rows.tolist(), rules)):
+            stream = training_goal_stream(self.env_seed, row, self.episodes[row])
+            self.episodes[row] += 1
+            goals[i] = reachable_goal(stream, int(rule), tapes.shape[1], self.goal_steps, start=tapes[i])[1]
+        return goals
+
+    def state_dict(self) -> dict:
+        return {"episodes": self.episodes.copy()}
+
+    def load_state_dict(self, state: dict) -> None:
+        episodes = np.asarray(state["episodes"], dtype=np.int64)
+        if episodes.shape != self.episodes.shape:
+            raise ValueError(f"resume state has goal counters for {episodes.shape[0]} rows, the environment "
+                             f"{self.episodes.shape[0]}")
+        self.episodes = episodes.copy()
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ episodes run:
 * an episode's identity (evaluation seed, split key, side, rule, episode index) fixes its initial tape
   (`episodes.sets.episode_tape`), its key `episode_key` (methods' per-episode randomness), its noise
   stream `noise_key` and, in the multi-goal protocol, its derived goal (`goal_stream`), four separate
-  SeedSequence streams;
+  SeedSequence streams; a training episode's derived goal comes from (env seed, row, the row's episode count)
+  (`training_goal_stream`);
 * `step_keys(keys, t, salt)`: one 64-bit word per episode for step t under a method's salt (its seed);
 * the planners' candidate actions: `episode_keys` (per-episode planner key) -> `step_key` (per step) ->
   `candidate_action` (per candidate and depth), numba functions the planning kernels inline;
@@ -88,6 +89,13 @@ def goal_stream(eval_seed: int, key: int, side: str, rule: int, episode: int) ->
     """The generator of one evaluation episode's derived goal (docs/protocol.md#multi-goal): its own stream of the
     episode's identity, separate from the tape, `episode_key` and `noise_key`."""
     return np.random.default_rng(np.random.SeedSequence(identity(eval_seed, key, side, rule, episode), spawn_key=(3,)))
+
+
+def training_goal_stream(env_seed: int, row: int, episode: int) -> np.random.Generator:
+    """The generator of one training episode's derived goal (docs/protocol.md#multi-goal): the `episode`-th episode
+    of row `row` of a training environment seeded with `env_seed`; a stream of its own (spawn key 4), so the
+    goals depend on neither the env's generator nor the other rows."""
+    return np.random.default_rng(np.random.SeedSequence([int(env_seed), int(row), int(episode)], spawn_key=(4,)))
 
 
 def noise_uniforms(noise_keys: np.ndarray, t: int, L: int) -> np.ndarray:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tapebench.defaults import EPISODES_PER_RULE, EVAL_SEED, MODEL_ERROR_CONTEXT, MODEL_ERROR_DEPTH
+from tapebench.defaults import EPISODES_PER_RULE, EVAL_SEED, GOAL, GOAL_STEPS, MODEL_ERROR_CONTEXT, MODEL_ERROR_DEPTH
 from tapebench.evaluation.evaluate import play, side_protocols, with_run_columns
 from tapebench.evaluation.model_error import check_probe, error_table, rollout_errors
 from tapebench.evaluation.protocol import protocol_episodes
@@ -37,9 +37,12 @@ def select_checkpoints(manifest: dict, last: int | str | None) -> list[dict]:
 def evaluate_run(run_dir, H: int, *, split=None, rules=None, episodes_per_rule: int = EPISODES_PER_RULE,
                  eval_seed: int = EVAL_SEED, checkpoints: int | str | None = "all",
                  success_bonus: float = 1.0, noise: float = 0.0, L: int | None = None, device="cpu",
-                 threads: int | None = 1, log=None) -> tuple[pd.DataFrame, dict]:
+                 threads: int | None = 1, log=None, goal_mode: str = GOAL, goal_steps: int = GOAL_STEPS
+                 ) -> tuple[pd.DataFrame, dict]:
     """Evaluate the run's checkpoints; returns (episode records, summary for the Parquet metadata).
-    `noise` > 0: on the stochastic dynamics with the episodes' common noise realisation (docs/protocol.md#noise)."""
+    `noise` > 0: on the stochastic dynamics with the episodes' common noise realisation (docs/protocol.md#noise).
+    `goal_mode` "derived" (docs/protocol.md#multi-goal) needs a run trained with derived goals, and "zeros" one
+    trained with the all-zero goal (the run's train.json names its goal under env.goal)."""
     run_dir = Path(run_dir)
     manifest = _finished_manifest(run_dir)
     _check_same_split(run_dir, manifest, split)
@@ -48,11 +51,18 @@ def evaluate_run(run_dir, H: int, *, split=None, rules=None, episodes_per_rule: 
     run_L = manifest["env"]["L"]
     if L is not None and int(L) != run_L:
         raise ValueError(f"env.L = {L} in the evaluation params but the run was trained at L = {run_L}")
+    run_goal = manifest["env"].get("goal", GOAL)
+    if run_goal != goal_mode:
+        raise ValueError(f"env.goal: {goal_mode} in the evaluation params, but the run {run_dir} was trained with "
+                         f"env.goal: {run_goal} (its train.json); a policy plays the goal protocol it was trained "
+                         f"for: train it again with --params '{{\"env\": {{\"goal\": \"{goal_mode}\"}}}}' "
+                         f"(docs/protocol.md#multi-goal)")
     selected = select_checkpoints(manifest, checkpoints)
     method = get_method(manifest["agent"])
     device = resolve_device(device)
     sides = side_protocols(L=run_L, H=H, episodes_per_rule=episodes_per_rule, eval_seed=eval_seed,
-                           success_bonus=success_bonus, noise=noise, split=split, rules=rules)
+                           success_bonus=success_bonus, noise=noise, split=split, rules=rules,
+                           goal_mode=goal_mode, goal_steps=goal_steps)
     frames, agent, timings, cpu_start = [], None, [], time.process_time()
     with torch_settings(device, threads):
         for entry in selected:

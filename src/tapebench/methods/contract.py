@@ -193,9 +193,10 @@ class EnvSpec:
 
     L: int             # tape length; also the number of actions (flip cell 0..L-1)
     H: int             # training horizon
-    obs_dim: int       # L + 1: the tape plus the time feature t/H
+    obs_dim: int       # L + 1: the tape plus the time feature t/H; 2L + 1 with the goal ([s, g, t/H])
     num_actions: int   # L
 
     @classmethod
-    def for_tape(cls, L: int, H: int) -> "EnvSpec":
-        return cls(L=int(L), H=int(H), obs_dim=int(L) + 1, num_actions=int(L))
+    def for_tape(cls, L: int, H: int, goal_in_obs: bool = False) -> "EnvSpec":
+        """`goal_in_obs`: the multi-goal protocol's observation [s, g, t/H] (docs/protocol.md#multi-goal)."""
+        return cls(L=int(L), H=int(H), obs_dim=(2 if goal_in_obs else 1) * int(L) + 1, num_actions=int(L))

@@ -5,7 +5,8 @@ The CA step commutes with circular shifts of the tape, the goal (all zeros) and 
 shift invariant, and an action is a cell: rolling the tape by k moves the best cell by k. A network that
 respects this reads every cell with the same weights:
 
-* **input**: two channels per cell, the cell's value and the time feature t/H (the same for every cell);
+* **input**: two channels per cell, the cell's value and the time feature t/H (the same for every cell); in the
+  multi-goal protocol (observations [s, g, t/H], docs/protocol.md#multi-goal) three: the cell, the goal's cell, t/H;
   PEARL-DQN adds its task latent z as `extra` channels, likewise broadcast to every cell; the ensemble MPC's
   next-tape model reads four channels per cell instead (`EquivariantTrunk.cells`: the context transition's two
   tapes, the context flag, the post-action tape);
@@ -88,24 +89,33 @@ class CircularConv(nn.Module):
 class EquivariantTrunk(nn.Module):
     """Observations (N, L+1) [+ per-row features (N, extra)] -> cell features (N, channels, L).
 
-    Rolling the tape by k rolls the output along the cells by k; t/H and `extra` are per row. `cells` is the
+    Rolling the tape (and the goal) by k rolls the output along the cells by k; t/H and `extra` are per row. With
+    `goal` the observations are (N, 2L+1) [s, g, t/H] and the goal's cells are a channel of their own. `cells` is the
     same trunk on per-cell inputs a caller builds itself (N, in_channels, L): the ensemble MPC's next-tape model
     feeds it the context transition and the post-action tape (`in_channels` then replaces 2 + extra).
     """
 
     def __init__(self, L: int, channels: int, layers: int, kernel_size: int = 3, global_pool: bool = True,
-                 extra: int = 0, activation: type[nn.Module] = nn.ReLU, in_channels: int | None = None):
+                 extra: int = 0, activation: type[nn.Module] = nn.ReLU, in_channels: int | None = None,
+                 goal: bool = False):
         super().__init__()
-        self.L, self.extra, self.global_pool = L, extra, global_pool
-        self.inp = nn.Conv1d(2 + extra if in_channels is None else in_channels, channels, 1)
+        self.L, self.extra, self.global_pool, self.goal = L, extra, global_pool, bool(goal)
+        own = 3 if self.goal else 2
+        self.inp = nn.Conv1d(own + extra if in_channels is None else in_channels, channels, 1)
         self.convs = nn.ModuleList(CircularConv(channels, channels, kernel_size, 2 ** i) for i in range(layers))
         self.pools = nn.ModuleList(nn.Linear(channels, channels) for _ in range(layers)) if global_pool else None
         self.act = activation()
 
+    def observation_channels(self, obs: torch.Tensor) -> torch.Tensor:
+        """(..., obs_dim) observations -> (..., 2 or 3, L) per-cell channels: the cell, [the goal's cell,] t/H."""
+        L = self.L
+        channels = [obs[..., :L]] + ([obs[..., L:2 * L]] if self.goal else []) \
+            + [obs[..., -1:].expand(*obs.shape[:-1], L)]
+        return torch.stack(channels, dim=-2)
+
     def forward(self, obs: torch.Tensor, extra: torch.Tensor | None = None) -> torch.Tensor:
         L = self.L
-        channels = [obs[:, :L], obs[:, L:L + 1].expand(-1, L)]
-        x = torch.stack(channels, dim=1)
+        x = self.observation_channels(obs)
         if self.extra:
             x = torch.cat([x, extra.unsqueeze(-1).expand(-1, -1, L)], dim=1)
         return self.cells(x)
@@ -161,7 +171,8 @@ def trunk(config, env_spec, extra: int = 0, activation: type[nn.Module] = nn.ReL
                          f"{config.conv_layers}, conv_kernel = {config.conv_kernel}), fewer than the tape's "
                          f"L = {env_spec.L}: raise conv_layers or set global_pool = true")
     return EquivariantTrunk(env_spec.L, config.conv_channels, config.conv_layers, config.conv_kernel,
-                            config.global_pool, extra=extra, activation=activation, in_channels=in_channels)
+                            config.global_pool, extra=extra, activation=activation, in_channels=in_channels,
+                            goal=env_spec.obs_dim == 2 * env_spec.L + 1)
 
 
 def per_cell_network(config, env_spec, extra: int = 0, activation: type[nn.Module] = nn.ReLU,

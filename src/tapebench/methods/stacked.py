@@ -193,7 +193,8 @@ class StackedEquivariant:
     channels), stacked: grouped circular convolutions over the seeds' channels, stacked linear pooling maps.
 
     Same interface as `StackedSequential`: `parameters` and `names` in the order of the network's own
-    `named_parameters()`, `__call__` on (S, n, L+1) observations, `one_seed(k, obs)` the one-seed computation.
+    `named_parameters()`, `__call__` on (S, n, L+1) observations ((S, n, 2L+1) with the goal), `one_seed(k, obs)`
+    the one-seed computation.
     """
 
     def __init__(self, networks: list[nn.Module], device: torch.device, unsupported: type[Exception],
@@ -225,7 +226,7 @@ class StackedEquivariant:
         """(S, n, L+1) -> (S, n, L) per-cell outputs, or (S, n, 1) for the pooled network."""
         S, n, _ = obs.shape
         L = self.L
-        x = torch.stack([obs[..., :L], obs[..., L:L + 1].expand(-1, -1, L)], dim=2)    # (S, n, 2, L)
+        x = self.template.trunk.observation_channels(obs)                               # (S, n, 2 or 3, L)
         h = torch.tanh(self._conv(x.transpose(0, 1).reshape(n, -1, L), "trunk.inp"))  # (n, S·C, L)
         for i, (pad, dilation) in enumerate(self.convs):
             u = self._conv(equivariant.circular_pad(h, pad) if pad else h, f"trunk.convs.{i}.conv", dilation)

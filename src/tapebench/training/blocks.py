@@ -33,7 +33,7 @@ from tapebench.training import checkpoint as ckpt
 from tapebench.training.loop import (LOG_INTERVAL_S, EpisodeStats, RunLog, TrainSpec, check_finite_metrics,
                                      checkpoint_steps, finished_manifest, load_resume, progress_line,
                                      remove_stale_files, resolve_device, run_manifest, seed_everything, short_list,
-                                     torch_settings, train, training_env_arguments, write_run_checkpoint)
+                                     torch_settings, train, training_env, write_run_checkpoint)
 from tapebench.utils.artifacts import file_sha256
 from tapebench.utils.io import provenance, write_json
 from tapebench.validation import check_integer
@@ -126,7 +126,7 @@ class _StackedBlock:
         self.config = specs[0].config()
         self.schedule = checkpoint_steps(specs[0].total_steps, specs[0].eval_every, self.config.num_envs)
         self.specs, self.out_dirs = specs, out_dirs
-        self.config_slices = [config_slice if config_slice is not None else dataclasses.asdict(s) for s in specs]
+        self.config_slices = [config_slice if config_slice is not None else s.fields() for s in specs]
         seeds = [s.seed for s in specs]
         label = f"{specs[0].agent} seeds {short_list(seeds)}"
         self.log = RunLog(None, label, quiet)   # the block's lines go to stderr; each seed's to its train.log
@@ -138,9 +138,7 @@ class _StackedBlock:
 
     def _member(self, spec, out_dir, config_slice) -> _Member:
         env_seed = seed_everything(spec.seed)
-        env = BatchedTapeEnv(self.config.num_envs, L=spec.L, H=spec.H, rules=spec.rules,
-                             success_bonus=spec.success_bonus, device=self.device, seed=env_seed,
-                             family=spec.rule_family, **training_env_arguments(self.method, self.config))
+        env = training_env(spec, self.method, self.config, self.device, env_seed)
         agent = self.method.make_agent(self.config, spec.env_spec(), self.schedule[-1], self.device)
         generator = torch.Generator()
         generator.set_state(torch.get_rng_state())

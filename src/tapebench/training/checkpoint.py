@@ -106,6 +106,9 @@ def env_state(env) -> dict:
     if env.nuisances:   # per-row rho and epsilon (domain randomisation); absent with the defaults
         state["init_density"] = env.row_density.clone()
         state["noise"] = env.row_noise.clone()
+    if getattr(env, "goal_sampler", None) is not None:   # derived training goals: the rows' goals, the sampler's counts
+        state["goals"] = env.row_goals().cpu().clone()
+        state["goal_sampler"] = env.goal_sampler.state_dict()
     return state
 
 
@@ -114,7 +117,15 @@ def load_env_state(env, state: dict) -> None:
     if tuple(state["tapes"].shape) != (env.num_envs, env.L):
         raise ValueError(f"resume state has {tuple(state['tapes'].shape)} tapes, the environment "
                          f"{(env.num_envs, env.L)}")
-    env.load(state["tapes"], state["rules"])
+    sampler = getattr(env, "goal_sampler", None)
+    if (sampler is not None) != ("goals" in state):
+        raise ValueError("resume state and environment disagree on derived training goals (env.goal): the state "
+                         f"{'has' if 'goals' in state else 'has no'} per-row goals")
+    if sampler is None:
+        env.load(state["tapes"], state["rules"])
+    else:
+        env.load(state["tapes"], state["rules"], goals=state["goals"])
+        sampler.load_state_dict(state["goal_sampler"])
     env.t.copy_(state["t"].to(env.device))
     if env.nuisances:
         if "noise" not in state:

@@ -1,7 +1,8 @@
 """The one training loop every agent shares (docs/protocol.md#schedule).
 
 * Environment: `BatchedTapeEnv` with `num_envs` rows (an agent hyperparameter); z ~ Unif(train rules)
-  at every reset; L, H and the success bonus from the env config.
+  at every reset; L, H and the success bonus from the env config. With `env.goal: derived` (goal-conditioned
+  methods) every episode gets a goal its rule reaches from its start (`training_env`, docs/protocol.md#multi-goal).
 * Budget: counted in environment steps. One batched step is `num_envs` environment steps, so the
   number of parallel environments does not change the budget.
 * Checkpoints at every `eval_every` environment steps and at the end. A checkpoint is taken after
@@ -44,14 +45,16 @@ from tapebench.envs.batched import BatchedTapeEnv
 from tapebench.layout import TENSORBOARD_DIR
 from tapebench.methods.contract import EnvSpec
 from tapebench.methods.equivariant import fingerprint_hyperparameters
-from tapebench.registry import build_config, check_rule_family, get_method
+from tapebench.episodes.sets import TrainingGoals
+from tapebench.registry import build_config, check_rule_family, get_method, registry
 from tapebench.rule_family import RuleFamily, family_from_config
 from tapebench.settings import MAX_CHECKPOINTS_PER_RUN, checkpoints_per_run
 from tapebench.training import checkpoint as ckpt
 from tapebench.training.tensorboard import TensorBoardLog, summary_writer_class
 from tapebench.utils.artifacts import CorruptArtifact, read_json
 from tapebench.utils.io import content_hash, cpu_name, provenance, write_json
-from tapebench.validation import check_horizon, check_integer, check_length, check_rules
+from tapebench.validation import check_goal_mode, check_horizon, check_integer, check_length, check_rules
+from tapebench.vocabulary import DERIVED_GOAL
 
 LOG_INTERVAL_S = 30.0
 
@@ -73,6 +76,8 @@ class TrainSpec:
     family: dict | None = None             # {k, r} of a non-elementary rule family (None: elementary)
     block: tuple[int, ...] | None = None   # the seeds it is trained with as one stacked block, where stacking does
                                            # not reproduce a one-seed run bit for bit (training/blocks.py); else None
+    goal: str = defaults.GOAL              # "derived": every training episode its own goal (protocol.md#multi-goal)
+    goal_steps: int = defaults.GOAL_STEPS  # derived goals: at most this many random steps from the episode's start
 
     def __post_init__(self):
         object.__setattr__(self, "rules", tuple(check_rules(self.rules, self.rule_family)))
@@ -90,6 +95,21 @@ class TrainSpec:
             raise ValueError(f"method {self.agent!r} does not train; evaluate it directly with "
                              f"`tapebench evaluate --method {self.agent} --seed N ...`")
         check_rule_family(self.agent, self.rule_family)
+        goal, goal_steps = check_goal_mode(self.goal, self.goal_steps)
+        object.__setattr__(self, "goal", goal)
+        object.__setattr__(self, "goal_steps", goal_steps)
+        if self.derived_goals:
+            if not self.rule_family.elementary:
+                raise ValueError(f"env.goal: {DERIVED_GOAL}: derived goals are drawn with elementary rules, not "
+                                 f"{self.rule_family.describe()}")
+            if not get_method(self.agent).goal_conditioned:
+                supported = sorted(m for m, entry in registry().items() if entry.goal_conditioned and entry.trains)
+                raise ValueError(f"env.goal: {DERIVED_GOAL}: method {self.agent!r} does not take an episode's goal "
+                                 f"(docs/protocol.md#multi-goal); the training methods that do: {supported}")
+
+    @property
+    def derived_goals(self) -> bool:
+        return self.goal == DERIVED_GOAL
 
     @property
     def rule_family(self) -> RuleFamily:
@@ -99,10 +119,17 @@ class TrainSpec:
         return build_config(self.agent, self.hyperparameters)
 
     def env_spec(self) -> EnvSpec:
-        return EnvSpec.for_tape(self.L, self.H)
+        return EnvSpec.for_tape(self.L, self.H, goal_in_obs=self.derived_goals)
+
+    def fields(self) -> dict:
+        """The spec's fields; with the all-zero goal without the goal's (a run's record as before derived goals)."""
+        body = dataclasses.asdict(self)
+        if not self.derived_goals:
+            del body["goal"], body["goal_steps"]
+        return body
 
     def fingerprint(self) -> str:
-        body = dataclasses.asdict(self)
+        body = self.fields()
         if body["family"] is None:      # an elementary run's fingerprint names no family
             del body["family"]
         # defaults resolved; an MLP run leaves out the network-choice fields (its fingerprint is the plain
@@ -240,6 +267,16 @@ def training_env_arguments(method, config) -> dict:
     return dict(method.training_env(config)) if method.training_env is not None else {}
 
 
+def training_env(spec: TrainSpec, method, config, device, env_seed: int) -> BatchedTapeEnv:
+    """A run's training environment (one-seed runs and every seed of a block): `num_envs` rows on the spec's rules;
+    with derived goals every episode a row starts gets its own goal (`TrainingGoals`) and the goal is observed."""
+    goals = dict(goal_in_obs=True, goal_sampler=TrainingGoals(env_seed, config.num_envs, spec.goal_steps)) \
+        if spec.derived_goals else {}
+    return BatchedTapeEnv(config.num_envs, L=spec.L, H=spec.H, rules=spec.rules, success_bonus=spec.success_bonus,
+                          device=device, seed=env_seed, family=spec.rule_family,
+                          **training_env_arguments(method, config), **goals)
+
+
 def read_manifest(out_dir, verify: bool = True) -> dict | None:
     """The run's train.json, or None when there is none. A damaged train.json, or (with `verify`) a
     listed checkpoint that is gone or damaged, raises CorruptArtifact naming the file."""
@@ -301,15 +338,13 @@ def train(spec: TrainSpec, out_dir, *, device="cpu", threads: int | None = 1, co
     schedule = checkpoint_steps(spec.total_steps, spec.eval_every, config.num_envs)
     total_iterations = schedule[-1] // config.num_envs
     checkpoint_at = {steps // config.num_envs: steps for steps in schedule}
-    config_slice = config_slice if config_slice is not None else dataclasses.asdict(spec)
+    config_slice = config_slice if config_slice is not None else spec.fields()
     prov = provenance(config_slice, spec.seed, agent=spec.agent, split=spec.split, fingerprint=fingerprint)
 
     with torch_settings(device, threads):
         env_seed = seed_everything(spec.seed)
         method = get_method(spec.agent)
-        env = BatchedTapeEnv(config.num_envs, L=spec.L, H=spec.H, rules=spec.rules,
-                             success_bonus=spec.success_bonus, device=device, seed=env_seed,
-                             family=spec.rule_family, **training_env_arguments(method, config))
+        env = training_env(spec, method, config, device, env_seed)
         agent = method.make_agent(config, spec.env_spec(), schedule[-1], device)
         stats = EpisodeStats(config.num_envs)
         obs = env.reset()
@@ -411,7 +446,8 @@ def run_manifest(spec: TrainSpec, config, schedule: list[int], checkpoints: list
         "fingerprint": fingerprint,
         "split": spec.split,
         "train_rules": list(spec.rules),
-        "env": {"L": spec.L, "H": spec.H, "success_bonus": spec.success_bonus},
+        "env": {"L": spec.L, "H": spec.H, "success_bonus": spec.success_bonus,
+                **({"goal": spec.goal, "goal_steps": spec.goal_steps} if spec.derived_goals else {})},
         "training": {"total_steps": spec.total_steps, "eval_every": spec.eval_every,
                      "num_envs": config.num_envs, "env_steps": schedule[-1]},
         "hyperparameters": dataclasses.asdict(config),

@@ -1,0 +1,125 @@
+"""Goal-conditioned training under the multi-goal protocol (docs/protocol.md#multi-goal): PPO (MLP and equivariant)
+trains with a derived goal per training episode, observes [s, g, t/H], and its run is evaluated on derived goals;
+the goal mode is part of the run's fingerprint and manifest, and a run plays only the goal protocol it was trained
+for."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tapebench.envs.batched import BatchedTapeEnv
+from tapebench.episodes.sets import TrainingGoals
+from tapebench.evaluation.trained_runs import evaluate_run
+from tapebench.training import checkpoint as ckpt
+from tapebench.training.blocks import train_block
+from tapebench.training.loop import TrainSpec, train
+
+HYPER = {"num_envs": 4, "num_steps": 32, "hidden_size": 32, "num_minibatches": 4, "update_epochs": 2}
+EQUIVARIANT = {**HYPER, "conv_channels": 8, "conv_layers": 2}
+
+
+def spec(seed=0, agent="ppo", goal="derived", total_steps=256, rules=(204,)):
+    return TrainSpec(agent=agent, rules=rules, seed=seed, L=8, H=8, total_steps=total_steps, eval_every=128,
+                     hyperparameters=EQUIVARIANT if agent == "ppo_equivariant" else HYPER, goal=goal, goal_steps=4)
+
+
+def test_training_env_draws_a_reachable_goal_at_every_reset_from_the_rows_own_stream():
+    def env(seed):
+        return BatchedTapeEnv(3, L=8, H=4, rules=[204], seed=seed, goal_in_obs=True,
+                              goal_sampler=TrainingGoals(seed, 3, goal_steps=2))
+
+    a, b = env(5), env(5)
+    obs = a.reset()
+    assert torch.equal(obs, b.reset()) and obs.shape == (3, 17)
+    goals = a.row_goals().clone()
+    # rule 204 is the identity: a goal 1..2 flips away, never the start or the all-zero tape
+    mismatches = (a.tapes != goals).sum(dim=1)
+    assert ((mismatches >= 1) & (mismatches <= 2)).all() and goals.any(dim=1).all()
+    assert torch.equal(obs[:, 8:16], goals.float())
+    for _ in range(4):       # H steps: every row ends and starts again with a fresh goal in the same step
+        actions = torch.zeros(3, dtype=torch.long)
+        obs, reward, terminated, truncated, info = a.step(actions)
+        assert torch.equal(obs, b.step(actions)[0])
+        done = terminated | truncated
+        assert torch.equal(info["final_obs"][done, 8:16], goals[done].float())   # the finished episode's goal
+        assert torch.equal(obs[:, 8:16], a.row_goals().float())                  # the next episode's goal
+        goals = a.row_goals().clone()
+    assert a.goal_sampler.episodes.tolist() == b.goal_sampler.episodes.tolist() and (a.goal_sampler.episodes >= 2).all()
+
+
+@pytest.mark.parametrize("agent", ["ppo", "ppo_equivariant"])
+def test_goal_conditioned_ppo_trains_on_derived_goals_and_plays_them(tmp_path, agent):
+    derived, zeros = spec(agent=agent), spec(agent=agent, goal="zeros")
+    assert derived.env_spec().obs_dim == 17 and zeros.env_spec().obs_dim == 9
+    assert derived.fingerprint() != zeros.fingerprint()
+    assert "goal" not in zeros.fields() and derived.fields()["goal"] == "derived"
+    manifest = train(derived, tmp_path / "run", quiet=True)
+    assert manifest["env"]["goal"] == "derived" and manifest["env"]["goal_steps"] == 4
+    payload = ckpt.load(tmp_path / "run" / manifest["checkpoints"][-1]["file"])
+    assert payload["env_spec"]["obs_dim"] == 17
+    records, summary = evaluate_run(tmp_path / "run", 8, rules=[204], episodes_per_rule=6, eval_seed=3,
+                                    goal_mode="derived", goal_steps=4)
+    assert summary["protocols"][0]["goal_mode"] == "derived" and len(records) == 2 * 6
+    assert records["success"].between(0, 1).all()
+    with pytest.raises(ValueError, match="env.goal: zeros in the evaluation params, but the run .* was trained with "
+                                         "env.goal: derived"):
+        evaluate_run(tmp_path / "run", 8, rules=[204], episodes_per_rule=1, eval_seed=3)
+
+
+def test_a_zeros_run_is_refused_under_derived_goals_and_dqn_cannot_train_on_them(tmp_path):
+    train(spec(goal="zeros", total_steps=128), tmp_path / "run", quiet=True)
+    with pytest.raises(ValueError, match="env.goal: derived in the evaluation params, but the run .* was trained "
+                                         "with env.goal: zeros"):
+        evaluate_run(tmp_path / "run", 8, rules=[204], episodes_per_rule=1, eval_seed=3, goal_mode="derived")
+    with pytest.raises(ValueError, match="method 'dqn' does not take an episode's goal.*'ppo'"):
+        TrainSpec(agent="dqn", rules=(204,), seed=0, goal="derived")
+
+
+@pytest.mark.parametrize("agent", ["ppo", "ppo_equivariant"])
+def test_a_stacked_block_with_derived_goals_is_each_seeds_one_seed_run_and_resumes(tmp_path, monkeypatch, capsys,
+                                                                                  agent):
+    specs = [spec(seed=s, agent=agent, rules=(30, 204), total_steps=384) for s in (0, 1)]
+    block = train_block(specs, [tmp_path / f"block{s}" for s in (0, 1)], quiet=False, stacking="always")
+    shown = capsys.readouterr()
+    assert "as one stacked block" in shown.err and "one after another" not in shown.out + shown.err
+    one = train(specs[1], tmp_path / "one", quiet=True)
+    assert [c["sha256"] for c in block[1]["checkpoints"]] == [c["sha256"] for c in one["checkpoints"]]
+    # a run killed after its first checkpoint resumes to the same weights (goals and counters in resume.pt)
+    from tapebench.training import loop
+
+    calls = {"n": 0}
+    original = loop.write_run_checkpoint
+
+    def killed_after_first(*args, **kwargs):
+        original(*args, **kwargs)
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(loop, "write_run_checkpoint", killed_after_first)
+    with pytest.raises(KeyboardInterrupt):
+        train(specs[1], tmp_path / "resumed", quiet=True)
+    monkeypatch.setattr(loop, "write_run_checkpoint", original)
+    state = ckpt.load(tmp_path / "resumed" / ckpt.RESUME_FILE)["env"]
+    assert state["goals"].shape == (4, 8) and np.asarray(state["goal_sampler"]["episodes"]).sum() > 0
+    resumed = train(specs[1], tmp_path / "resumed", quiet=True)
+    assert [c["sha256"] for c in resumed["checkpoints"]] == [c["sha256"] for c in one["checkpoints"]]
+
+
+def test_the_equivariant_policy_reads_the_goal_as_a_channel_and_rolls_with_tape_and_goal():
+    from tapebench.methods import ppo
+    from tapebench.registry import build_config
+
+    config = build_config("ppo_equivariant", {"conv_channels": 8, "conv_layers": 2})
+    network = ppo.ActorCritic(config, spec(agent="ppo_equivariant").env_spec())
+    assert network.actor.trunk.inp.in_channels == 3
+    torch.manual_seed(0)
+    tape, goal = torch.randint(0, 2, (5, 8)).float(), torch.randint(0, 2, (5, 8)).float()
+    obs = torch.cat([tape, goal, torch.full((5, 1), 0.25)], dim=1)
+    rolled = torch.cat([tape.roll(3, 1), goal.roll(3, 1), obs[:, -1:]], dim=1)
+    with torch.no_grad():
+        assert torch.allclose(network.actor(rolled), network.actor(obs).roll(3, 1), atol=1e-5)
+        assert torch.allclose(network.value(rolled), network.value(obs), atol=1e-5)
+        other = torch.cat([tape, 1 - goal, obs[:, -1:]], dim=1)
+        assert not torch.allclose(network.actor(other), network.actor(obs))   # the goal changes the policy
