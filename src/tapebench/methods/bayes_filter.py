@@ -82,6 +82,22 @@ GROUP_TABLE_BITS = 10   # open-addressing table of the predicted tapes of one ac
 
 
 @nb.njit(cache=True)
+def grouped_terms(gp, gm, n_groups):
+    """(expected mismatch, entropy) over the first n_groups outcome groups (weight gp, mismatch gm), summed in
+    ascending (weight, mismatch) order so that the result does not depend on the groups' order (groups equal in
+    both add equal terms)."""
+    o1 = np.argsort(gm[:n_groups], kind="mergesort")
+    o2 = np.argsort(gp[:n_groups][o1], kind="mergesort")
+    expected = 0.0
+    ent = 0.0
+    for q in range(n_groups):
+        g = o1[o2[q]]
+        expected += gp[g] * gm[g]
+        ent -= gp[g] * math.log(gp[g])
+    return expected, ent
+
+
+@nb.njit(cache=True)
 def _action_scores(s, b, rules, L, goal, beta, scores, igs):
     """scores[a] and IG[a] for every action from tape s under posterior b over candidate `rules`."""
     mask = length_mask(L)
@@ -114,15 +130,7 @@ def _action_scores(s, b, rules, L, goal, beta, scores, igs):
                 gm[n_groups] = np.float64(popcount(p ^ goal))
                 n_groups += 1
             gp[slot_group[h]] += wl[j]
-        # groups in ascending (weight, mismatch) order; groups equal in both add equal terms in any order
-        o1 = np.argsort(gm[:n_groups], kind="mergesort")
-        o2 = np.argsort(gp[:n_groups][o1], kind="mergesort")
-        expected = 0.0
-        ent = 0.0
-        for q in range(n_groups):
-            g = o1[o2[q]]
-            expected += gp[g] * gm[g]
-            ent -= gp[g] * math.log(gp[g])
+        expected, ent = grouped_terms(gp, gm, n_groups)
         igs[a] = ent
         scores[a] = -expected / L + beta * ent
 

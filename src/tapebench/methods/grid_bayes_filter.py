@@ -33,7 +33,7 @@ from tapebench.ca.packed import popcount
 from tapebench.episodes.accounting import results_dict
 from tapebench.episodes.streams import U64, step_keys
 from tapebench.grid_rules import GridFamily
-from tapebench.methods.bayes_filter import BAYES_DOMAIN, Config, _pick, _weights
+from tapebench.methods.bayes_filter import BAYES_DOMAIN, Config, _pick, _weights, grouped_terms
 from tapebench.methods.grid_mpc import account_steps, check_batch, flip_word
 from tapebench.validation import check_horizon, check_success_bonus
 
@@ -74,14 +74,7 @@ def _action_scores(s, b, rules, n, moore, beta, scores, igs):
                 gm[n_groups] = np.float64(popcount(p))
                 n_groups += 1
             gp[slot_group[h]] += wl[j]
-        o1 = np.argsort(gm[:n_groups], kind="mergesort")
-        o2 = np.argsort(gp[:n_groups][o1], kind="mergesort")
-        expected = 0.0
-        ent = 0.0
-        for q in range(n_groups):
-            g = o1[o2[q]]
-            expected += gp[g] * gm[g]
-            ent -= gp[g] * math.log(gp[g])
+        expected, ent = grouped_terms(gp, gm, n_groups)
         igs[a] = ent
         scores[a] = -expected / cells + beta * ent
 
