@@ -106,7 +106,7 @@ def test_table3_hides_the_score_where_the_headroom_is_too_narrow(aggregate_path,
     text = render_result_table("table3", aggregate_path, tmp_path / "t3.tex", split="main", H=32, min_headroom=0.2)
     assert "DQN & 20 & 0.073 & 0.048 & 0.026 & -28.91 & 25.7 & -- \\" in text
     assert "True-dynamics MPC & 20 & 0.312 & 0.187 & 0.125 & -- & 100 & -- \\" in text
-    assert "is not shown: the OOD headroom is below 0.20" in text
+    assert "is not shown: the OOD headroom is below 0.20 (\\texttt{health.rule\\_headroom.warn})" in text  # escaped
     assert_well_formed(text, 8)
     text = render_result_table("table3", aggregate_path, tmp_path / "t3.tex", split="main", H=32, min_headroom=0.1)
     assert "DQN & 20 & 0.073 & 0.048 & 0.026 & -28.91 & 25.7 & -40.5 \\" in text and "not shown" not in text
