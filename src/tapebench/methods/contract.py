@@ -195,8 +195,16 @@ class EnvSpec:
     H: int             # training horizon
     obs_dim: int       # L + 1: the tape plus the time feature t/H; 2L + 1 with the goal ([s, g, t/H])
     num_actions: int   # L
+    grid: int | None = None   # the 2D family (docs/protocol.md#grid): the torus side n, with L = n * n cells
+                              # flattened row-major; None on tapes
 
     @classmethod
     def for_tape(cls, L: int, H: int, goal_in_obs: bool = False) -> "EnvSpec":
         """`goal_in_obs`: the multi-goal protocol's observation [s, g, t/H] (docs/protocol.md#multi-goal)."""
         return cls(L=int(L), H=int(H), obs_dim=(2 if goal_in_obs else 1) * int(L) + 1, num_actions=int(L))
+
+    @classmethod
+    def for_grid(cls, n: int, H: int) -> "EnvSpec":
+        """An n x n torus grid: observation [grid row-major, t/H] (n * n + 1), action = a cell (n * n)."""
+        cells = int(n) * int(n)
+        return cls(L=cells, H=int(H), obs_dim=cells + 1, num_actions=cells, grid=int(n))
