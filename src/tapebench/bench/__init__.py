@@ -133,7 +133,8 @@ def register(sub) -> None:
                    help=f"sb3 --learning, world-model: evaluation episodes per rule (default "
                         f"{defaults.EPISODES_PER_RULE}, the protocol's)")
     p.add_argument("--jobs", type=int, default=1,
-                   help="sb3 --learning, world-model: runs in parallel processes, 1 torch thread each (default 1)")
+                   help="sb3 --learning, world-model: runs in parallel processes, 1 torch thread each; seeds: the "
+                        "one-seed baseline processes run this many at a time, their wall times summed (default 1)")
     p.add_argument("--variants", nargs="+", default=None, metavar="FIELD=V[;FIELD=V]",
                    help="world-model: override sets of the world model's settings, one variant each (default: "
                         "capacity, latent size, train ratio, KL balance, free bits, chunking)")

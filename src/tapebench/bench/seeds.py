@@ -4,8 +4,9 @@ For each agent and each N of `--seeds`, in the same run:
 
 * one process: `tapebench train --seeds 0-(N-1) --stacking always` on `--device` (a stacked block where the method
   has `make_block`, else its seeds one after another in that process);
-* separate: N processes `tapebench train --seed k`, one after another on the same core, on the CPU (the
-  baseline the issue's goals are stated against: one CPU core running the seeds one by one).
+* separate: N processes `tapebench train --seed k` on the CPU, one after another on the same core (the baseline:
+  one CPU core running the seeds one by one); with `--jobs J`, J at a time on their own cores and their wall
+  times summed, which is the same figure where J idle cores are free (a GPU machine's), in 1/J of the time.
 
 Both are whole processes, start-up included, each `--steps` env steps per seed with one checkpoint at the end,
 at the agent's default hyperparameters, on `--rules` at `--L`/`--H`. Env steps/s per core = N x steps / wall
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from tapebench.bench.training import select_agents
@@ -50,17 +52,18 @@ def loop_seconds(run_dirs) -> float:
     return sum(read_json(Path(run) / "train.json", "training manifest")["wall_time_s"] for run in run_dirs)
 
 
-def measure_block(agent: str, n: int, params: dict, rules: str, device: str, root: Path) -> dict:
+def measure_block(agent: str, n: int, params: dict, rules: str, device: str, root: Path, jobs: int = 1) -> dict:
+    """One agent's block of n seeds in one process, then its n one-seed processes, `jobs` at a time (each on its
+    own core, one torch thread; their wall times are summed: what one core running them one by one takes)."""
     steps = params["training"]["total_steps"]
     seeds = list(range(n))
     block_dir = root / f"{agent}_block{n}"
     one_wall = timed_process(train_command(agent, seeds, str(block_dir / "seed{seed}"), params, rules, device))
     one_loop = loop_seconds(block_dir / f"seed{s}" for s in seeds)
-    separate_wall, separate_dirs = 0.0, []
-    for seed in seeds:
-        run = root / f"{agent}_separate{n}" / f"seed{seed}"
-        separate_wall += timed_process(train_command(agent, seed, str(run), params, rules, "cpu"))
-        separate_dirs.append(run)
+    separate_dirs = [root / f"{agent}_separate{n}" / f"seed{seed}" for seed in seeds]
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        separate_wall = sum(pool.map(lambda seed: timed_process(
+            train_command(agent, seed, str(separate_dirs[seed]), params, rules, "cpu")), seeds))
     separate_loop = loop_seconds(separate_dirs)
     one, separate = n * steps / one_wall, n * steps / separate_wall
     return {"seeds": n, "env_steps": n * steps,
@@ -76,17 +79,21 @@ def bench_seeds(args) -> dict:
     parse_rule_list(args.rules)
     device = "cpu" if args.device == "auto" else args.device
     params = {"env": {"L": args.L, "H": args.H}, "training": {"total_steps": args.steps, "eval_every": args.steps}}
+    if args.jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
+    side = "one after another on one CPU core" if args.jobs == 1 else \
+        f"{args.jobs} at a time on their own CPU cores, their wall times summed"
     print(f"seed blocks: {args.steps} env steps per seed, L = {args.L}, H = {args.H}, rules {args.rules}; one "
-          f"process on {device} beside one-seed processes one after another on one CPU core (whole processes)")
+          f"process on {device} beside one-seed processes {side} (whole processes, one torch thread each)")
     print(f"{'agent':<14}{'N':>4}{'one process':>14}{'separate':>12}{'speedup':>9}"
           f"{'start-up one / separate (s)':>30}   env steps/s per core")
-    figures: dict = {"device": device, "steps": args.steps, "L": args.L, "H": args.H, "rules": args.rules,
-                     "agents": {}}
+    figures: dict = {"device": device, "separate_jobs": args.jobs, "steps": args.steps, "L": args.L, "H": args.H,
+                     "rules": args.rules, "agents": {}}
     with tempfile.TemporaryDirectory(prefix="tapebench-seeds-") as tmp:
         for agent in agents:
             rows = figures["agents"][agent] = {}
             for n in args.seeds:
-                row = rows[str(n)] = measure_block(agent, n, params, args.rules, device, Path(tmp))
+                row = rows[str(n)] = measure_block(agent, n, params, args.rules, device, Path(tmp), args.jobs)
                 print(f"{agent:<14}{n:>4}{row['one_process']:>14,.0f}{row['separate']:>12,.0f}"
                       f"{row['speedup']:>8.2f}x{row['one_process_startup_s']:>16.1f} / "
                       f"{row['separate_startup_s']:.1f}", flush=True)

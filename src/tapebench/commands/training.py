@@ -31,7 +31,8 @@ from tapebench.pipeline.resources import check_training
 from tapebench.registry import registry
 from tapebench.splits.io import load_split
 from tapebench.training.blocks import SEED_FIELD, STACKING, train_block, write_block_record
-from tapebench.training.loop import RunLog, TrainSpec, resolve_device, torch_settings, train
+from tapebench.training.loop import (RunLog, TrainSpec, resolve_device, torch_settings, train,
+                                     training_device)
 from tapebench.utils.io import provenance, write_parquet
 from tapebench.validation import (check_goal_mode, check_noise, parse_param_sections, parse_rule_list, parse_seed_list,
                                   seed_argument)
@@ -86,7 +87,7 @@ def run_train(args) -> int:
     common = dict(device=args.device, threads=args.threads, config_slice=config_slice, quiet=args.quiet,
                   keep_resume=args.keep_resume, tensorboard=tensorboard)
     if args.seeds is None:
-        train(specs[0], args.out, **common)
+        train(specs[0], args.out, **{**common, "device": training_device(args.device, stacked=False)})
         return 0
     out_dirs = [args.out.replace(SEED_FIELD, str(seed)) for seed in seeds]
     manifests = train_block(specs, out_dirs, stacking=args.stacking, **common)

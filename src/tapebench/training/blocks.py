@@ -33,7 +33,7 @@ from tapebench.training import checkpoint as ckpt
 from tapebench.training.loop import (LOG_INTERVAL_S, EpisodeStats, RunLog, TrainSpec, check_finite_metrics,
                                      checkpoint_steps, finished_manifest, load_resume, progress_line,
                                      remove_stale_files, resolve_device, run_manifest, seed_everything, short_list,
-                                     torch_settings, train, training_env, write_run_checkpoint)
+                                     torch_settings, train, training_device, training_env, write_run_checkpoint)
 from tapebench.utils.artifacts import file_sha256
 from tapebench.utils.io import provenance, write_json
 from tapebench.validation import check_integer
@@ -62,6 +62,7 @@ def train_block(specs: Sequence[TrainSpec], out_dirs: Sequence, *, device="cpu",
                 tensorboard: bool = False, stacking: str = "auto") -> list[dict]:
     """Train the seeds of `specs` (one method, one configuration) into `out_dirs`; returns their manifests.
 
+    `device`: as `training_device` resolves it (auto: CUDA for a block trained stacked, else the CPU).
     `stacking` (one of STACKING): "auto" stacks a method that has `make_block` where its stacked seeds are its
     one-seed runs bit for bit (`make_block.bit_exact_devices`) and on any GPU (where nothing is bit-exact and the
     batched products pay); "always" wherever the method has `make_block`; "never" trains the seeds one after
@@ -77,10 +78,11 @@ def train_block(specs: Sequence[TrainSpec], out_dirs: Sequence, *, device="cpu",
         raise ValueError("each seed of a block needs its own run folder")
     if threads is not None:
         check_integer(threads, "threads", minimum=1)
-    common = dict(device=device, threads=threads, config_slice=config_slice, quiet=quiet, keep_resume=keep_resume)
     method = get_method(specs[0].agent)
-    device_type = resolve_device(device).type
     stack = stacking != "never" and not tensorboard and method.make_block is not None and len(specs) > 1
+    device = training_device(device, stack)
+    common = dict(device=device, threads=threads, config_slice=config_slice, quiet=quiet, keep_resume=keep_resume)
+    device_type = resolve_device(device).type
     exact = not stack or device_type in getattr(method.make_block, "bit_exact_devices", ())
     if stack and not exact and stacking == "auto" and device_type == "cpu":
         stack, exact = False, True
