@@ -333,14 +333,18 @@ def stacked_network(parameters: list[torch.Tensor], module: nn.Module):
 def clip_grad_norm_per_seed_(parameters: list[torch.Tensor], max_norm: float) -> torch.Tensor:
     """`nn.utils.clip_grad_norm_` for each seed on its own slices of all `parameters`; returns the (S,) norms.
 
-    The same operations as the single-seed call (per-tensor `torch._foreach_norm`, the norm of their stack,
-    coefficient max_norm / (norm + 1e-6) clamped at 1), so each seed's gradients match a one-seed run's.
+    On the CPU the same operations as the single-seed call (per-tensor `torch._foreach_norm`, the norm of their
+    stack, coefficient max_norm / (norm + 1e-6) clamped at 1), so each seed's gradients match a one-seed run's; on a
+    GPU the same norm, summed in another order.
     """
     grads = [p.grad for p in parameters if p.grad is not None]
     S = grads[0].shape[0]
-    norms = torch._foreach_norm([g[k] for k in range(S) for g in grads], 2.0)
-    P = len(grads)
-    total = torch.stack([torch.linalg.vector_norm(torch.stack(norms[k * P:(k + 1) * P]), 2.0) for k in range(S)])
+    if grads[0].device.type == "cpu":
+        norms = torch._foreach_norm([g[k] for k in range(S) for g in grads], 2.0)
+        P = len(grads)
+        total = torch.stack([torch.linalg.vector_norm(torch.stack(norms[k * P:(k + 1) * P]), 2.0) for k in range(S)])
+    else:   # no bit-exactness to keep on a GPU: a few kernels instead of S chains of small ones
+        total = torch.stack([g.reshape(S, -1).square().sum(1) for g in grads]).sum(0).sqrt()
     coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
     for g in grads:
         g.mul_(coef.view(S, *([1] * (g.dim() - 1))))

@@ -140,7 +140,9 @@ class _StackedBlock:
 
     def _member(self, spec, out_dir, config_slice) -> _Member:
         env_seed = seed_everything(spec.seed)
-        env = training_env(spec, self.method, self.config, self.device, env_seed)
+        # the environments step on the CPU and the block moves one stacked batch per step to its device: per-seed
+        # environment kernels and episode bookkeeping on a GPU would be S streams of tiny launches and syncs
+        env = training_env(spec, self.method, self.config, "cpu", env_seed)
         agent = self.method.make_agent(self.config, spec.env_spec(), self.schedule[-1], self.device)
         generator = torch.Generator()
         generator.set_state(torch.get_rng_state())
@@ -193,6 +195,7 @@ class _StackedBlock:
                 if iteration:
                     block.import_seed(k, m.agent)
                     obs[k] = m.env.observation()
+            obs = obs.to(self.device)
             if not iteration:
                 self._say(f"training {len(members)} seeds of {self.specs[0].agent} as one stacked block on "
                           f"{len(self.specs[0].rules)} rules, L={self.specs[0].L} H={self.specs[0].H}, "
@@ -202,13 +205,16 @@ class _StackedBlock:
             last_log, metrics = segment_start, [{} for _ in members]
             while iteration < total_iterations:
                 actions = block.act(obs)
-                steps = [m.env.step(actions[k]) for k, m in enumerate(members)]
-                next_obs, rewards, terminated, truncated = (torch.stack([s[i] for s in steps]) for i in range(4))
-                final_obs = torch.stack([s[4]["final_obs"] for s in steps])
-                block.observe(obs, actions, rewards, final_obs, terminated, truncated)
-                metrics = [new or old for new, old in zip(block.update() or [{}] * len(members), metrics)]
+                host_actions = actions.cpu()
+                steps = [m.env.step(host_actions[k]) for k, m in enumerate(members)]
+                rewards, terminated, truncated = (torch.stack([s[i] for s in steps]) for i in range(1, 4))
                 for k, m in enumerate(members):
                     m.stats.record(rewards[k], terminated[k], terminated[k] | truncated[k])
+                next_obs, final_obs, rewards, terminated, truncated = (t.to(self.device) for t in (
+                    torch.stack([s[0] for s in steps]), torch.stack([s[4]["final_obs"] for s in steps]), rewards,
+                    terminated, truncated))
+                block.observe(obs, actions, rewards, final_obs, terminated, truncated)
+                metrics = [new or old for new, old in zip(block.update() or [{}] * len(members), metrics)]
                 obs = next_obs
                 iteration += 1
                 env_steps = iteration * num_envs
