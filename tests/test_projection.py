@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from tapebench.pipeline.projection import (CostModel, DagJob, arithmetic_shape, dependencies, floor_seconds,
-                                           job_seconds, linear_fit, parse_dry_run, schedule_wall, training_job)
+                                           gpu_block, job_seconds, linear_fit, on_gpu, parse_dry_run,
+                                           read_gpu_figures, schedule_wall, training_job)
+from tapebench.utils.io import write_json
 
 DRY_RUN = """\
 Building DAG of jobs...
@@ -56,6 +58,42 @@ def test_list_scheduling_by_hand():
     assert schedule_wall(jobs, seconds, deps, 2) == pytest.approx(6.0)
     assert schedule_wall(jobs, seconds, deps, 1) == pytest.approx(10.0)
     assert schedule_wall(jobs, seconds, deps, 8) == pytest.approx(5.0)      # the critical path a -> c
+
+
+def test_gpu_jobs_run_one_at_a_time_per_gpu_each_holding_a_core():
+    # g1, g2 on the GPU (5 and 4 s), c1, c2 on cores (3 s each), no dependencies. 1 GPU, 2 cores: g1 and c1 start
+    # (g2 waits for the GPU); t=3 c1 ends, c2 starts; t=5 g1 ends, g2 starts; t=6 c2 ends; t=9 g2 ends.
+    jobs = [DagJob(i, r) for i, r in enumerate(["g1", "g2", "c1", "c2"])]
+    seconds = {0: 5.0, 1: 4.0, 2: 3.0, 3: 3.0}
+    deps = {i: set() for i in range(4)}
+    assert schedule_wall(jobs, seconds, deps, 2, frozenset({0, 1}), 1) == pytest.approx(9.0)
+    assert schedule_wall(jobs, seconds, deps, 4, frozenset({0, 1}), 2) == pytest.approx(5.0)
+    # a GPU job holds a core: on one core everything runs in turn
+    assert schedule_wall(jobs, seconds, deps, 1, frozenset({0, 1}), 1) == pytest.approx(15.0)
+    with pytest.raises(ValueError, match="need a GPU"):
+        schedule_wall(jobs, seconds, deps, 2, frozenset({0}), 0)
+
+
+def test_gpu_blocks_from_bench_seeds_figures(tmp_path):
+    figures = {"benchmark": "seeds", "figures": {"device": "cuda", "L": 32, "H": 32, "agents": {"dqn": {
+        "1": {"env_steps": 100, "one_process_startup_s": 6.0, "one_process_loop_s": 1.0},
+        "20": {"env_steps": 20_000, "one_process_startup_s": 7.0, "one_process_loop_s": 4.0}}}}}
+    write_json(tmp_path / "dqn.json", figures)
+    config = {"env": {"L": 32, "H": 32}, "main_split": "main", "splits": {"main": {"rules": "0-255"}},
+              "training": {"total_steps": 10_000, "eval_every": 10_000}, "agents": {},
+              "evaluation": {"episodes_per_rule": 5}}
+    model = CostModel(light_s=1.0, figure_s=2.0, torch_s=3.0, train_s=3.0, train_steps_per_s={"dqn": 1000.0})
+    model.gpu_blocks = read_gpu_figures([tmp_path / "dqn.json"], config)
+    assert model.gpu_blocks == {"dqn": {20: (7.0, 5000.0)}}       # blocks of one seed train on a CPU core
+    block = DagJob(1, "train_block", {"agent": "dqn", "split": "main", "first": "0", "last": "19"})
+    assert on_gpu(block, model)
+    assert job_seconds(block, config, model) == (pytest.approx(7.0 + 20 * 10_000 / 5000.0), "train dqn (GPU)")
+    # a smaller block: the same steps/s per seed (latency-bound), so about the same wall
+    assert gpu_block(model, "dqn", 5) == (7.0, pytest.approx(1250.0))
+    single = DagJob(2, "train", {"agent": "dqn", "split": "main", "seed": "0"})
+    assert not on_gpu(single, model) and job_seconds(single, config, model)[1] == "train dqn"
+    with pytest.raises(ValueError, match="L = 32, H = 32; the config has L = 16"):
+        read_gpu_figures([tmp_path / "dqn.json"], {**config, "env": {"L": 16, "H": 32}})
 
 
 def test_job_costs_from_the_config():

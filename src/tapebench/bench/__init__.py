@@ -42,6 +42,8 @@ Each figure is the median of --repeats timed runs of --seconds each.
   pipeline  the projected CPU-hours and wall time on --cores of a config's whole DAG (--configfile,
          --target): each method the config uses timed in short runs (--steps), combined with the DAG's
          jobs; the top cost centres; --json PATH keeps cpu_hours, wall_hours and the measurements;
+         --device cuda: on one machine of --cores cores and --gpus GPUs, the stacked seed blocks trained on the
+         GPU (measured here, or read from --gpu-figures files of `bench seeds --device cuda --json`);
          --floor [STEPS] adds the arithmetic floor of the training and evaluation jobs: each distinct
          training run's FLOPs per env step counted (runs of STEPS / 2 and STEPS, default 4096) and each
          method's FLOPs per evaluated episode, at this core's best GEMM rate; per method and per main-study row
@@ -148,6 +150,10 @@ def register(sub) -> None:
     p.add_argument("--cores", type=int, default=8, help="pipeline: cores the wall time is projected on (default 8)")
     p.add_argument("--target", nargs="+", default=None, metavar="PATH",
                    help="pipeline: project only what these targets need (default: the whole DAG)")
+    p.add_argument("--gpus", type=int, default=1, help="pipeline --device cuda: GPUs of the machine (default 1)")
+    p.add_argument("--gpu-figures", nargs="+", default=None, metavar="PATH",
+                   help="pipeline --device cuda: the stacked blocks' GPU rates from `bench seeds --device cuda --json` "
+                        "files instead of measuring them here (a machine without a GPU can project for one)")
     p.add_argument("--floor", type=int, nargs="?", const=FLOOR_STEPS, default=None, metavar="STEPS",
                    help="pipeline: also the arithmetic floor of the training and evaluation jobs, from counted runs "
                         f"of STEPS / 2 and STEPS env steps per distinct training run (default {FLOOR_STEPS}) and "
@@ -196,6 +202,8 @@ def check_options(args) -> None:
         raise ValueError(f"--steps must be >= 1 (environment steps), got {args.steps}")
     if args.floor is not None and args.what != "pipeline":
         raise ValueError(f"--floor is an option of bench pipeline, not of bench {args.what}")
+    if args.floor is not None and args.device == "cuda":
+        raise ValueError("--floor is the CPU's arithmetic floor: leave out --device cuda")
     if args.floor is not None and (args.floor < FLOOR_STEPS or args.floor & (args.floor - 1)):
         raise ValueError(f"--floor STEPS must be a power of two >= {FLOOR_STEPS} (so that both counted runs end on an "
                          f"update of every built-in method: PPO updates every 2,048 steps), got {args.floor}")
@@ -204,7 +212,9 @@ def check_options(args) -> None:
     check_length(args.L)
     check_horizon(args.H)
     parse_rule_list(args.rules)
-    if args.device == "cuda":
+    if args.gpu_figures is not None and (args.what != "pipeline" or args.device != "cuda"):
+        raise ValueError("--gpu-figures is an option of bench pipeline --device cuda")
+    if args.device == "cuda" and args.gpu_figures is None:
         # torch is heavy: loaded only when this runs
         import torch
 

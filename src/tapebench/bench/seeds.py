@@ -52,14 +52,19 @@ def loop_seconds(run_dirs) -> float:
     return sum(read_json(Path(run) / "train.json", "training manifest")["wall_time_s"] for run in run_dirs)
 
 
+def one_process(agent: str, n: int, params: dict, rules: str, device: str, root: Path) -> tuple[float, float]:
+    """(wall s, training-loop wall s) of one `tapebench train` process training seeds 0..n-1 as a block."""
+    block_dir = root / f"{agent}_block{n}"
+    wall = timed_process(train_command(agent, list(range(n)), str(block_dir / "seed{seed}"), params, rules, device))
+    return wall, loop_seconds(block_dir / f"seed{seed}" for seed in range(n))
+
+
 def measure_block(agent: str, n: int, params: dict, rules: str, device: str, root: Path, jobs: int = 1) -> dict:
     """One agent's block of n seeds in one process, then its n one-seed processes, `jobs` at a time (each on its
     own core, one torch thread; their wall times are summed: what one core running them one by one takes)."""
     steps = params["training"]["total_steps"]
     seeds = list(range(n))
-    block_dir = root / f"{agent}_block{n}"
-    one_wall = timed_process(train_command(agent, seeds, str(block_dir / "seed{seed}"), params, rules, device))
-    one_loop = loop_seconds(block_dir / f"seed{s}" for s in seeds)
+    one_wall, one_loop = one_process(agent, n, params, rules, device, root)
     separate_dirs = [root / f"{agent}_separate{n}" / f"seed{seed}" for seed in seeds]
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         separate_wall = sum(pool.map(lambda seed: timed_process(

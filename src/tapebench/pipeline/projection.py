@@ -115,27 +115,41 @@ def dependencies(jobs: list[DagJob]) -> dict[int, set[int]]:
     return {job.jobid: {writer[p] for p in job.inputs if p in writer and writer[p] != job.jobid} for job in jobs}
 
 
-def schedule_wall(jobs: list[DagJob], seconds: dict[int, float], deps: dict[int, set[int]], cores: int) -> float:
-    """Wall time of the DAG on `cores` single-threaded slots: list scheduling, longest ready job first."""
+def schedule_wall(jobs: list[DagJob], seconds: dict[int, float], deps: dict[int, set[int]], cores: int,
+                  gpu_jobs: frozenset = frozenset(), gpus: int = 0) -> float:
+    """Wall time of the DAG on `cores` single-threaded slots: list scheduling, longest ready job first. The jobs
+    of `gpu_jobs` run one at a time on each of `gpus` GPUs, each holding one of the cores meanwhile."""
+    if gpu_jobs and gpus < 1:
+        raise ValueError(f"{len(gpu_jobs)} jobs need a GPU but none is given")
     waiting = {j.jobid: set(deps[j.jobid]) for j in jobs}
     children = defaultdict(list)
     for jid, parents in waiting.items():
         for p in parents:
             children[p].append(jid)
-    ready = [(-seconds[j], j) for j, parents in waiting.items() if not parents]
-    heapq.heapify(ready)
-    running, now, free = [], 0.0, cores
-    while ready or running:
-        while ready and free > 0:
-            cost, jid = heapq.heappop(ready)
+    ready = {"cpu": [], "gpu": []}
+    pool_of = {j.jobid: "gpu" if j.jobid in gpu_jobs else "cpu" for j in jobs}
+    for jid, parents in waiting.items():
+        if not parents:
+            ready[pool_of[jid]].append((-seconds[jid], jid))
+    for queue in ready.values():
+        heapq.heapify(queue)
+    running, now, free_cores, free_gpus = [], 0.0, cores, gpus
+    while ready["cpu"] or ready["gpu"] or running:
+        while ready["gpu"] and free_gpus > 0 and free_cores > 0:
+            cost, jid = heapq.heappop(ready["gpu"])
             heapq.heappush(running, (now - cost, jid))
-            free -= 1
+            free_gpus, free_cores = free_gpus - 1, free_cores - 1
+        while ready["cpu"] and free_cores > 0:
+            cost, jid = heapq.heappop(ready["cpu"])
+            heapq.heappush(running, (now - cost, jid))
+            free_cores -= 1
         now, done = heapq.heappop(running)
-        free += 1
+        free_cores += 1
+        free_gpus += pool_of[done] == "gpu"
         for child in children[done]:
             waiting[child].discard(done)
             if not waiting[child]:
-                heapq.heappush(ready, (-seconds[child], child))
+                heapq.heappush(ready[pool_of[child]], (-seconds[child], child))
     return now
 
 
@@ -195,6 +209,8 @@ class CostModel:
     problem_s: dict = field(default_factory=dict)             # method -> world-test seconds per problem
     side_s: dict = field(default_factory=dict)                # method -> fixed world-test seconds per side
     eval_flops_per_episode: dict = field(default_factory=dict)  # method -> matrix-product FLOPs per episode (at H)
+    gpu_blocks: dict = field(default_factory=dict)            # method -> {seeds: (start-up s, env steps/s of the
+                                                              # block's loop, all seeds)} of stacked blocks on a GPU
     estimated: list = field(default_factory=list)             # what is not measured
 
     def evaluation(self, method: str, batches: int, episodes: int, H: int) -> float:
@@ -465,6 +481,71 @@ def floor_seconds(job: DagJob, config: dict, model: CostModel, floor: dict) -> f
     return episodes * model.eval_flops_per_episode.get(method, 0.0) * H / model.H / floor["gemm_flops_per_s"]
 
 
+def on_gpu(job: DagJob, model: CostModel) -> bool:
+    """Whether a job runs on the GPU: a training block of more than one seed of a method that stacks, measured on
+    the GPU (`training.device: auto` trains every other job on a CPU core, `training_device`)."""
+    return job.rule == "train_block" and block_seeds(job) > 1 and job.wildcards["agent"] in model.gpu_blocks
+
+
+def gpu_block(model: CostModel, method: str, seeds: int) -> tuple[float, float]:
+    """(start-up s, env steps/s of all seeds) of a stacked block of `seeds` seeds on the GPU: the measured block of
+    that size, else the smallest larger one at the same steps/s per seed (a GPU block's step is latency-bound, so a
+    smaller block's steps take about as long: an upper bound), else the largest at its total steps/s."""
+    measured = model.gpu_blocks[method]
+    if seeds in measured:
+        return measured[seeds]
+    larger = [n for n in measured if n > seeds]
+    if larger:
+        n = min(larger)
+        return measured[n][0], measured[n][1] * seeds / n
+    return measured[max(measured)]
+
+
+def read_gpu_figures(paths, config: dict) -> dict:
+    """method -> {seeds: (start-up s, steps/s)} from `tapebench bench seeds --device cuda --json` files measured at
+    the config's L and H; a file of another benchmark, device or shape is refused naming it."""
+    from tapebench.utils.artifacts import read_json   # only when GPU figures are read
+
+    blocks: dict = defaultdict(dict)
+    L, H = int(config["env"]["L"]), int(config["env"]["H"])
+    for path in paths:
+        data = read_json(path, "bench seeds figures")
+        figures = data.get("figures", {}) if isinstance(data, dict) else {}
+        if data.get("benchmark") != "seeds" or figures.get("device") != "cuda":
+            raise ValueError(f"--gpu-figures {path}: not a `tapebench bench seeds --device cuda --json` file")
+        if (int(figures["L"]), int(figures["H"])) != (L, H):
+            raise ValueError(f"--gpu-figures {path}: measured at L = {figures['L']}, H = {figures['H']}; the config "
+                             f"has L = {L}, H = {H}")
+        for method, rows in figures["agents"].items():
+            for n, row in rows.items():
+                if int(n) > 1:
+                    blocks[method][int(n)] = (float(row["one_process_startup_s"]),
+                                              float(row["env_steps"]) / float(row["one_process_loop_s"]))
+    return dict(blocks)
+
+
+def measure_gpu_blocks(config: dict, sizes: dict[str, set[int]], steps: int, log=print) -> dict:
+    """method -> {seeds: (start-up s, steps/s)}: each stacked block size of the DAG trained once on the GPU, as
+    `bench seeds --device cuda` does (a whole `tapebench train --seeds` process)."""
+    from tapebench.bench.seeds import one_process   # only when a GPU projection measures
+
+    rules = ",".join(map(str, split_rule_space(config, config["main_split"])))
+    blocks: dict = defaultdict(dict)
+    with tempfile.TemporaryDirectory(prefix="tapebench-projection-gpu-") as tmp:
+        for method, block_sizes_ in sorted(sizes.items()):
+            if get_method(method).make_block is None:
+                continue
+            for n in sorted(block_sizes_):
+                params = {"env": {"L": int(config["env"]["L"]), "H": int(config["env"]["H"])},
+                          "training": {"total_steps": steps, "eval_every": steps},
+                          "agent": config["agents"].get(method, {}) or {}}
+                wall, loop = one_process(method, n, params, rules, "cuda", Path(tmp))
+                blocks[method][n] = (wall - loop, n * steps / loop)
+                log(f"  {method}: a block of {n} seeds on the GPU trains {n * steps / loop:.0f} env steps/s (all "
+                    f"seeds), start-up {wall - loop:.1f} s", flush=True)
+    return dict(blocks)
+
+
 def job_seconds(job: DagJob, config: dict, model: CostModel) -> tuple[float, str]:
     """(CPU-seconds, cost centre) of one job."""
     rule, w = job.rule, job.wildcards
@@ -474,6 +555,9 @@ def job_seconds(job: DagJob, config: dict, model: CostModel) -> tuple[float, str
     if training is not None:
         agent, train = training
         seeds = block_seeds(job)
+        if on_gpu(job, model):
+            startup, rate = gpu_block(model, agent, seeds)
+            return startup + seeds * int(train["training"]["total_steps"]) / rate, f"train {agent} (GPU)"
         rate = model.block_steps_per_s.get((agent, seeds), model.train_steps_per_s[agent])
         return model.train_s + seeds * int(train["training"]["total_steps"]) / rate, f"train {agent}"
     evaluation = evaluation_job(job, config)
@@ -525,7 +609,8 @@ def methods_of(jobs: list[DagJob], config: dict) -> list[str]:
 
 
 def bench_pipeline(args) -> dict:
-    """Entry point of `tapebench bench pipeline` (options: --configfile, --cores, --target, --steps, --json, --floor)."""
+    """Entry point of `tapebench bench pipeline` (options: --configfile, --cores, --target, --steps, --json, --floor,
+    --device cuda with --gpus and --gpu-figures)."""
     configfiles = list(args.configfile or [])
     cores = int(args.cores)
     if cores < 1:
@@ -548,27 +633,45 @@ def bench_pipeline(args) -> dict:
     blocks = block_sizes(jobs)
     model = measure(config, methods, steps=args.steps, count_evaluation_flops=bool(args.floor), blocks=blocks,
                     log=print)
+    gpus = 0
+    if args.device == "cuda":
+        gpus = int(args.gpus)
+        if gpus < 1:
+            raise ValueError(f"--gpus must be >= 1 with --device cuda, got {gpus}")
+        model.gpu_blocks = read_gpu_figures(args.gpu_figures, config) if args.gpu_figures else \
+            measure_gpu_blocks(config, blocks, args.steps, log=print)
+        unmeasured = sorted(m for m in blocks if get_method(m).make_block is not None and m not in model.gpu_blocks)
+        if unmeasured:
+            model.estimated.append(f"no GPU figures for {', '.join(unmeasured)}: their stacked blocks are projected "
+                                   f"on a CPU core")
+    gpu_jobs = frozenset(job.jobid for job in jobs if on_gpu(job, model))
     seconds, centre = {}, {}
     for job in jobs:
         seconds[job.jobid], centre[job.jobid] = job_seconds(job, config, model)
-    cpu = sum(seconds.values()) + snakemake_s
-    wall = schedule_wall(jobs, seconds, deps, cores) + snakemake_s
+    cpu = sum(s for jid, s in seconds.items() if jid not in gpu_jobs) + snakemake_s
+    gpu_hours = sum(seconds[jid] for jid in gpu_jobs) / 3600
+    wall = schedule_wall(jobs, seconds, deps, cores, gpu_jobs, gpus) + snakemake_s
     one_seed = None
-    if config["training"]["seeds_per_job"] > 1:
+    if config["training"]["seeds_per_job"] > 1 and not gpus:
         one_seed = project_one_seed_per_job(configfiles, args.target or (), config, model, cores, snakemake_s)
     by_centre = Counter({"snakemake (DAG)": snakemake_s})
     for jid, c in centre.items():
         by_centre[c] += seconds[jid]
     rules = Counter(j.rule for j in jobs)
-    print(f"\nprojected: {cpu / 3600:.2f} CPU-hours; {wall / 3600:.2f} h wall on {cores} cores "
-          f"(list scheduling of the DAG; lower bound CPU/cores {cpu / cores / 3600:.2f} h)")
+    if gpus:
+        print(f"\nprojected: {wall / 3600:.2f} h wall on one machine of {cores} cores and {gpus} GPU(s): "
+              f"{len(gpu_jobs)} stacked training blocks on the GPU ({gpu_hours:.2f} GPU-hours, one block at a time "
+              f"per GPU), {cpu / 3600:.2f} CPU-hours of every other job on the cores (list scheduling of the DAG)")
+    else:
+        print(f"\nprojected: {cpu / 3600:.2f} CPU-hours; {wall / 3600:.2f} h wall on {cores} cores "
+              f"(list scheduling of the DAG; lower bound CPU/cores {cpu / cores / 3600:.2f} h)")
     if one_seed is not None:
         print(f"  the same DAG with training.seeds_per_job: 1 (one job per seed), same measurements: "
               f"{one_seed['cpu_hours']:.2f} CPU-hours, {one_seed['wall_hours']:.2f} h wall; seed blocks of "
               f"{config['training']['seeds_per_job']} cost {cpu / 3600 / one_seed['cpu_hours']:.2f}x its CPU-hours")
-    print("top cost centres (CPU-hours, share):")
+    print(f"top cost centres ({'CPU- or GPU-' if gpus else 'CPU-'}hours, share):")
     for name, s in by_centre.most_common(12):
-        print(f"  {name:<32} {s / 3600:8.3f}  {100 * s / cpu:5.1f}%")
+        print(f"  {name:<32} {s / 3600:8.3f}  {100 * s / sum(by_centre.values()):5.1f}%")
     floor = None
     if args.floor:
         floor = measure_floor(jobs, config, steps=args.floor, log=print)
@@ -599,6 +702,9 @@ def bench_pipeline(args) -> dict:
                   f"row {f / 3600:8.3f} {p / 3600:8.3f}")
     print(f"estimated, not measured: {'; '.join(model.estimated)}; measurement took {time.perf_counter() - start:.0f} s")
     return {"cpu_hours": cpu / 3600, "wall_hours": wall / 3600, "cores": cores, "jobs": len(jobs), "floor": floor,
+            "gpus": gpus, "gpu_hours": gpu_hours, "gpu_jobs": len(gpu_jobs),
+            "gpu_blocks": {f"{m} x{n}": {"startup_s": v[0], "env_steps_per_s": v[1]}
+                           for m, sizes in model.gpu_blocks.items() for n, v in sizes.items()},
             "seeds_per_job": config["training"]["seeds_per_job"], "one_seed_per_job": one_seed,
             "jobs_per_rule": dict(rules), "cost_centres_cpu_hours": {k: v / 3600 for k, v in by_centre.items()},
             "measured": {"light_s": model.light_s, "figure_s": model.figure_s, "evaluation_s": model.torch_s,
