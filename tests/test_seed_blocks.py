@@ -7,10 +7,12 @@ import io
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from tapebench.envs.batched import BatchedTapeEnv
 from tapebench.methods import curl_dqn, dqn, rad_dqn
 from tapebench.methods.contract import EnvSpec
+from tapebench.methods.stacked import grouped_seed_conv
 from tapebench.training.loop import seed_everything
 
 L, H, STEPS = 8, 8, 256
@@ -158,3 +160,11 @@ def test_block_refuses_what_it_cannot_stack():
     with pytest.raises(NotImplementedError, match="stacks DQNAgent only"):
         dqn.make_block(agents, generators)
     assert not hasattr(curl_dqn, "make_block")
+
+
+def test_gpu_grouped_convolution_is_each_seeds_own_convolution():
+    # the GPU path of the stacked per-cell network (one grouped convolution) computes each seed's map
+    generator = torch.Generator().manual_seed(0)
+    x, weight, bias = (torch.randn(shape, generator=generator) for shape in ((5, 3, 4, 12), (5, 6, 4, 3), (5, 6)))
+    reference = torch.stack([F.conv1d(x[k], weight[k], bias[k], dilation=2) for k in range(5)])
+    assert torch.allclose(grouped_seed_conv(x, weight, bias, dilation=2), reference, atol=1e-5)

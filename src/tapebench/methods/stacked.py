@@ -98,9 +98,10 @@ def _batched_is_exact(S: int, n: int, fan_in: int, fan_out: int, dtype: torch.dt
 
 def stacked_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, exact: bool = True) -> torch.Tensor:
     """S linear layers: x (S, n, in), weight (S, out, in), bias (S, out) -> (S, n, out); `exact`: each seed's
-    one-seed bits (batched only for shapes where the probe finds the batched product exact)."""
+    one-seed bits on a CPU (batched only for shapes where the probe finds the batched product exact). A GPU
+    promises no bit-exactness: there the product is always batched."""
     S, n, fan_in = x.shape
-    if not exact or _batched_is_exact(S, n, fan_in, weight.shape[1], x.dtype):
+    if not exact or x.device.type != "cpu" or _batched_is_exact(S, n, fan_in, weight.shape[1], x.dtype):
         return _BatchedLinear.apply(x, weight, bias)
     return _per_seed(x, weight, bias)
 
@@ -175,6 +176,13 @@ def _grouped_conv(x, weight, bias, dilation):
     return F.conv1d(x, weight.reshape(-1, *weight.shape[2:]), bias.reshape(-1), dilation=dilation, groups=S)
 
 
+def grouped_seed_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, dilation: int = 1) -> torch.Tensor:
+    """x (S, N, C_in, L') -> (S, N, C_out, L), seed k's weight[k] on x[k], as one grouped convolution."""
+    S, N, c_in, length = x.shape
+    y = _grouped_conv(x.transpose(0, 1).reshape(N, S * c_in, length), weight, bias, dilation)
+    return y.reshape(N, S, -1, y.shape[-1]).transpose(0, 1)
+
+
 def stacked_conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, dilation: int,
                    exact: bool = True) -> torch.Tensor:
     """S 1-D convolutions: x (n, S·in, length) (seed k's channels k·in .. (k+1)·in - 1), weight (S, out, in, kernel),
@@ -182,7 +190,8 @@ def stacked_conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, di
     one-seed bits (see `stacked_linear`)."""
     S, c_out, c_in, kernel = weight.shape
     n, _, length = x.shape
-    if not exact or _grouped_conv_is_exact(S, n, c_in, c_out, length, kernel, dilation, x.dtype):
+    if not exact or x.device.type != "cpu" or _grouped_conv_is_exact(S, n, c_in, c_out, length, kernel, dilation,
+                                                                      x.dtype):
         return _grouped_conv(x, weight, bias, dilation)
     return torch.cat([F.conv1d(x[:, k * c_in:(k + 1) * c_in], weight[k], bias[k], dilation=dilation)
                       for k in range(S)], dim=1)
@@ -298,10 +307,12 @@ class StackedPerCellNetwork:
     def _conv(x, weight, bias, dilation: int = 1):
         """x (S, N, C_in, L') -> (S, N, C_out, L): seed k's weight (S, C_out, C_in, kernel)[k] on x[k].
 
-        Seed by seed: one grouped convolution (groups = S) computes the same map, but on the CPU it rounds
+        Seed by seed on a CPU: one grouped convolution (groups = S) computes the same map, but on the CPU it rounds
         differently from a one-seed run's convolution at some batch sizes (forward at N = 4, the weight gradient of
-        the 1x1 convolutions), so a seed's numbers would depend on the block.
+        the 1x1 convolutions), so a seed's numbers would depend on the block. On a GPU, one grouped convolution.
         """
+        if x.device.type != "cpu":
+            return grouped_seed_conv(x, weight, bias, dilation)
         return torch.stack([F.conv1d(x[k], weight[k], bias[k], dilation=dilation) for k in range(weight.shape[0])])
 
     def __call__(self, obs: torch.Tensor) -> torch.Tensor:

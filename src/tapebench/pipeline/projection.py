@@ -23,6 +23,7 @@ table show what the runs cost).
 """
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 import re
@@ -658,10 +659,17 @@ def bench_pipeline(args) -> dict:
     for jid, c in centre.items():
         by_centre[c] += seconds[jid]
     rules = Counter(j.rule for j in jobs)
+    cores_alone = None
     if gpus:
         print(f"\nprojected: {wall / 3600:.2f} h wall on one machine of {cores} cores and {gpus} GPU(s): "
               f"{len(gpu_jobs)} stacked training blocks on the GPU ({gpu_hours:.2f} GPU-hours, one block at a time "
               f"per GPU), {cpu / 3600:.2f} CPU-hours of every other job on the cores (list scheduling of the DAG)")
+        cpu_model = dataclasses.replace(model, gpu_blocks={})
+        alone = {job.jobid: job_seconds(job, config, cpu_model)[0] for job in jobs}
+        cores_alone = {"cpu_hours": (sum(alone.values()) + snakemake_s) / 3600,
+                       "wall_hours": (schedule_wall(jobs, alone, deps, cores) + snakemake_s) / 3600}
+        print(f"  the same DAG on the {cores} cores alone, same measurements: {cores_alone['cpu_hours']:.2f} "
+              f"CPU-hours, {cores_alone['wall_hours']:.2f} h wall")
     else:
         print(f"\nprojected: {cpu / 3600:.2f} CPU-hours; {wall / 3600:.2f} h wall on {cores} cores "
               f"(list scheduling of the DAG; lower bound CPU/cores {cpu / cores / 3600:.2f} h)")
@@ -702,7 +710,7 @@ def bench_pipeline(args) -> dict:
                   f"row {f / 3600:8.3f} {p / 3600:8.3f}")
     print(f"estimated, not measured: {'; '.join(model.estimated)}; measurement took {time.perf_counter() - start:.0f} s")
     return {"cpu_hours": cpu / 3600, "wall_hours": wall / 3600, "cores": cores, "jobs": len(jobs), "floor": floor,
-            "gpus": gpus, "gpu_hours": gpu_hours, "gpu_jobs": len(gpu_jobs),
+            "gpus": gpus, "gpu_hours": gpu_hours, "gpu_jobs": len(gpu_jobs), "cores_alone": cores_alone,
             "gpu_blocks": {f"{m} x{n}": {"startup_s": v[0], "env_steps_per_s": v[1]}
                            for m, sizes in model.gpu_blocks.items() for n, v in sizes.items()},
             "seeds_per_job": config["training"]["seeds_per_job"], "one_seed_per_job": one_seed,
