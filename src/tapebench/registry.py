@@ -256,6 +256,10 @@ def _builtin() -> list[Method]:
               fixed=("network",), any_rule_family=True, every_checkpoint=False, goal_conditioned=True,
               summary="PPO with shift-equivariant actor and critic: cell a's logit from cell a, the value pooled "
                       "over cells"),
+        agent("ppo_context", "PPO (context)", "actor_critic", "ppo_context", fixed=("network",), any_rule_family=True,
+              every_checkpoint=False,
+              summary="PPO (equivariant) with the rule table the episode so far has shown (which windows, which next "
+                      "values) as extra channels of every cell"),
         agent("rainbow", "Rainbow", "value_based", "rainbow"),
         agent("ppo_dr", "PPO + DR", "actor_critic", "ppo_dr"),
         agent("rad_dqn", "DQN + RAD", "augmentation", "rad_dqn"),
