@@ -136,8 +136,8 @@ def test_config_command_shows_the_merged_config_and_names_bad_files(tmp_path, ca
     assert steps != 200000      # the preset's value, not the paper protocol's
     assert merged["training"]["total_steps"] == steps and merged["methods"][-2:] == ["random", "mpc"]
     # seed blocks of 3: one training and one evaluation job per method
-    assert (f"# 15 training runs (split main: 5 methods that train x 3 seeds, in 5 jobs) of {steps} steps with 3 "
-            "checkpoints each; 30 evaluations in 10 jobs (H = 32) for 10 methods") in out
+    assert (f"# 18 training runs (split main: 6 methods that train x 3 seeds, in 6 jobs) of {steps} steps with 3 "
+            "checkpoints each; 33 evaluations in 11 jobs (H = 32) for 11 methods") in out
     bad = tmp_path / "bad.yaml"
     bad.write_text("training: {total_steps: 5\n")
     assert main(["config", "--workflow", str(REPO), "--configfile", str(bad)]) == 2

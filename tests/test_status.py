@@ -112,11 +112,12 @@ def test_runs_of_another_preset_are_not_counted_against_the_paper_protocol(workd
 
 
 def test_runs_the_config_expects_are_pending(workdir, capsys):
-    # config/config.yaml given: 20 seeds x its 7 methods that train, whatever the runs found were trained with
+    # config/config.yaml given: 20 seeds x its 8 methods that train, whatever the runs found were trained with
     runs, out = status_json(workdir, capsys, "--configfile", str(workdir / "config/config.yaml"), whole=True)
     assert out["expected_by"] == [str(workdir / "config/config.yaml")] * 2 and out["note"]
-    assert len(runs) == 140
-    assert {agent for _, agent, _ in runs} == {"dqn", "ppo", "ppo_dr", "rad_dqn", "curl_dqn", "pearl_dqn", "dreamer"}
+    assert len(runs) == 160
+    assert {agent for _, agent, _ in runs} == {"dqn", "ppo", "ppo_dr", "rad_dqn", "curl_dqn", "pearl_dqn", "dreamer",
+                                               "context_mpc"}
     assert runs[("main", "ppo", 19)]["state"] == "pending" and runs[("main", "ppo", 19)]["evaluations"] == []
 
 

@@ -256,6 +256,10 @@ def _builtin() -> list[Method]:
               fixed=("network",), any_rule_family=True, every_checkpoint=False, goal_conditioned=True,
               summary="PPO with shift-equivariant actor and critic: cell a's logit from cell a, the value pooled "
                       "over cells"),
+        agent("ppo_context", "PPO (context)", "actor_critic", "ppo_context", fixed=("network",), any_rule_family=True,
+              every_checkpoint=False,
+              summary="PPO (equivariant) with the rule table the episode so far has shown (which windows, which next "
+                      "values) as extra channels of every cell"),
         agent("rainbow", "Rainbow", "value_based", "rainbow"),
         agent("ppo_dr", "PPO + DR", "actor_critic", "ppo_dr"),
         agent("rad_dqn", "DQN + RAD", "augmentation", "rad_dqn"),
@@ -280,6 +284,10 @@ def _builtin() -> list[Method]:
         agent("ensemble_mpc_ig", "Ensemble MPC + IG", "world_model", "ensemble_mpc", Config="IGConfig",
               world_model=True, every_checkpoint=False,
               summary="ensemble MPC with beta x ensemble disagreement (nats) added to each planned step"),
+        agent("context_mpc", "Context MPC", "world_model", "context_mpc", world_model=True, every_checkpoint=False,
+              any_rule_family=True, goal_conditioned=True, worldtest=part("context_mpc", "context_tester"),
+              summary="true-dynamics MPC (8 x 512) through the rule table an in-context model reads out of the episode "
+                      "so far, a learned prior on the windows it has not shown"),
         Method("bayes_filter", "Bayes filter (train)", "belief", part("bayes_filter", "Config"),
                make_policy=part("bayes_filter", "make_policy"),
                goal_conditioned=True,
