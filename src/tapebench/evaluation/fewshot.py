@@ -12,21 +12,23 @@ How a method uses them (`adaptation_mode`):
 
 * "context" — its evaluation policy infers the rule in context and has `carry(batch)` (methods.contract): every test
   row plays the k adaptation episodes of its rule with `begin` for the first and `carry` for the next, then its test
-  episode with `carry`, so the hidden state (RL2-A2C), the context of transitions (PEARL-DQN) or the posterior (the
-  Bayes filters) it gathered carries into the test episode;
+  episode with `carry` (from a copy of the policy, so the adaptation continues to the next k), so the hidden state (RL2-A2C), the context of transitions (PEARL-DQN), the posterior (the
+  Bayes filters) or the rule-table bits (identify-then-plan) it gathered carry into the test episode;
 * "gradient" — a method that trains adapts by its own training update: the final checkpoint's policy weights in an
   agent built with the trained hyperparameters, the method module's `FEWSHOT_ADAPTATION` overrides (its default
   recipe), the study's `adapt` overrides and num_envs = 1, a fresh optimiser; it plays the adaptation episodes one
   after another exactly as the training loop drives it (`act` exploring, `observe`, `update` after every step) and
   the test episodes with its greedy policy. Its own draws come from torch seeded per seed, side and rule
   (`adaptation_torch_seed`), so the k-shot agent is the longer adaptation's agent after k episodes;
-* "none" — a method that neither trains nor carries a context (planners, fixed controllers): what it plays does not
-  depend on k; its test episodes are played once and reported at every k.
+* "none" — a method that never uses what it learns of the rule (`Method.rule_agnostic`: the live-cell rows, the
+  prior-only planner, the random floor) or is told it (`Method.sees_true_rule`: the true-dynamics MPC, the exact
+  optimum): what it plays does not depend on k; its test episodes are played once and reported at every k.
 
-A method that trains and has neither a recipe nor `carry` is refused, naming the methods that adapt.
+Any other method without `carry` or a recipe is refused.
 """
 from __future__ import annotations
 
+import copy
 import importlib
 from dataclasses import dataclass, field
 
@@ -106,15 +108,16 @@ def gradient_recipe(method: Method) -> dict | None:
 
 def adaptation_mode(method: Method, policy) -> str:
     """How `method` adapts (module docstring), given a fresh evaluation policy of it."""
+    if method.rule_agnostic or method.sees_true_rule:
+        return NONE
     if callable(getattr(policy, "carry", None)):
         return CONTEXT
-    if not method.trains:
-        return NONE
-    if gradient_recipe(method) is not None:
+    if method.trains and gradient_recipe(method) is not None:
         return GRADIENT
-    raise ValueError(f"method {method.id!r} trains but has no few-shot adaptation: its evaluation policy has no "
-                     f"carry(batch) (in-context adaptation) and its module {method.make_agent.__module__} defines no "
-                     f"{RECIPE_ATTRIBUTE} (gradient adaptation by its own update); see docs/protocol.md#few-shot")
+    how = (f"its module {method.make_agent.__module__} defines no {RECIPE_ATTRIBUTE} (gradient adaptation by its own "
+           f"update)" if method.trains else "it does not train")
+    raise ValueError(f"method {method.id!r} has no few-shot adaptation: its evaluation policy has no carry(batch) "
+                     f"(in-context adaptation) and {how}; see docs/protocol.md#few-shot")
 
 
 class _Carrying:
@@ -245,11 +248,13 @@ def run_fewshot(method: Method, settings: FewShotSettings, *, split, seed: int, 
             frames += [_frame(results, side.test, side, split.name, k, mode, method, seed, checkpoint)
                        for k in settings.shots]
         elif mode == CONTEXT:
+            policy, played = _Carrying(fresh_policy()), 0
             for k in settings.shots:
-                policy = _Carrying(fresh_policy())
-                for episode in range(k):
+                for episode in range(played, k):
                     _play(policy, side.adaptation_rows(side.test.rules, episode), side, method, device)
-                results = _play(policy, side.test, side, method, device)
+                played = k
+                # the test episode from a copy: the next k continues the adaptation, not the test episode
+                results = _play(copy.deepcopy(policy), side.test, side, method, device)
                 frames.append(_frame(results, side.test, side, split.name, k, mode, method, seed, checkpoint))
         else:
             overrides = {**gradient_recipe(method), **settings.adapt}
