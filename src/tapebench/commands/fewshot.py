@@ -120,6 +120,7 @@ def aggregate(args) -> int:
     # lazy: a command loads only the modules it runs
     import pandas as pd
 
+    # lazy: a command loads only the modules it runs
     from tapebench.stats.fewshot import aggregate_fewshot
     from tapebench.utils.artifacts import read_table
     from tapebench.validation import refuse_duplicates

@@ -360,6 +360,12 @@ def _check_fewshot(config: dict) -> None:
         if methods[method].trains and method not in config["methods"]:
             raise ConfigError(f"{where}.methods[{i}]': {method!r} trains, and the few-shot study adapts its main-split "
                               f"runs; add it to `methods` {list(config['methods'])} or remove it here")
+        if not config_family(config).elementary and not methods[method].any_rule_family:
+            raise ConfigError(f"{where}.methods[{i}]': {method!r} supports only the elementary family, not "
+                              f"{config_family(config).describe()} (rule_set.family)")
+        if config["env"]["goal"] == DERIVED_GOAL and not methods[method].goal_conditioned:
+            raise ConfigError(f"{where}.methods[{i}]': {method!r} does not take an episode's goal, so it cannot run "
+                              f"with env.goal: {DERIVED_GOAL}")
     if any(methods[m].trains for m in study["methods"]) and study["seeds"] > config["seeds"]:
         raise ConfigError(f"{where}.seeds': {study['seeds']} seeds, but methods that train have runs of seeds "
                           f"0..{config['seeds'] - 1} only (`seeds` = {config['seeds']})")
