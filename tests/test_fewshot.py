@@ -18,7 +18,7 @@ from tapebench.evaluation.fewshot import FewShotSettings, _sides, adaptation_mod
 from tapebench.evaluation.runner import run_episodes
 from tapebench.evaluation.trained_runs import evaluate_run
 from tapebench.methods.bayes_filter import BayesFilterPolicy
-from tapebench.methods.contract import EpisodeBatch
+from tapebench.methods.contract import EnvSpec, EpisodeBatch
 from tapebench.registry import get_method
 from tapebench.schemas import FEWSHOT_COLUMNS
 from tapebench.splits.io import load_split, save_split
@@ -139,3 +139,33 @@ def test_aggregate_is_the_mean_over_seeds_of_per_seed_success():
     assert row["episodes"] == 8 and row["ci_low"] <= row["mean"] <= row["ci_high"]
     with pytest.raises(ValueError, match="twice"):
         aggregate_fewshot(pd.concat([records(0, [True]), records(0, [False])]))
+
+
+@pytest.mark.parametrize("agent", ["rl2_a2c", "pearl_dqn"])
+def test_in_context_policies_carry_their_context_and_restart_the_episode(agent):
+    """After `carry` the context gathered since `begin` is still there (the GRU state; the context sums) and the
+    per-episode bookkeeping starts over (first-step inputs; every row playing); `begin` clears the context."""
+    method = get_method(agent)
+    config = method.Config(**({"hidden_size": 16} if agent == "rl2_a2c" else {}))
+    policy = method.make_agent(config, EnvSpec.for_tape(L, H), 256, "cpu").evaluation_policy()
+    batch = EpisodeBatch(L=L, H=H, keys=np.arange(2, dtype=np.uint64), goal=np.zeros(L, np.uint8), success_bonus=1.0,
+                         device=torch.device("cpu"))
+    obs = torch.cat([torch.randint(0, 2, (2, L)).float(), torch.zeros(2, 1)], dim=1)
+    policy.begin(batch)
+    actions = policy.act(obs)
+    done = torch.tensor([True, False])
+    policy.observe(obs, actions, torch.tensor([-0.5, -0.25]), obs, done, torch.zeros(2, dtype=torch.bool))
+    state = (lambda p: p.memory.hidden.clone()) if agent == "rl2_a2c" else (lambda p: p.precision_sum.clone())
+    gathered = state(policy)
+    assert gathered.abs().sum() > 0
+    policy.carry(batch)
+    assert torch.equal(state(policy), gathered)
+    if agent == "rl2_a2c":
+        assert (policy.memory.first == 1).all() and (policy.memory.prev_reward == 0).all()
+    else:
+        assert policy.active.all()
+    with pytest.raises(ValueError, match="carry needs the 2 rows"):
+        policy.carry(EpisodeBatch(L=L, H=H, keys=np.arange(3, dtype=np.uint64), goal=np.zeros(L, np.uint8),
+                                  success_bonus=1.0, device=torch.device("cpu")))
+    policy.begin(batch)
+    assert state(policy).abs().sum() == 0
