@@ -28,6 +28,7 @@ include: "workflow/rules/helpers/fixed_z.smk"
 include: "workflow/rules/helpers/noise.smk"
 include: "workflow/rules/helpers/protocols.smk"
 include: "workflow/rules/helpers/worldtest.smk"
+include: "workflow/rules/helpers/fewshot.smk"
 include: "workflow/rules/integrity.smk"
 include: "workflow/rules/splits.smk"
 include: "workflow/rules/train.smk"
@@ -44,6 +45,7 @@ include: "workflow/rules/fixed_z.smk"
 include: "workflow/rules/noise.smk"
 include: "workflow/rules/protocols.smk"
 include: "workflow/rules/worldtest.smk"
+include: "workflow/rules/fewshot.smk"
 
 
 rule all:

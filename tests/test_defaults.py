@@ -20,6 +20,7 @@ SCHEMA_OFF = {
     "studies.noise.levels": "[] = the noise study is off",
     "studies.worldtest.methods": "[] = the world test is off",
     "studies.ladder.train_types": "[] = classes of any type",
+    "studies.fewshot.methods": "[] = the few-shot study is off",
 }
 ABSENT = object()
 

@@ -63,6 +63,11 @@ LADDER_TRAIN_CLASSES = 3     # mirror classes drawn for training
 LADDER_LEVELS = (1, 2, 3, 4)  # the rule-table distances d
 LADDER_LEVEL_SIZE = 10       # test rules per level
 
+# studies.fewshot: the few-shot adaptation study (docs/protocol.md#few-shot)
+FEWSHOT_SHOTS = (0, 1, 2, 4, 8)   # reward-bearing adaptation episodes k before the test episodes
+FEWSHOT_SEEDS = 5                 # seeds 0..FEWSHOT_SEEDS-1 per method
+FEWSHOT_RULES_PER_SIDE = 10       # study rules per side, evenly spaced over its sorted rules (null: every rule)
+
 # settings without a config key
 REFERENCE = "mpc"            # the reference method of oracle-normalised scores and of Table 3's "on reference"
 INIT_DENSITY = 0.5           # initial tapes: each cell 1 with this probability
@@ -102,4 +107,7 @@ CONFIG_KEYS = {
     "studies.ladder.train_classes": LADDER_TRAIN_CLASSES,
     "studies.ladder.levels": LADDER_LEVELS,
     "studies.ladder.level_size": LADDER_LEVEL_SIZE,
+    "studies.fewshot.shots": FEWSHOT_SHOTS,
+    "studies.fewshot.seeds": FEWSHOT_SEEDS,
+    "studies.fewshot.rules_per_side": FEWSHOT_RULES_PER_SIDE,
 }

@@ -272,6 +272,15 @@ def worldtest_records(split: str, agent: str, seed, budget) -> str:
     return f"results/worldtest/{split}/{agent}/seed{seed}_B{budget}.parquet"
 
 
+# --- the few-shot study (docs/protocol.md#few-shot): results/fewshot/<split>/ ---------------------------------------
+FEWSHOT_AGGREGATE = "results/fewshot.parquet"
+
+
+def fewshot_records(split: str, agent: str, seed) -> str:
+    """Few-shot records of one method and seed, every side, rule and k (`tapebench fewshot`)."""
+    return f"results/fewshot/{split}/{agent}/seed{seed}.parquet"
+
+
 # --- what the runs cost (docs/protocol.md#compute) -------------------------------------------------------------------
 COMPUTE_TABLE = "results/compute.parquet"
 
@@ -286,7 +295,7 @@ def _record_patterns() -> tuple[str, ...]:
     return (worldtest_records("{split}", "{agent}", "{seed}", "{budget}"), evaluation(run, "{H}"), model_error(run),
             per_seed("{split}", "{agent}", "{H}"), per_rule("{split}", "{agent}", "{H}"),
             curves("{split}", "{agent}", "{H}"), noise_eval("{split}", "{eps}", "{agent}", "{seed}", "{H}"),
-            noise_level_per_seed("{split}", "{eps}", "{agent}", "{H}"))
+            noise_level_per_seed("{split}", "{eps}", "{agent}", "{H}"), fewshot_records("{split}", "{agent}", "{seed}"))
 
 
 def _pattern_regex(pattern: str) -> re.Pattern:

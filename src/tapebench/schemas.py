@@ -50,6 +50,14 @@ WORLDTEST_COLUMNS = {
 WORLDTEST_AGGREGATE_COLUMNS = ["agent", "family", "task", "side", "budget", "n_seeds", "problems", "mean", "ci_low", "ci_high",
                                "ci", "n_resamples", "chance"]
 
+# the few-shot study (`tapebench fewshot`, `tapebench aggregate-fewshot`; docs/protocol.md#few-shot): one row per test
+# episode and shot count k (`shots`), the evaluation's episode columns beside the method's adaptation mode
+# (gradient / context / none); the aggregate: one row per (agent, side, k), the mean over seeds of each seed's success
+# over its test episodes, with its percentile-bootstrap CI over seeds
+FEWSHOT_COLUMNS = {**AGENT_COLUMNS, "shots": "int64", "adaptation": "string", **EPISODE_COLUMNS}
+FEWSHOT_AGGREGATE_COLUMNS = ["split", "agent", "adaptation", "L", "H", "side", "shots", "n_seeds", "n_rules",
+                             "episodes", "mean", "ci_low", "ci_high", "ci", "n_resamples"]
+
 # what the runs cost (`tapebench render compute`; docs/protocol.md#compute): one row per method
 COMPUTE_COLUMNS = ["agent", "runs", "env_steps_per_s", "wall_per_run_s", "train_cpu_hours", "eval_jobs",
                    "eval_cpu_hours", "cpu_hours", "device"]
@@ -87,6 +95,9 @@ TABLE_KINDS = (
               tuple(MODEL_ERROR_RUN_COLUMNS)),
     TableKind("model_error_aggregate", "a model-error aggregate", "tapebench aggregate-model-error",
               tuple(MODEL_ERROR_COLUMNS)),
+    TableKind("fewshot", "few-shot records of one method and seed", "tapebench fewshot", tuple(FEWSHOT_COLUMNS)),
+    TableKind("fewshot_aggregate", "a few-shot aggregate", "tapebench aggregate-fewshot",
+              tuple(FEWSHOT_AGGREGATE_COLUMNS)),
     TableKind("episodes", "per-episode evaluation records of an agent", "tapebench evaluate",
               (*AGENT_COLUMNS, *EPISODE_TABLE)),
     TableKind("records", "per-episode records", "tapebench mpc / tapebench exact", EPISODE_TABLE),

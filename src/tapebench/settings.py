@@ -1,5 +1,5 @@
 """Settings several layers derive from the config, defined once: the training schedule's checkpoint count
-and the noise study's resolved settings (docs/protocol.md#schedule, #noise)."""
+and the studies' resolved settings (docs/protocol.md#schedule, #noise, #world-test, #few-shot)."""
 from __future__ import annotations
 
 import math
@@ -28,3 +28,12 @@ def worldtest_study(config: dict) -> dict:
     tasks = {k: v for k, v in study.items() if k not in ("methods", "seeds", "budgets")}
     return {"methods": list(study["methods"]), "seeds": int(study["seeds"]),
             "budgets": sorted(int(b) for b in study["budgets"]), "split": config["main_split"], "worldtest": tasks}
+
+
+def fewshot_study(config: dict) -> dict:
+    """The few-shot study's resolved settings (docs/protocol.md#few-shot): methods ([] = off), seeds, the main split,
+    and the task section every job gets (`fewshot`: shots sorted, rules_per_side; `adapt` stays per method)."""
+    study = config["studies"]["fewshot"]
+    return {"methods": list(study["methods"]), "seeds": int(study["seeds"]), "split": config["main_split"],
+            "fewshot": {"shots": sorted(int(k) for k in study["shots"]), "rules_per_side": study["rules_per_side"]},
+            "adapt": {m: dict(v or {}) for m, v in (study.get("adapt") or {}).items()}}

@@ -12,7 +12,10 @@ episodes run:
 * `step_keys(keys, t, salt)`: one 64-bit word per episode for step t under a method's salt (its seed);
 * the planners' candidate actions: `episode_keys` (per-episode planner key) -> `step_key` (per step) ->
   `candidate_action` (per candidate and depth), numba functions the planning kernels inline;
-* `noise_uniforms`: the cell-update noise's uniforms per episode, step and cell.
+* `noise_uniforms`: the cell-update noise's uniforms per episode, step and cell;
+* the few-shot study's adaptation episodes (docs/protocol.md#few-shot): the evaluation episodes of the seed
+  `adaptation_seed(eval_seed)` (spawn key 5 of the evaluation seed), a stream disjoint from the test episodes;
+  a gradient-adapting agent's own draws start from `adaptation_torch_seed` (spawn key 6) per seed, side and rule.
 
 All of them hash with SplitMix64's finaliser `mix64` (numba, for kernels and scalars) / `mix64_array`
 (numpy arrays); both run the same three lines.
@@ -96,6 +99,22 @@ def training_goal_stream(env_seed: int, row: int, episode: int) -> np.random.Gen
     of row `row` of a training environment seeded with `env_seed`; a stream of its own (spawn key 4), so the
     goals depend on neither the env's generator nor the other rows."""
     return np.random.default_rng(np.random.SeedSequence([int(env_seed), int(row), int(episode)], spawn_key=(4,)))
+
+
+def adaptation_seed(eval_seed: int) -> int:
+    """The evaluation seed of the few-shot study's adaptation episodes (docs/protocol.md#few-shot): a 64-bit word of
+    its own stream of `eval_seed` (spawn key 5), so the adaptation episodes are disjoint from the test episodes (the
+    evaluation episodes of `eval_seed`) and are the same for every method, seed and k."""
+    seq = np.random.SeedSequence([int(eval_seed)], spawn_key=(5,))
+    return int(seq.generate_state(1, np.uint64)[0])
+
+
+def adaptation_torch_seed(seed: int, key: int, side: str, rule: int) -> int:
+    """The torch seed of a gradient-adapting agent's own draws (exploration, minibatches) on one rule of the few-shot
+    study: a stream (spawn key 6) of (method seed, split key, side code, rule), the same for every k, so the first
+    k episodes of a longer adaptation are the k-shot adaptation."""
+    seq = np.random.SeedSequence([int(seed), int(key), side_code(side), int(rule)], spawn_key=(6,))
+    return int(seq.generate_state(1, np.uint64)[0] >> np.uint64(1))
 
 
 def noise_uniforms(noise_keys: np.ndarray, t: int, L: int) -> np.ndarray:

@@ -213,6 +213,15 @@ class BayesFilterPolicy:
         self.M = np.zeros((len(batch), len(self.rules)), dtype=np.int64)
         self.active = np.ones(len(batch), dtype=np.bool_)
 
+    def carry(self, batch: EpisodeBatch) -> None:
+        """New episodes on the same rows, the mismatch counts kept (the few-shot study, docs/protocol.md#few-shot):
+        the posterior starts where the previous episodes left it; tie-breaking follows the new episodes' keys."""
+        if len(batch) != self.M.shape[0]:
+            raise ValueError(f"carry needs the {self.M.shape[0]} rows of the previous episodes, got {len(batch)}")
+        M = self.M
+        self.begin(batch)
+        self.M = M
+
     def posterior(self) -> np.ndarray:
         """(N, candidates) posterior of every row, candidates in `self.rules` order."""
         w = np.exp((self.M - self.M.min(axis=1, keepdims=True)) * self.log_r)

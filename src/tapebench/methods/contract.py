@@ -17,6 +17,14 @@ plays a batch of episodes that all start together; it calls
   transition. Rows whose episode already ended keep being stepped (their records are frozen);
   their actions and transitions are to be ignored.
 
+A policy that infers the rule in context (a recurrent core, a context of transitions, a belief) may also define
+
+* `carry(batch)`: like `begin`, every row starts a new episode (of `batch`), but the row keeps what it has
+  gathered about its rule over the episodes it played since `begin` (its context, hidden state or posterior);
+  per-episode bookkeeping (step counter, previous action, which rows are still playing) starts over. The
+  few-shot study (docs/protocol.md#few-shot) adapts such a policy by carrying its context across the adaptation
+  episodes into the test episode; row i of `batch` continues row i of the previous episodes.
+
 A row's actions may depend only on that row's own observations and transitions and on the row's
 `batch.keys` (its episode identity, for reproducible per-episode randomness), never on the other rows
 or on how the episodes were batched. Only reference methods (`Method.sees_true_rule`) get

@@ -184,6 +184,15 @@ class IdentifyThenPlanPolicy:
         self.known_values = np.zeros(n, dtype=np.int64)
         self.active = np.ones(n, dtype=np.bool_)
 
+    def carry(self, batch) -> None:
+        """New episodes on the same rows, the rule-table bits learned so far kept (the few-shot study,
+        docs/protocol.md#few-shot): each row plans over the rules consistent with every episode since `begin`."""
+        if len(batch) != len(self.known_mask):
+            raise ValueError(f"carry needs the {len(self.known_mask)} rows of the previous episodes, got {len(batch)}")
+        known = self.known_mask, self.known_values
+        self.begin(batch)
+        self.known_mask, self.known_values = known
+
     def _pack(self, obs) -> np.ndarray:
         return pack(obs[:, :self.L].to(torch.uint8).cpu().numpy())
 

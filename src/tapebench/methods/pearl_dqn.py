@@ -411,6 +411,13 @@ class PearlEvalPolicy:
         self.weighted_mean_sum = torch.zeros(n, d, device=device)
         self.active = torch.ones(n, dtype=torch.bool, device=device)
 
+    def carry(self, batch) -> None:
+        """New episodes on the same rows, the context's running sums kept (the few-shot study,
+        docs/protocol.md#few-shot): the posterior over z pools the transitions of every episode since `begin`."""
+        if len(batch) != self.active.shape[0]:
+            raise ValueError(f"carry needs the {self.active.shape[0]} rows of the previous episodes, got {len(batch)}")
+        self.active = torch.ones_like(self.active)
+
     def posterior_mean(self) -> torch.Tensor:
         return posterior_from_sums(self.precision_sum, self.weighted_mean_sum)[0]
 

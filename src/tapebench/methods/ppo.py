@@ -120,6 +120,13 @@ def equivariant_network(make, config: Config, env_spec, out_std: float) -> nn.Mo
     return network
 
 
+# The few-shot study's gradient adaptation (docs/protocol.md#few-shot): the trained hyperparameters with these
+# overrides (and num_envs = 1: one adaptation episode at a time). A PPO update every 8 steps of the adaptation
+# episodes, on one minibatch, at the trained learning rate without annealing; `studies.fewshot.adapt.<method>`
+# overrides any of them.
+FEWSHOT_ADAPTATION = {"num_steps": 8, "num_minibatches": 1, "anneal_lr": False}
+
+
 class ActorCritic(nn.Module):
     def __init__(self, config: Config, env_spec):
         super().__init__()

@@ -308,6 +308,17 @@ class RL2EvalPolicy:
         self.memory = EpisodeMemory(len(batch), self.hidden_size, self.num_actions, device)
         self._next_hidden = None
 
+    def carry(self, batch) -> None:
+        """New episodes on the same rows, the hidden state kept (the few-shot study, docs/protocol.md#few-shot): the
+        first step's inputs are an episode start's (no previous action or reward, first-step flag set)."""
+        if len(batch) != self.memory.hidden.shape[0]:
+            raise ValueError(f"carry needs the {self.memory.hidden.shape[0]} rows of the previous episodes, got "
+                             f"{len(batch)}")
+        hidden = self.memory.hidden
+        self.begin(batch)
+        self.memory.hidden = hidden
+        self._next_hidden = None
+
     @torch.no_grad()
     def act(self, obs: torch.Tensor) -> torch.Tensor:
         logits, _, self._next_hidden = self.network.step(self.memory.inputs(obs), self.memory.hidden)

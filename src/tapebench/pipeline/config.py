@@ -26,7 +26,7 @@ from tapebench.registry import build_config, check_hyperparameters, get_method, 
 from tapebench.rule_family import ELEMENTARY, config_family
 from tapebench.rules.mirror import mirror_classes
 from tapebench.rules.sampling import sample_rule_set, spec_from_config
-from tapebench.settings import MAX_CHECKPOINTS_PER_RUN, checkpoints_per_run, worldtest_study
+from tapebench.settings import MAX_CHECKPOINTS_PER_RUN, checkpoints_per_run, fewshot_study, worldtest_study
 from tapebench.splits.ladder import LadderError, draw_training_set, ladder_levels
 from tapebench.validation import parse_rule_list
 from tapebench.vocabulary import DERIVED_GOAL, MAX_EXACT_L, PLANNING_TASK, ZEROS_GOAL
@@ -346,6 +346,53 @@ def _check_worldtest(config: dict) -> None:
                           f"env.L = {config['env']['L']}")
 
 
+def _check_fewshot(config: dict) -> None:
+    """The few-shot study (docs/protocol.md#few-shot): methods with runs or policies, recipes only for those listed."""
+    study = config["studies"]["fewshot"]
+    where = "config key 'studies.fewshot"
+    methods = registry()
+    for i, method in enumerate(study["methods"]):
+        if method not in methods:
+            raise ConfigError(f"{where}.methods[{i}]': unknown method {method!r}; registered methods: {sorted(methods)}")
+        if not methods[method].plays_episodes:
+            raise ConfigError(f"{where}.methods[{i}]': {method!r} takes part in the world test only; it plays no TAPE "
+                              f"episodes")
+        if methods[method].trains and method not in config["methods"]:
+            raise ConfigError(f"{where}.methods[{i}]': {method!r} trains, and the few-shot study adapts its main-split "
+                              f"runs; add it to `methods` {list(config['methods'])} or remove it here")
+        if not config_family(config).elementary and not methods[method].any_rule_family:
+            raise ConfigError(f"{where}.methods[{i}]': {method!r} supports only the elementary family, not "
+                              f"{config_family(config).describe()} (rule_set.family)")
+        if config["env"]["goal"] == DERIVED_GOAL and not methods[method].goal_conditioned:
+            raise ConfigError(f"{where}.methods[{i}]': {method!r} does not take an episode's goal, so it cannot run "
+                              f"with env.goal: {DERIVED_GOAL}")
+    if any(methods[m].trains for m in study["methods"]) and study["seeds"] > config["seeds"]:
+        raise ConfigError(f"{where}.seeds': {study['seeds']} seeds, but methods that train have runs of seeds "
+                          f"0..{config['seeds'] - 1} only (`seeds` = {config['seeds']})")
+    for method, overrides in (study.get("adapt") or {}).items():
+        if method not in study["methods"]:
+            raise ConfigError(f"{where}.adapt.{method}': {method!r} is not one of studies.fewshot.methods "
+                              f"{list(study['methods'])}")
+        if not methods[method].trains:
+            raise ConfigError(f"{where}.adapt.{method}': {method!r} does not train; adapt overrides the gradient "
+                              f"adaptation of a method that trains")
+        try:
+            check_hyperparameters(method, {**(config["agents"].get(method) or {}), **(overrides or {})})
+        except ValueError as exc:
+            raise ConfigError(f"{where}.adapt.{method}': {exc}") from None
+
+
+def fewshot_slice(config: dict, method: str) -> dict:
+    """A few-shot job's params (`tapebench fewshot --params`): the env, the evaluation's episodes, the study's shots
+    and rules (and the method's recipe overrides, when it has any), the method's hyperparameters."""
+    study = fewshot_study(config)
+    fewshot = dict(study["fewshot"])
+    if study["adapt"].get(method):
+        fewshot["adapt"] = study["adapt"][method]
+    return {"env": env_params(config), "evaluation": eval_slice(config)["evaluation"], "fewshot": fewshot,
+            "agent": dict(config["agents"].get(method, {}) or {})}
+
+
 def worldtest_slice(config: dict, method: str) -> dict:
     """A world-test job's params (`tapebench worldtest --params`): the env, the task settings, the method's
     hyperparameters. Methods, seeds and budgets are wildcards or the DAG's, not params."""
@@ -474,6 +521,7 @@ def validate_config(config: dict, schema_path, command_line: dict | None = None)
     _check_studies(config)
     _check_noise_study(config)
     _check_worldtest(config)
+    _check_fewshot(config)
     _check_ladder(config)
     _check_health(config)
     _check_logging(config)

@@ -21,7 +21,7 @@ import yaml
 from tapebench.report import registry
 from tapebench.report.output import Job, Output
 from tapebench.report.render import environment, tex_escape
-from tapebench.settings import noise_study, worldtest_study
+from tapebench.settings import fewshot_study, noise_study, worldtest_study
 from tapebench.utils.io import atomic_path, code_version, content_hash
 
 TEMPLATE = "report.tex.j2"
@@ -115,6 +115,13 @@ def protocol(config: dict, split: str, entry_id: str = "") -> dict:
         p["notes"] += [f"interaction budgets B = {', '.join(map(str, study['budgets']))} environment steps",
                        f"{tasks['problems_per_rule']} problem{'s' if tasks['problems_per_rule'] != 1 else ''} per "
                        f"rule, task and side", "methods that train answer with their final checkpoint"]
+    elif entry_id == "figure_fewshot":
+        study = fewshot_study(config)
+        rules = study["fewshot"]["rules_per_side"]
+        p.update(seeds=study["seeds"], horizons=[env["H"]], last_k=None, eval_every=None)
+        p["notes"] += [f"k = {', '.join(map(str, study['fewshot']['shots']))} adaptation episodes",
+                       "every rule of each side" if rules is None else f"{rules} rule{'s' if rules != 1 else ''} per side",
+                       "methods that train adapt their final checkpoint"]
     elif entry_id in ("noise", "figure_noise"):
         noise = noise_study(config)
         p["horizons"] = [noise["H"]]

@@ -20,7 +20,7 @@ from tapebench.registry import registry as method_registry
 from tapebench import defaults
 from tapebench.report.output import FIGURE, TABLE, Job, Option, Output, elementary_only
 from tapebench.rule_family import config_family
-from tapebench.settings import noise_study, worldtest_study
+from tapebench.settings import fewshot_study, noise_study, worldtest_study
 from tapebench.stats.protocols import protocols
 from tapebench.vocabulary import SPLIT_SIDES
 
@@ -553,6 +553,26 @@ _WORLDTEST: list[Output] = [
            category="World test"),
 ]
 
+# --- the few-shot study (docs/protocol.md#few-shot): success vs reward-bearing episodes k of the rule ---------------
+def _fewshot_jobs(config):
+    study = fewshot_study(config)
+    if not study["methods"]:
+        return []
+    return [Job("figure_fewshot", layout.figure("fewshot"), {
+        "aggregate": layout.FEWSHOT_AGGREGATE, "split": study["split"], "agents": study["methods"],
+        "table": "results/fewshot.tex"})]
+
+
+_FEWSHOT: list[Output] = [
+    Output("figure_fewshot", FIGURE, "Few-shot adaptation: success vs k reward-bearing episodes of the rule, ID and OOD",
+           "tapebench.report.fewshot:render_fewshot", (
+               Option("aggregate", "the few-shot aggregate (`tapebench aggregate-fewshot`)"),
+               _value("split", "split name"),
+               _value("agents", "methods and their order (default: the aggregate's)", many=True, required=False),
+               _value("table", "also write the table (LaTeX)", required=False)),
+           _fewshot_jobs, category="Few-shot adaptation", extra_outputs=lambda job: {"tex": job.values["table"]}),
+]
+
 # --- compute (docs/protocol.md#compute): what the main split's runs and evaluations cost -------------------------
 def _compute_jobs(config):
     split = _main(config)
@@ -585,7 +605,7 @@ _COMPUTE: list[Output] = [
 ]
 
 OUTPUTS: dict[str, Output] = _assemble([*_TABLES, *_FIGURES, *_STUDIES, *_NOISE, *_LADDER, *_HEALTH, *_PROTOCOLS,
-                                        *_WORLDTEST, *_COMPUTE])
+                                        *_WORLDTEST, *_FEWSHOT, *_COMPUTE])
 
 
 def outputs() -> list[Output]:
