@@ -1,5 +1,6 @@
-"""Settings several layers derive from the config, defined once: the training schedule's checkpoint count
-and the studies' resolved settings (docs/protocol.md#schedule, #noise, #world-test, #few-shot)."""
+"""Settings several layers derive from the config, defined once: the training schedule's checkpoint count,
+the device a training job uses, and the studies' resolved settings (docs/protocol.md#schedule, #gpu, #noise,
+#world-test, #few-shot)."""
 from __future__ import annotations
 
 import math
@@ -10,6 +11,13 @@ MAX_CHECKPOINTS_PER_RUN = 1000
 def checkpoints_per_run(total_steps: int, eval_every: int) -> int:
     """Checkpoints of a run: one every eval_every environment steps and one at the end."""
     return math.ceil(total_steps / eval_every)
+
+
+def training_device(device: str, stacked: bool) -> str:
+    """The device setting a training job runs with: "auto" stays "auto" (CUDA where available) for a stacked seed
+    block and is "cpu" for seeds trained one at a time, whose stream of small kernels is slower on a GPU than on one
+    CPU core (docs/protocol.md#gpu); any other setting as given. The pipeline requests GPUs by the same answer."""
+    return "cpu" if str(device) == "auto" and not stacked else device
 
 
 def noise_study(config: dict) -> dict:

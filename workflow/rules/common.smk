@@ -10,6 +10,7 @@ from tapebench.pipeline.config import (
     evaluation_job,
     method_eval_slice,
     train_slice,
+    training_gpus,
     training_job,
     validate_config,
 )
@@ -213,6 +214,13 @@ def _evaluation(wildcards):
             checkpoints = min(checkpoints, config["evaluation"]["last_k"])
     split = dict(wildcards.items()).get("split", MAIN_SPLIT)
     return evaluation_job(config, method, split, L=L, H=H, overrides=overrides, checkpoints=checkpoints)
+
+
+def train_gpus(wildcards):
+    """GPUs a training job requests: training.gpus where it trains on CUDA (under device auto: stacked blocks)."""
+    w = dict(wildcards.items())
+    seeds = int(w["last"]) - int(w["first"]) + 1 if "first" in w else 1
+    return training_gpus(config, _job_of(wildcards)[0], seeds)
 
 
 def train_mem_mb(wildcards):

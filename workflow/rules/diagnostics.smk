@@ -64,7 +64,7 @@ rule train_sweep:
         CONDA_ENV
     threads: config["training"]["threads"]
     resources:
-        gpu=config["training"]["gpus"],
+        gpu=train_gpus,
         mem_mb=train_mem_mb,
         runtime=train_runtime,
     params:

@@ -18,7 +18,7 @@ rule train_fixed_z:
         CONDA_ENV
     threads: config["training"]["threads"]
     resources:
-        gpu=config["training"]["gpus"],
+        gpu=train_gpus,
         mem_mb=train_mem_mb,
         runtime=train_runtime,
     params:
@@ -94,7 +94,7 @@ rule train_multi_rule:
         CONDA_ENV
     threads: config["training"]["threads"]
     resources:
-        gpu=config["training"]["gpus"],
+        gpu=train_gpus,
         mem_mb=train_mem_mb,
         runtime=train_runtime,
     params:

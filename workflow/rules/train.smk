@@ -17,7 +17,7 @@ rule train:
         CONDA_ENV
     threads: config["training"]["threads"]
     resources:
-        gpu=config["training"]["gpus"],
+        gpu=train_gpus,
         mem_mb=train_mem_mb,
         runtime=train_runtime,
     params:
@@ -46,7 +46,7 @@ rule train_block:
         CONDA_ENV
     threads: config["training"]["threads"]
     resources:
-        gpu=config["training"]["gpus"],
+        gpu=train_gpus,
         mem_mb=train_mem_mb,
         runtime=train_runtime,
     params:

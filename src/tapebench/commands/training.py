@@ -29,10 +29,10 @@ from tapebench.evaluation.model_error import summarize
 from tapebench.evaluation.trained_runs import evaluate_run, model_error_run
 from tapebench.pipeline.resources import check_training
 from tapebench.registry import registry
+from tapebench.settings import training_device
 from tapebench.splits.io import load_split
 from tapebench.training.blocks import SEED_FIELD, STACKING, train_block, write_block_record
-from tapebench.training.loop import (RunLog, TrainSpec, resolve_device, torch_settings, train,
-                                     training_device)
+from tapebench.training.loop import RunLog, TrainSpec, resolve_device, torch_settings, train
 from tapebench.utils.io import provenance, write_parquet
 from tapebench.validation import (check_goal_mode, check_noise, parse_param_sections, parse_rule_list, parse_seed_list,
                                   seed_argument)

@@ -26,7 +26,8 @@ from tapebench.registry import build_config, check_hyperparameters, get_method, 
 from tapebench.rule_family import ELEMENTARY, config_family
 from tapebench.rules.mirror import mirror_classes
 from tapebench.rules.sampling import sample_rule_set, spec_from_config
-from tapebench.settings import MAX_CHECKPOINTS_PER_RUN, checkpoints_per_run, fewshot_study, worldtest_study
+from tapebench.settings import (MAX_CHECKPOINTS_PER_RUN, checkpoints_per_run, fewshot_study, training_device,
+                                worldtest_study)
 from tapebench.splits.ladder import LadderError, draw_training_set, ladder_levels
 from tapebench.validation import parse_rule_list
 from tapebench.vocabulary import DERIVED_GOAL, MAX_EXACT_L, PLANNING_TASK, ZEROS_GOAL
@@ -546,6 +547,13 @@ def _check_agents(config: dict, command_line: dict | None) -> None:
 
 
 # --- what each job needs (tapebench.pipeline.resources), from the config, before any job runs ---
+
+def training_gpus(config: dict, method: str, seeds: int) -> int:
+    """GPUs a training job of `seeds` seeds of `method` requests: `training.gpus` where it trains on CUDA (as
+    `settings.training_device` decides: stacked blocks under "auto"), else none."""
+    stacked = seeds > 1 and get_method(method).make_block is not None and not config.get("logging", {}).get("tensorboard", False)
+    return int(config["training"]["gpus"]) if training_device(config["training"]["device"], stacked) != "cpu" else 0
+
 
 def seeds_per_job(config: dict) -> int:
     """Training seeds one training job trains (`training.seeds_per_job`, 1 when absent)."""

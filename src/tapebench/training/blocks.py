@@ -29,11 +29,12 @@ import torch
 from tapebench.envs.batched import BatchedTapeEnv
 from tapebench.methods.contract import BlockUnsupported
 from tapebench.registry import get_method
+from tapebench.settings import training_device
 from tapebench.training import checkpoint as ckpt
 from tapebench.training.loop import (LOG_INTERVAL_S, EpisodeStats, RunLog, TrainSpec, check_finite_metrics,
                                      checkpoint_steps, finished_manifest, load_resume, progress_line,
                                      remove_stale_files, resolve_device, run_manifest, seed_everything, short_list,
-                                     torch_settings, train, training_device, training_env, write_run_checkpoint)
+                                     torch_settings, train, training_env, write_run_checkpoint)
 from tapebench.utils.artifacts import file_sha256
 from tapebench.utils.io import provenance, write_json
 from tapebench.validation import check_integer

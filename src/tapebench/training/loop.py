@@ -161,15 +161,6 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     return resolved
 
 
-def training_device(device: str | torch.device, stacked: bool) -> str | torch.device:
-    """The device a training job runs on: "auto" is CUDA, where available, for a stacked seed block and the CPU
-    for seeds trained one at a time, whose stream of small kernels is slower on a GPU than on one CPU core
-    (docs/protocol.md#gpu); any other value as given."""
-    if str(device) == "auto" and not stacked:
-        return "cpu"
-    return device
-
-
 def device_name(device) -> str:
     """What ran a job, in words: the GPU's name, or the CPU's model."""
     device = torch.device(device)
