@@ -9,7 +9,8 @@ import pytest
 import yaml
 from pipeline_helpers import REPO
 
-from tapebench.pipeline.config import ConfigError, load_config, load_config_file, merge_config, validate_config
+from tapebench.pipeline.config import (ConfigError, load_config, load_config_file, merge_config, training_gpus,
+                                       validate_config)
 from tapebench.settings import MAX_CHECKPOINTS_PER_RUN
 
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
@@ -153,3 +154,15 @@ def test_a_family_world_test_answers_prediction_and_detection_and_refuses_planni
     assert family["studies"]["worldtest"]["methods"] and "planning" not in family["studies"]["worldtest"]["tasks"]
     planning = merge_config(family, {"studies": {"worldtest": {"tasks": ["prediction", "planning"]}}})
     assert_rejected(planning, "studies.worldtest.tasks", "planning is defined for the elementary family")
+
+
+@pytest.mark.parametrize("device, method, seeds, gpus", [
+    ("auto", "dqn", 20, 1),        # a stacked block: CUDA where present, so it asks for the GPU
+    ("auto", "dqn", 1, 0),         # one seed at a time trains on a CPU core
+    ("auto", "curl_dqn", 20, 0),   # a method that does not stack trains its block's seeds one at a time
+    ("cuda", "curl_dqn", 1, 1),
+    ("cpu", "dqn", 20, 0),
+])
+def test_training_jobs_request_a_gpu_where_they_train_on_cuda(device, method, seeds, gpus):
+    config = {"training": {"device": device, "gpus": 1}, "logging": {"tensorboard": False}}
+    assert training_gpus(config, method, seeds) == gpus
