@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, Callable
 
+from tapebench.grid_rules import GridFamily
+
 ENTRY_POINT_GROUP = "tapebench.methods"
 
 # Table families, in the order tables list them (paper Tables 2-4 group rows by family).
@@ -108,6 +110,9 @@ class Method:
                      equivariant networks whose CPU evaluation costs ~30x their MLP's)
     any_rule_family  works on tapes of any rule family (k colours, radius r; docs/protocol.md#rule-sets);
                      False: elementary rules only (bit augmentations, a belief over the 256 rules, 2^L tables)
+    supports_grid    runs on the 2D grid family (outer-totalistic rules on an n x n torus, docs/protocol.md#grid):
+                     its network or policy reads the flattened grid (`EnvSpec.grid`, `EpisodeBatch.family` a
+                     `GridFamily`); False: refused on a grid config (`check_rule_family`, the one place)
     worldtest        takes part in the world test (docs/protocol.md#world-test): `worldtest(config, context:
                      methods.worldtest.WorldTestContext) -> WorldTester` (interface in `methods.worldtest`);
                      methods that train get their final checkpoint's agent in `context.agent`. A method with
@@ -140,6 +145,7 @@ class Method:
     world_model: bool = False
     every_checkpoint: bool = True
     any_rule_family: bool = False
+    supports_grid: bool = False
     worldtest: Callable | None = None
     summary: str = ""
     fixed: tuple[str, ...] = ()
@@ -246,8 +252,8 @@ def _builtin() -> list[Method]:
         return Method.from_agent_module(id, display_name, family, module(name), **kwargs)
 
     return [
-        agent("dqn", "DQN", "value_based", "dqn", any_rule_family=True),
-        agent("ppo", "PPO", "actor_critic", "ppo", any_rule_family=True, goal_conditioned=True),
+        agent("dqn", "DQN", "value_based", "dqn", any_rule_family=True, supports_grid=True),
+        agent("ppo", "PPO", "actor_critic", "ppo", any_rule_family=True, goal_conditioned=True, supports_grid=True),
         agent("dqn_equivariant", "DQN (equivariant)", "value_based", "dqn", Config="EquivariantConfig",
               fixed=("network",), any_rule_family=True, every_checkpoint=False,
               summary="DQN with a shift-equivariant Q-network: circular convolutions over the cells, Q(s, a) read "
@@ -282,11 +288,11 @@ def _builtin() -> list[Method]:
               summary="ensemble MPC with beta x ensemble disagreement (nats) added to each planned step"),
         Method("bayes_filter", "Bayes filter (train)", "belief", part("bayes_filter", "Config"),
                make_policy=part("bayes_filter", "make_policy"),
-               goal_conditioned=True,
+               goal_conditioned=True, supports_grid=True,
                summary="posterior over the training rules, one-step greedy on expected distance + 0.25 x IG"),
         Method("bayes_filter_full", "Bayes filter (full)", "belief", part("bayes_filter", "Config"),
                make_policy=part("bayes_filter", "make_policy_full"),
-               goal_conditioned=True,
+               goal_conditioned=True, supports_grid=True,
                summary="posterior over all 256 rules, one-step greedy on expected distance + 0.25 x IG"),
         Method("identify_then_plan", "Identify-then-plan", "belief", part("identify_then_plan", "Config"),
                make_policy=part("identify_then_plan", "make_policy"),
@@ -297,16 +303,18 @@ def _builtin() -> list[Method]:
                worldtest=part("worldtest", "active_exploration_tester"),
                summary="world test only: flips that pin the most unknown rule-table bits, then exact reasoning"),
         Method("random", "Random policy", "reference", part("random_policy", "Config"),
-               make_policy=part("random_policy", "make_policy"), any_rule_family=True,
+               make_policy=part("random_policy", "make_policy"), any_rule_family=True, supports_grid=True,
                worldtest=part("worldtest", "chance_tester"), rule_agnostic=True,
                goal_conditioned=True,
                summary="a uniformly random cell each step: the floor"),
         Method("live_leftmost", "Flip lowest live cell", "rule_agnostic", part("live_policy", "Config"),
                make_policy=part("live_policy", "make_leftmost"), any_rule_family=True, rule_agnostic=True,
+               supports_grid=True,
                goal_conditioned=True,
                summary="flip the lowest-index live cell (one that differs from the goal); a uniform cell when none is"),
         Method("live_random", "Flip random live cell", "rule_agnostic", part("live_policy", "Config"),
                make_policy=part("live_policy", "make_random"), any_rule_family=True, rule_agnostic=True,
+               supports_grid=True,
                goal_conditioned=True,
                summary="flip a uniformly random live cell (one differing from the goal); a uniform cell when none is"),
         Method("mpc_prior", "MPC (training-rule prior)", "rule_agnostic", part("identify_then_plan", "Config"),
@@ -315,7 +323,8 @@ def _builtin() -> list[Method]:
                summary="identify-then-plan's MPC (8 x 512) over the training rules, a prior never updated"),
         Method("mpc", "True-dynamics MPC", "reference", part("mpc", "MPCMethodConfig"),
                make_policy=part("mpc", "make_policy"),
-               sees_true_rule=True, any_rule_family=True, worldtest=part("worldtest", "true_rule_tester"),
+               sees_true_rule=True, any_rule_family=True, supports_grid=True,
+               worldtest=part("worldtest", "true_rule_tester"),
                goal_conditioned=True,
                summary="random-shooting MPC with the episode's true rule (8 x 512)"),
         Method("exact", "Exact optimum", "reference", part("exact", "ExactConfig"),
@@ -385,10 +394,22 @@ def get_method(method_id: str) -> Method:
     return methods[method_id]
 
 
+def runs_on(method: Method, family) -> bool:
+    """Whether a method runs on a rule family: the elementary family, any tape family (`any_rule_family`) or the
+    2D grid family (`supports_grid`; a `grid_rules.GridFamily`)."""
+    if family is None or family.elementary:
+        return True
+    return method.supports_grid if isinstance(family, GridFamily) else method.any_rule_family
+
+
 def check_rule_family(method_id: str, family) -> None:
-    """Fail early when a method that knows only elementary rules is asked to run on another family."""
-    if not family.elementary and not get_method(method_id).any_rule_family:
-        supported = sorted(m for m, method in registry().items() if method.any_rule_family)
+    """Fail early when a method is asked to run on a rule family it does not support (the one check: training,
+    evaluation and config validation call it)."""
+    if not runs_on(get_method(method_id), family):
+        supported = sorted(m for m, method in registry().items() if runs_on(method, family))
+        if isinstance(family, GridFamily):
+            raise ValueError(f"method {method_id!r} does not run on the 2D grid family ({family.describe()}); "
+                             f"methods that do (registry flag supports_grid): {supported}")
         raise ValueError(f"method {method_id!r} supports only the elementary family, not {family.describe()}; "
                          f"methods for any rule family: {supported}")
 
@@ -456,4 +477,5 @@ def _check_type(method_id: str, key: str, value, annotation) -> None:
 
 __all__ = ["ENTRY_POINT_GROUP", "FAMILIES", "Method", "PolicyContext", "build_config", "check_hyperparameters",
            "check_rule_family",
+           "runs_on",
            "display_name", "get_method", "make_agent", "register", "registry", "unregister"]

@@ -32,6 +32,7 @@ from tapebench.ca.table_kernel import _step_row
 from tapebench.episodes.accounting import add_step, results_dict
 from tapebench.episodes.sets import EpisodeSet
 from tapebench.episodes.streams import U64, candidate_action, episode_keys, step_key
+from tapebench.grid_rules import GridFamily
 from tapebench.rule_family import ELEMENTARY
 from tapebench.validation import check_goal, check_horizon, check_integer
 
@@ -249,8 +250,15 @@ class MPCPolicy:
         self.t += 1
 
 
-def make_policy(config: MPCMethodConfig, context) -> MPCPolicy:
-    return MPCPolicy(MPCConfig(horizon=config.horizon, candidates=config.candidates, seed=context.seed))
+def make_policy(config: MPCMethodConfig, context):
+    """`mpc`: `MPCPolicy` on tapes, `grid_mpc.GridMPCPolicy` on the 2D grid family (docs/protocol.md#grid-oracles)."""
+    planner = MPCConfig(horizon=config.horizon, candidates=config.candidates, seed=context.seed)
+    if isinstance(context.family, GridFamily):
+        # lazy: grid_mpc builds on this module (MPCConfig)
+        from tapebench.methods.grid_mpc import GridMPCPolicy
+
+        return GridMPCPolicy(context.family, planner)
+    return MPCPolicy(planner)
 
 
 def run_mpc(episodes: EpisodeSet, H: int, config: MPCConfig = MPCConfig(), *, goal=None,

@@ -22,7 +22,7 @@ from tapebench.health.checks import CHECKS
 from tapebench.methods.worldtest import supports_family
 from tapebench.layout import NOISE_DECIMALS, noise_label
 from tapebench.pipeline import resources
-from tapebench.registry import build_config, check_hyperparameters, get_method, registry
+from tapebench.registry import build_config, check_hyperparameters, check_rule_family, get_method, registry
 from tapebench.rule_family import ELEMENTARY, config_family
 from tapebench.rules.mirror import mirror_classes
 from tapebench.rules.sampling import sample_rule_set, spec_from_config
@@ -461,11 +461,10 @@ def validate_config(config: dict, schema_path, command_line: dict | None = None)
         if not methods[method].plays_episodes:
             raise ConfigError(f"config key 'methods[{i}]': {method!r} takes part in the world test only; list it in "
                               f"studies.worldtest.methods, not in methods")
-        if not config_family(config).elementary and not methods[method].any_rule_family:
-            supported = sorted(m for m, entry in methods.items() if entry.any_rule_family)
-            raise ConfigError(f"config key 'methods[{i}]': {method!r} supports only the elementary family, not "
-                              f"{config_family(config).describe()} (rule_set.family); methods for any rule family: "
-                              f"{supported}")
+        try:
+            check_rule_family(method, config_family(config))
+        except ValueError as exc:
+            raise ConfigError(f"config key 'methods[{i}]': {exc} (rule_set.family)") from None
         if method == "exact" and config["env"]["L"] > MAX_EXACT_L:
             raise ConfigError(f"config key 'methods[{i}]': the exact optimum enumerates all 2^L tapes and needs "
                               f"env.L <= {MAX_EXACT_L}, but env.L = {config['env']['L']}")
