@@ -102,6 +102,10 @@ class GridFamily:
             raise ValueError(f"a rule set must contain at least one rule ({EXAMPLES}), got an empty set")
         return out
 
+    def table(self, rule) -> np.ndarray:
+        """The (2, m + 1) table T[state, count] of one rule."""
+        return self.rule(rule).table
+
     def tables(self, rules) -> np.ndarray:
         """(N, 2, m + 1) uint8 tables T[state, count] of a rule list."""
         return np.stack([self.rule(rule).table for rule in self.rules(rules)])

@@ -250,15 +250,21 @@ class MPCPolicy:
         self.t += 1
 
 
-def make_policy(config: MPCMethodConfig, context):
-    """`mpc`: `MPCPolicy` on tapes, `grid_mpc.GridMPCPolicy` on the 2D grid family (docs/protocol.md#grid-oracles)."""
-    planner = MPCConfig(horizon=config.horizon, candidates=config.candidates, seed=context.seed)
-    if isinstance(context.family, GridFamily):
+def planner_policy(planner: MPCConfig, family=None):
+    """The MPC evaluation policy of a rule family: `MPCPolicy` on tapes, `grid_mpc.GridMPCPolicy` on the 2D grid
+    family (docs/protocol.md#grid-oracles)."""
+    if isinstance(family, GridFamily):
         # lazy: grid_mpc builds on this module (MPCConfig)
         from tapebench.methods.grid_mpc import GridMPCPolicy
 
-        return GridMPCPolicy(context.family, planner)
+        return GridMPCPolicy(family, planner)
     return MPCPolicy(planner)
+
+
+def make_policy(config: MPCMethodConfig, context):
+    """`mpc`: the planner of the episodes' family (`planner_policy`)."""
+    return planner_policy(MPCConfig(horizon=config.horizon, candidates=config.candidates, seed=context.seed),
+                          context.family)
 
 
 def run_mpc(episodes: EpisodeSet, H: int, config: MPCConfig = MPCConfig(), *, goal=None,

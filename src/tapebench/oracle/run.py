@@ -7,7 +7,7 @@ from tapebench.episodes.sets import EpisodeSet
 from tapebench.evaluation.evaluate import play as play_method
 from tapebench.evaluation.protocol import EvalProtocol, protocol_episodes, write_records
 from tapebench.methods.exact import ExactPolicy, check_exact_horizon, check_exact_length
-from tapebench.methods.mpc import MPCConfig, MPCPolicy
+from tapebench.methods.mpc import MPCConfig, planner_policy
 from tapebench.registry import get_method
 
 ORACLES = ("mpc", "exact")
@@ -18,7 +18,7 @@ def play(oracle: str, episodes: EpisodeSet, protocol: EvalProtocol, rule_types: 
     """Per-episode records (schema `evaluation.records`) of one oracle on the protocol's episodes, played
     through the evaluation runner like every other method."""
     if oracle == "mpc":
-        policy = MPCPolicy(mpc or MPCConfig())
+        policy = planner_policy(mpc or MPCConfig(), episodes.family)
     elif oracle == "exact":
         policy = ExactPolicy()
     else:
