@@ -166,23 +166,28 @@ def table3_context(agg: pd.DataFrame, split: str, H: int, L: int | None = None, 
     narrow = (headroom is not None and min_headroom is not None
               and not headroom["test"]["mean"] >= float(min_headroom))
     L = int(data["L"].iloc[0])
-    return {"split": split, "L": L, "H": H, "groups": groups, "family_text": family_text(family, L),
-            "grid_n": grid_side(L) if isinstance(family, GridFamily) else None,
-            "grid_neighbourhood": family.name_in_text if isinstance(family, GridFamily) else None,
+    return {"split": split, "L": L, "H": H, "groups": groups, "family_text": family_text(family),
+            "grid": grid_caption(family, L),
             "on_reference": display_name(REFERENCE) if has_reference else None,
             "headroom": headroom, "score_hidden_below": float(min_headroom) if narrow else None,
             "floor": _floor(test_rules, random_per_rule, split, H, family),
             "seeds": _seeds_text([r["n"] for r in _rows(groups)]), **_statistics(data, meta or {})}
 
 
-def family_text(family, L: int) -> str | None:
-    """How a caption names a rule family other than the elementary one (None: elementary, named by nothing)."""
-    if family is None or family.elementary:
+def family_text(family) -> str | None:
+    """How a caption names a tape family other than the elementary one (None: the elementary family, named by
+    nothing, or the 2D grid family, named by `grid_caption`)."""
+    if family is None or family.elementary or isinstance(family, GridFamily):
         return None
-    if isinstance(family, GridFamily):
-        n = grid_side(L)
-        return f"outer-totalistic {family.name_in_text} rules on an {n} x {n} torus"
     return family.describe()
+
+
+def grid_caption(family, L: int) -> dict | None:
+    """The 2D grid family's caption parts: the torus side n (L = n * n), the neighbourhood, the article of n."""
+    if not isinstance(family, GridFamily):
+        return None
+    n = grid_side(L)
+    return {"n": n, "neighbourhood": family.name_in_text, "article": "an" if n in (8, 11, 18) or 80 <= n < 90 else "a"}
 
 
 def _floor(test_rules, random_per_rule, split: str, H: int, family=None) -> dict | None:
