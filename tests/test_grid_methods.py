@@ -30,7 +30,7 @@ def moore_episodes(n: int = 4, per_rule: int = 3):
 
 def policy_of(method: str, ids, L: int, H: int, family=MOORE, **overrides):
     context = PolicyContext(L=L, H=H, seed=3, train_rules=tuple(ids), family=family)
-    return get_method(method).make_policy(build_config(method, overrides), context)
+    return get_method(method).policy_maker(family)(build_config(method, overrides), context)
 
 
 def test_mpc_through_the_runner_plays_what_the_grid_oracle_plays():

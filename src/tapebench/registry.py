@@ -80,7 +80,8 @@ def doc_summary(doc: str | None) -> str:
     return _SENTENCE_END.split(paragraph, maxsplit=1)[0]
 
 
-LAZY_PARTS = ("Config", "make_agent", "make_block", "make_policy", "training_env", "worldtest", "summary")
+LAZY_PARTS = ("Config", "make_agent", "make_block", "make_policy", "grid_policy", "training_env", "worldtest",
+              "summary")
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,8 @@ class Method:
     supports_grid    runs on the 2D grid family (outer-totalistic rules on an n x n torus, docs/protocol.md#grid):
                      its network or policy reads the flattened grid (`EnvSpec.grid`, `EpisodeBatch.family` a
                      `GridFamily`); False: refused on a grid config (`check_rule_family`, the one place)
+    grid_policy      for methods that do not train: the evaluation policy on the 2D grid family where it is not
+                     `make_policy` (same signature; `policy_maker` picks it)
     worldtest        takes part in the world test (docs/protocol.md#world-test): `worldtest(config, context:
                      methods.worldtest.WorldTestContext) -> WorldTester` (interface in `methods.worldtest`);
                      methods that train get their final checkpoint's agent in `context.agent`. A method with
@@ -127,8 +130,8 @@ class Method:
     fixed            Config fields that define the row (e.g. the equivariant rows' `network`): an override with
                      another value is refused, since the row would train something else under its name
 
-    Config, make_agent, make_policy, training_env, worldtest and summary may be given as a `Ref`: the part is
-    imported when it is first read (and checked then), never by reading the other fields or `trains`.
+    Config, make_agent, make_policy, grid_policy, training_env, worldtest and summary may be given as a `Ref`: the part
+    is imported when it is first read (and checked then), never by reading the other fields or `trains`.
     """
 
     id: str
@@ -138,6 +141,7 @@ class Method:
     make_agent: Callable | None = None
     make_block: Callable | None = None
     make_policy: Callable | None = None
+    grid_policy: Callable | None = None
     sees_true_rule: bool = False
     deterministic: bool = False
     by_rule: bool = False
@@ -183,6 +187,9 @@ class Method:
         for name in ("training_env", "make_block"):
             if self._part(name) is not None and not self.trains:
                 raise ValueError(f"method {self.id!r}: {name} is only for methods that train")
+        if self._part("grid_policy") is not None and (self.trains or not self.supports_grid):
+            raise ValueError(f"method {self.id!r}: grid_policy is for methods that do not train and support the grid "
+                             f"(supports_grid=True)")
         if (self.world_model or not self.every_checkpoint) and not self.trains:
             raise ValueError(f"method {self.id!r}: world_model and every_checkpoint are only for methods that train")
 
@@ -213,6 +220,12 @@ class Method:
     def plays_episodes(self) -> bool:
         """It has TAPE episodes to evaluate (trains, or has an evaluation policy); False: world test only."""
         return self.trains or self._part("make_policy") is not None
+
+    def policy_maker(self, family) -> Callable:
+        """`make_policy`, or `grid_policy` for episodes of the 2D grid family where the method has one."""
+        if isinstance(family, GridFamily) and self.grid_policy is not None:
+            return self.grid_policy
+        return self.make_policy
 
     @property
     def family_name(self) -> str:
@@ -287,11 +300,12 @@ def _builtin() -> list[Method]:
               world_model=True, every_checkpoint=False,
               summary="ensemble MPC with beta x ensemble disagreement (nats) added to each planned step"),
         Method("bayes_filter", "Bayes filter (train)", "belief", part("bayes_filter", "Config"),
-               make_policy=part("bayes_filter", "make_policy"),
+               make_policy=part("bayes_filter", "make_policy"), grid_policy=part("grid_bayes_filter", "make_policy"),
                goal_conditioned=True, supports_grid=True,
                summary="posterior over the training rules, one-step greedy on expected distance + 0.25 x IG"),
         Method("bayes_filter_full", "Bayes filter (full)", "belief", part("bayes_filter", "Config"),
                make_policy=part("bayes_filter", "make_policy_full"),
+               grid_policy=part("grid_bayes_filter", "make_policy_full"),
                goal_conditioned=True, supports_grid=True,
                summary="posterior over all 256 rules, one-step greedy on expected distance + 0.25 x IG"),
         Method("identify_then_plan", "Identify-then-plan", "belief", part("identify_then_plan", "Config"),
@@ -322,7 +336,7 @@ def _builtin() -> list[Method]:
                goal_conditioned=True,
                summary="identify-then-plan's MPC (8 x 512) over the training rules, a prior never updated"),
         Method("mpc", "True-dynamics MPC", "reference", part("mpc", "MPCMethodConfig"),
-               make_policy=part("mpc", "make_policy"),
+               make_policy=part("mpc", "make_policy"), grid_policy=part("grid_mpc", "make_policy"),
                sees_true_rule=True, any_rule_family=True, supports_grid=True,
                worldtest=part("worldtest", "true_rule_tester"),
                goal_conditioned=True,

@@ -36,7 +36,6 @@ import torch
 
 from tapebench.ca.packed import length_mask, pack, popcount, step_word_rule
 from tapebench.episodes.streams import step_keys
-from tapebench.grid_rules import GridFamily
 from tapebench.methods.contract import EpisodeBatch
 from tapebench.validation import check_goal
 
@@ -246,24 +245,11 @@ def candidate_rules(candidate_set: str, context) -> tuple[int, ...]:
     raise ValueError(f"candidate set must be one of {list(CANDIDATE_SETS)}, got {candidate_set!r}")
 
 
-def make_policy(config: Config, context):
-    """`bayes_filter`: candidates = the split's training rules (on the 2D grid family the grid filter over them,
-    `grid_bayes_filter`)."""
-    if isinstance(context.family, GridFamily):
-        return _grid_policy(candidate_rules("train", context), config, context)
+def make_policy(config: Config, context) -> BayesFilterPolicy:
+    """`bayes_filter`: candidates = the split's training rules."""
     return BayesFilterPolicy(candidate_rules("train", context), config, context.seed)
 
 
-def make_policy_full(config: Config, context):
-    """`bayes_filter_full`: candidates = all 256 rules (on the 2D grid family the factorised posterior over every
-    rule of the family, `grid_bayes_filter.GridBayesFilterFull`)."""
-    if isinstance(context.family, GridFamily):
-        return _grid_policy(None, config, context)
+def make_policy_full(config: Config, context) -> BayesFilterPolicy:
+    """`bayes_filter_full`: candidates = all 256 rules."""
     return BayesFilterPolicy(candidate_rules("full", context), config, context.seed)
-
-
-def _grid_policy(candidates, config: Config, context):
-    # lazy: grid_bayes_filter builds on this module
-    from tapebench.methods.grid_bayes_filter import make_grid_policy
-
-    return make_grid_policy(candidates, context.family, config, context.seed)

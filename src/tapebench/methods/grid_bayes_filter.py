@@ -26,6 +26,7 @@ import math
 
 import numba as nb
 import numpy as np
+import torch
 
 from tapebench import defaults
 from tapebench.ca.grid_packed import check_packed_size, masks, pack, step_word_masks, transition_words
@@ -33,7 +34,7 @@ from tapebench.ca.packed import popcount
 from tapebench.episodes.accounting import results_dict
 from tapebench.episodes.streams import U64, step_keys
 from tapebench.grid_rules import GridFamily
-from tapebench.methods.bayes_filter import BAYES_DOMAIN, Config, _pick, _weights, grouped_terms
+from tapebench.methods.bayes_filter import BAYES_DOMAIN, Config, _pick, _weights, candidate_rules, grouped_terms
 from tapebench.methods.grid_mpc import account_steps, check_batch, flip_word
 from tapebench.validation import check_horizon, check_success_bonus, grid_side
 
@@ -307,7 +308,7 @@ def run_grid_bayes_filter(starts, rules, family: GridFamily, H: int, policy: _Fi
 
 class GridBayesFilterPolicy:
     """A grid filter (`GridBayesFilter` or `GridBayesFilterFull`) as an evaluation policy of the runner: the
-    registry's `bayes_filter` / `bayes_filter_full` on the 2D grid family (`bayes_filter.make_policy`). Plays what
+    registry's `bayes_filter` / `bayes_filter_full` on the 2D grid family (`make_policy`, `make_policy_full`). Plays what
     `run_grid_bayes_filter` plays on the same episodes (tested)."""
 
     def __init__(self, make_filter):
@@ -322,14 +323,9 @@ class GridBayesFilterPolicy:
         self.filter.begin(np.asarray(batch.keys, dtype=np.uint64))
 
     def _pack(self, obs) -> np.ndarray:
-        # torch is heavy: loaded only when this runs
-        import torch
-
         return pack(obs[:, :self.n * self.n].to(torch.uint8).cpu().numpy().reshape(-1, self.n, self.n))
 
     def act(self, obs):
-        import torch
-
         return torch.from_numpy(np.asarray(self.filter.act(self._pack(obs)), dtype=np.int64)).to(self.device)
 
     def observe(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
@@ -337,9 +333,14 @@ class GridBayesFilterPolicy:
                             (terminated | truncated).cpu().numpy())
 
 
-def make_grid_policy(candidates, family: GridFamily, config: Config, seed: int) -> GridBayesFilterPolicy:
-    """The filter over `candidates` (rules of `family`), or over the whole family when `candidates` is None."""
-    if candidates is None:
-        return GridBayesFilterPolicy(lambda n: GridBayesFilterFull(family, n, config, seed))
-    rules = family.check_rules(list(candidates))
-    return GridBayesFilterPolicy(lambda n: GridBayesFilter(rules, family, n, config, seed))
+def make_policy(config: Config, context) -> GridBayesFilterPolicy:
+    """`bayes_filter` on the 2D grid family (its registry entry's `grid_policy`): the filter over the split's
+    training rules."""
+    family = context.family
+    rules = family.check_rules(list(candidate_rules("train", context)))
+    return GridBayesFilterPolicy(lambda n: GridBayesFilter(rules, family, n, config, context.seed))
+
+
+def make_policy_full(config: Config, context) -> GridBayesFilterPolicy:
+    """`bayes_filter_full` on the 2D grid family: the factorised posterior over every rule of the family."""
+    return GridBayesFilterPolicy(lambda n: GridBayesFilterFull(context.family, n, config, context.seed))

@@ -10,7 +10,7 @@ counter-based stream (`episodes.streams.candidate_action` with n² cells): a pur
 episode key, step, candidate, depth), so results do not depend on batching or threads.
 
 `GridMPCPolicy` is the same planner as an evaluation policy: the registry's `mpc` plays grid episodes through
-the runner with it (`methods.mpc.make_policy`). Grids of side n ≤ 8 are one uint64 word each (`ca.grid_packed`); the kernels run over episodes in parallel.
+the runner with it (`make_policy`, the entry's `grid_policy`). Grids of side n ≤ 8 are one uint64 word each (`ca.grid_packed`); the kernels run over episodes in parallel.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from tapebench.ca.packed import popcount
 from tapebench.episodes.accounting import add_step, results_dict
 from tapebench.episodes.streams import U64, candidate_action, episode_keys, step_key
 from tapebench.grid_rules import GridFamily
-from tapebench.methods.mpc import MPCConfig
+from tapebench.methods.mpc import MPCConfig, MPCMethodConfig
 from tapebench.validation import check_horizon, check_success_bonus, grid_side
 
 
@@ -208,3 +208,9 @@ class GridMPCPolicy:
     def observe(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
         self.active &= ~(terminated | truncated).cpu().numpy()
         self.t += 1
+
+
+def make_policy(config: MPCMethodConfig, context) -> GridMPCPolicy:
+    """`mpc` on the 2D grid family (its registry entry's `grid_policy`)."""
+    return GridMPCPolicy(context.family, MPCConfig(horizon=config.horizon, candidates=config.candidates,
+                                                   seed=context.seed))

@@ -32,7 +32,6 @@ from tapebench.ca.table_kernel import _step_row
 from tapebench.episodes.accounting import add_step, results_dict
 from tapebench.episodes.sets import EpisodeSet
 from tapebench.episodes.streams import U64, candidate_action, episode_keys, step_key
-from tapebench.grid_rules import GridFamily
 from tapebench.rule_family import ELEMENTARY
 from tapebench.validation import check_goal, check_horizon, check_integer
 
@@ -250,21 +249,8 @@ class MPCPolicy:
         self.t += 1
 
 
-def planner_policy(planner: MPCConfig, family=None):
-    """The MPC evaluation policy of a rule family: `MPCPolicy` on tapes, `grid_mpc.GridMPCPolicy` on the 2D grid
-    family (docs/protocol.md#grid-oracles)."""
-    if isinstance(family, GridFamily):
-        # lazy: grid_mpc builds on this module (MPCConfig)
-        from tapebench.methods.grid_mpc import GridMPCPolicy
-
-        return GridMPCPolicy(family, planner)
-    return MPCPolicy(planner)
-
-
-def make_policy(config: MPCMethodConfig, context):
-    """`mpc`: the planner of the episodes' family (`planner_policy`)."""
-    return planner_policy(MPCConfig(horizon=config.horizon, candidates=config.candidates, seed=context.seed),
-                          context.family)
+def make_policy(config: MPCMethodConfig, context) -> MPCPolicy:
+    return MPCPolicy(MPCConfig(horizon=config.horizon, candidates=config.candidates, seed=context.seed))
 
 
 def run_mpc(episodes: EpisodeSet, H: int, config: MPCConfig = MPCConfig(), *, goal=None,
