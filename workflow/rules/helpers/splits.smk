@@ -13,8 +13,8 @@ def rule_set_files(wildcards):
 
 
 def grid_features_args():
-    """`tapebench grid-features` arguments of the grid config's rule set: its explicit rules, its sample, or the
-    enumerated von Neumann family."""
+    """`tapebench grid-features` arguments of the grid config's rules (rule_set.rules), its sample, or none (the
+    enumerated von Neumann family)."""
     section = config["rule_set"]
     if "rules" in section:
         return ["--rules", ",".join(str(r) for r in section["rules"])]
