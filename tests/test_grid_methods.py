@@ -4,20 +4,24 @@ the training loop build the grid env, and a method without `supports_grid` is re
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
+from tapebench.cli import main
 from tapebench.envs.factory import batched_env
 from tapebench.envs.grid_batched import BatchedGridEnv
 from tapebench.episodes.sets import episode_set
 from tapebench.evaluation.runner import run_episodes
 from tapebench.grid_rules import MOORE, VON_NEUMANN, parse_rule
 from tapebench.methods.bayes_filter import Config as FilterConfig
+from tapebench.methods.contract import EpisodeBatch
 from tapebench.methods.grid_bayes_filter import GridBayesFilter, GridBayesFilterFull, run_grid_bayes_filter
 from tapebench.methods.grid_mpc import run_grid_mpc
 from tapebench.methods.mpc import MPCConfig
 from tapebench.registry import PolicyContext, build_config, check_rule_family, get_method
 from tapebench.training.loop import TrainSpec, training_env
+from tapebench.utils.io import read_parquet_meta
 
 KEYS = ("success", "final_dist", "auc_dist", "return", "steps")
 RULES = ["B3/S23", "B36/S23", "B2/S", "B34/S34"]
@@ -63,7 +67,6 @@ def test_live_cell_rows_flip_a_live_cell_of_the_flattened_grid():
                       autoreset=False)
     assert isinstance(env, BatchedGridEnv)
     obs = env.load(episodes.tapes, episodes.rules)
-    from tapebench.methods.contract import EpisodeBatch
     policy.begin(EpisodeBatch(L=16, H=8, keys=episodes.keys, goal=np.zeros(16, dtype=np.uint8), success_bonus=1.0,
                               device=torch.device("cpu"), family=MOORE))
     actions = policy.act(obs).numpy()
@@ -106,3 +109,18 @@ def test_training_on_the_grid_builds_the_grid_env_and_the_grid_env_spec():
         TrainSpec(agent="rad_dqn", rules=(194,), seed=0, L=25, H=8, family=VON_NEUMANN.as_dict())
     with pytest.raises(ValueError, match="supports_grid"):
         check_rule_family("exact", MOORE)
+
+
+def test_grid_features_command_takes_an_explicit_rule_set_and_lambda_edges(tmp_path, capsys):
+    out = tmp_path / "listed.parquet"
+    assert main(["grid-features", "--family", "moore", "--rules", "B3/S23, 6152,B2/S", "--out", str(out)]) == 2
+    assert "['B3/S23'] more than once" in capsys.readouterr().err        # B3/S23 is id 6152
+    assert main(["grid-features", "--family", "moore", "--rules", "B3/S23,B2/S", "--out", str(out)]) == 0
+    assert pd.read_parquet(out)["rule"].tolist() == sorted([6152, parse_rule("B2/S").id])
+    assert read_parquet_meta(out)["config"]["family"] == {"neighbourhood": "moore"}
+    assert main(["grid-features", "--family", "moore", "--rules", "B9/S2", "--out", str(out)]) == 2
+    assert "0..8, got [9]" in capsys.readouterr().err
+    edges = tmp_path / "edges.parquet"
+    assert main(["grid-features", "--family", "moore", "--sample", "4", "--lambda-bins", "0,0.2,0.4", "--no-b0",
+                 "--out", str(edges)]) == 0
+    assert (pd.read_parquet(edges)["lambda"] <= 0.4).all()

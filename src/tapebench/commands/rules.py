@@ -118,12 +118,16 @@ def _grid_features(args) -> int:
     if args.rules is not None and args.sample is not None:
         raise ValueError("give --rules or --sample, not both")
     if args.rules is None and args.sample is None and family.num_rules > 1024:
-        raise ValueError(f"--sample (or --rules) is required for the {family.describe()}: it is too large to "
-                         f"enumerate")
+        raise ValueError(f"--sample is required for the {family.describe()}: it is too large to enumerate "
+                         f"(or list its rules with --rules)")
     protocol = GridFeatureProtocol(seed=args.feature_seed)
     if args.rules is not None:
         rules = [int(r) if r.strip().isdigit() else r.strip() for r in args.rules.split(",") if r.strip()]
-        frame = write_grid_features(args.out, family, [rule.id for rule in family.rules(rules)], protocol)
+        listed = family.rules(rules)
+        repeated = sorted({str(rule) for rule in listed if listed.count(rule) > 1})
+        if repeated:
+            raise ValueError(f"--rules lists {repeated} more than once")
+        frame = write_grid_features(args.out, family, [rule.id for rule in listed], protocol)
     elif args.sample is None:
         frame = write_grid_features(args.out, family, None, protocol)
     else:
