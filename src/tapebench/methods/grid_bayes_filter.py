@@ -308,8 +308,8 @@ def run_grid_bayes_filter(starts, rules, family: GridFamily, H: int, policy: _Fi
 
 class GridBayesFilterPolicy:
     """A grid filter (`GridBayesFilter` or `GridBayesFilterFull`) as an evaluation policy of the runner: the
-    registry's `bayes_filter` / `bayes_filter_full` on the 2D grid family (`make_policy`, `make_policy_full`). Plays what
-    `run_grid_bayes_filter` plays on the same episodes (tested)."""
+    registry's `bayes_filter` / `bayes_filter_full` on the 2D grid family (`make_policy`, `make_policy_full`).
+    Plays what `run_grid_bayes_filter` plays on the same episodes (tested)."""
 
     def __init__(self, make_filter):
         self.make_filter = make_filter   # n -> a fresh filter for grids of side n

@@ -10,7 +10,8 @@ counter-based stream (`episodes.streams.candidate_action` with n² cells): a pur
 episode key, step, candidate, depth), so results do not depend on batching or threads.
 
 `GridMPCPolicy` is the same planner as an evaluation policy: the registry's `mpc` plays grid episodes through
-the runner with it (`make_policy`, the entry's `grid_policy`). Grids of side n ≤ 8 are one uint64 word each (`ca.grid_packed`); the kernels run over episodes in parallel.
+the runner with it (`make_policy`, the entry's `grid_policy`). Grids of side n ≤ 8 are one uint64 word each
+(`ca.grid_packed`); the kernels run over episodes in parallel.
 """
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """The one training loop every agent shares (docs/protocol.md#schedule).
 
 * Environment: `BatchedTapeEnv` with `num_envs` rows (an agent hyperparameter), `BatchedGridEnv` for the 2D
-  grid family (`envs.factory`, L = n * n cells); z ~ Unif(train rules) at every reset; L, H and the success bonus from the env config. With `env.goal: derived` (goal-conditioned
-  methods) every episode gets a goal its rule reaches from its start (`training_env`, docs/protocol.md#multi-goal).
+  grid family (`envs.factory`, L = n * n cells); z ~ Unif(train rules) at every reset; L, H and the success bonus
+  from the env config. With `env.goal: derived` (goal-conditioned methods) every episode gets a goal its rule
+  reaches from its start (`training_env`, docs/protocol.md#multi-goal).
 * Budget: counted in environment steps. One batched step is `num_envs` environment steps, so the
   number of parallel environments does not change the budget.
 * Checkpoints at every `eval_every` environment steps and at the end. A checkpoint is taken after
