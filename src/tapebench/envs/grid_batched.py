@@ -29,8 +29,9 @@ class BatchedGridEnv:
         autoreset: reset finished rows inside `step`.
 
     `step(actions, flips=None)` returns (obs (N, n² + 1) float32, reward (N,) float32, terminated (N,) bool,
-    truncated (N,) bool, info) with info["dist"] (N,) float32 fraction of live cells after the step, info["rule"] (N,) int64
-    rule ids (`GridRule.id` within `family`), info["t"] (N,) int64, and with auto-reset info["final_obs"].
+    truncated (N,) bool, info) with info["dist"] (N,) float32 fraction of live cells after the step, info["rule"]
+    (N,) int64 rule ids (`GridRule.id` within `family`), info["t"] (N,) int64, and with auto-reset
+    info["final_obs"].
 
     Beside the grid view it has the tape view the evaluation runner and the training loop use for every env
     (`envs.factory`): `L` = n² cells, `tapes` the grids flattened row-major, `load` of flattened grids, `step`'s
