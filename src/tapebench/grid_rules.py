@@ -102,12 +102,24 @@ class GridFamily:
             raise ValueError(f"a rule set must contain at least one rule ({EXAMPLES}), got an empty set")
         return out
 
+    def table(self, rule) -> np.ndarray:
+        """The (2, m + 1) table T[state, count] of one rule."""
+        return self.rule(rule).table
+
     def tables(self, rules) -> np.ndarray:
         """(N, 2, m + 1) uint8 tables T[state, count] of a rule list."""
         return np.stack([self.rule(rule).table for rule in self.rules(rules)])
 
-    # --- what rule features and splits ask of a family (as of `RuleFamily`; docs/protocol.md#grid-rule-space) ---
+    # --- what rule features, splits, episodes and the pipeline ask of a family (as of `RuleFamily`;
+    # docs/protocol.md#grid-rule-space) ---
     elementary = False
+    k = 2               # binary cells
+    fits_int64 = True   # ids < 2^18: artifacts store them as int64
+
+    @property
+    def name_in_text(self) -> str:
+        """'Moore' or 'von Neumann' (captions)."""
+        return "Moore" if self.name == MOORE_NAME else "von Neumann"
 
     def as_dict(self) -> dict:
         """The family as artifacts record it (`rule_family.family_from_config` reads it back)."""

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, Callable
 
+from tapebench.grid_rules import GridFamily
+
 ENTRY_POINT_GROUP = "tapebench.methods"
 
 # Table families, in the order tables list them (paper Tables 2-4 group rows by family).
@@ -78,7 +80,8 @@ def doc_summary(doc: str | None) -> str:
     return _SENTENCE_END.split(paragraph, maxsplit=1)[0]
 
 
-LAZY_PARTS = ("Config", "make_agent", "make_block", "make_policy", "training_env", "worldtest", "summary")
+LAZY_PARTS = ("Config", "make_agent", "make_block", "make_policy", "grid_policy", "training_env", "worldtest",
+              "summary")
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,11 @@ class Method:
                      equivariant networks whose CPU evaluation costs ~30x their MLP's)
     any_rule_family  works on tapes of any rule family (k colours, radius r; docs/protocol.md#rule-sets);
                      False: elementary rules only (bit augmentations, a belief over the 256 rules, 2^L tables)
+    supports_grid    runs on the 2D grid family (outer-totalistic rules on an n x n torus, docs/protocol.md#grid):
+                     its network or policy reads the flattened grid (`EnvSpec.grid`, `EpisodeBatch.family` a
+                     `GridFamily`); False: refused on a grid config (`check_rule_family`, the one place)
+    grid_policy      for methods that do not train: the evaluation policy on the 2D grid family where it is not
+                     `make_policy` (same signature; `policy_maker` picks it)
     worldtest        takes part in the world test (docs/protocol.md#world-test): `worldtest(config, context:
                      methods.worldtest.WorldTestContext) -> WorldTester` (interface in `methods.worldtest`);
                      methods that train get their final checkpoint's agent in `context.agent`. A method with
@@ -122,8 +130,8 @@ class Method:
     fixed            Config fields that define the row (e.g. the equivariant rows' `network`): an override with
                      another value is refused, since the row would train something else under its name
 
-    Config, make_agent, make_policy, training_env, worldtest and summary may be given as a `Ref`: the part is
-    imported when it is first read (and checked then), never by reading the other fields or `trains`.
+    Config, make_agent, make_policy, grid_policy, training_env, worldtest and summary may be given as a `Ref`: the part
+    is imported when it is first read (and checked then), never by reading the other fields or `trains`.
     """
 
     id: str
@@ -133,6 +141,7 @@ class Method:
     make_agent: Callable | None = None
     make_block: Callable | None = None
     make_policy: Callable | None = None
+    grid_policy: Callable | None = None
     sees_true_rule: bool = False
     deterministic: bool = False
     by_rule: bool = False
@@ -140,6 +149,7 @@ class Method:
     world_model: bool = False
     every_checkpoint: bool = True
     any_rule_family: bool = False
+    supports_grid: bool = False
     worldtest: Callable | None = None
     summary: str = ""
     fixed: tuple[str, ...] = ()
@@ -177,6 +187,9 @@ class Method:
         for name in ("training_env", "make_block"):
             if self._part(name) is not None and not self.trains:
                 raise ValueError(f"method {self.id!r}: {name} is only for methods that train")
+        if self._part("grid_policy") is not None and (self.trains or not self.supports_grid):
+            raise ValueError(f"method {self.id!r}: grid_policy is for methods that do not train and support the grid "
+                             f"(supports_grid=True)")
         if (self.world_model or not self.every_checkpoint) and not self.trains:
             raise ValueError(f"method {self.id!r}: world_model and every_checkpoint are only for methods that train")
 
@@ -207,6 +220,12 @@ class Method:
     def plays_episodes(self) -> bool:
         """It has TAPE episodes to evaluate (trains, or has an evaluation policy); False: world test only."""
         return self.trains or self._part("make_policy") is not None
+
+    def policy_maker(self, family) -> Callable:
+        """`make_policy`, or `grid_policy` for episodes of the 2D grid family where the method has one."""
+        if isinstance(family, GridFamily) and self.grid_policy is not None:
+            return self.grid_policy
+        return self.make_policy
 
     @property
     def family_name(self) -> str:
@@ -246,8 +265,8 @@ def _builtin() -> list[Method]:
         return Method.from_agent_module(id, display_name, family, module(name), **kwargs)
 
     return [
-        agent("dqn", "DQN", "value_based", "dqn", any_rule_family=True),
-        agent("ppo", "PPO", "actor_critic", "ppo", any_rule_family=True, goal_conditioned=True),
+        agent("dqn", "DQN", "value_based", "dqn", any_rule_family=True, supports_grid=True),
+        agent("ppo", "PPO", "actor_critic", "ppo", any_rule_family=True, goal_conditioned=True, supports_grid=True),
         agent("dqn_equivariant", "DQN (equivariant)", "value_based", "dqn", Config="EquivariantConfig",
               fixed=("network",), any_rule_family=True, every_checkpoint=False,
               summary="DQN with a shift-equivariant Q-network: circular convolutions over the cells, Q(s, a) read "
@@ -289,12 +308,13 @@ def _builtin() -> list[Method]:
               summary="true-dynamics MPC (8 x 512) through the rule table an in-context model reads out of the episode "
                       "so far, a learned prior on the windows it has not shown"),
         Method("bayes_filter", "Bayes filter (train)", "belief", part("bayes_filter", "Config"),
-               make_policy=part("bayes_filter", "make_policy"),
-               goal_conditioned=True,
+               make_policy=part("bayes_filter", "make_policy"), grid_policy=part("grid_bayes_filter", "make_policy"),
+               goal_conditioned=True, supports_grid=True,
                summary="posterior over the training rules, one-step greedy on expected distance + 0.25 x IG"),
         Method("bayes_filter_full", "Bayes filter (full)", "belief", part("bayes_filter", "Config"),
                make_policy=part("bayes_filter", "make_policy_full"),
-               goal_conditioned=True,
+               grid_policy=part("grid_bayes_filter", "make_policy_full"),
+               goal_conditioned=True, supports_grid=True,
                summary="posterior over all 256 rules, one-step greedy on expected distance + 0.25 x IG"),
         Method("identify_then_plan", "Identify-then-plan", "belief", part("identify_then_plan", "Config"),
                make_policy=part("identify_then_plan", "make_policy"),
@@ -305,16 +325,18 @@ def _builtin() -> list[Method]:
                worldtest=part("worldtest", "active_exploration_tester"),
                summary="world test only: flips that pin the most unknown rule-table bits, then exact reasoning"),
         Method("random", "Random policy", "reference", part("random_policy", "Config"),
-               make_policy=part("random_policy", "make_policy"), any_rule_family=True,
+               make_policy=part("random_policy", "make_policy"), any_rule_family=True, supports_grid=True,
                worldtest=part("worldtest", "chance_tester"), rule_agnostic=True,
                goal_conditioned=True,
                summary="a uniformly random cell each step: the floor"),
         Method("live_leftmost", "Flip lowest live cell", "rule_agnostic", part("live_policy", "Config"),
                make_policy=part("live_policy", "make_leftmost"), any_rule_family=True, rule_agnostic=True,
+               supports_grid=True,
                goal_conditioned=True,
                summary="flip the lowest-index live cell (one that differs from the goal); a uniform cell when none is"),
         Method("live_random", "Flip random live cell", "rule_agnostic", part("live_policy", "Config"),
                make_policy=part("live_policy", "make_random"), any_rule_family=True, rule_agnostic=True,
+               supports_grid=True,
                goal_conditioned=True,
                summary="flip a uniformly random live cell (one differing from the goal); a uniform cell when none is"),
         Method("mpc_prior", "MPC (training-rule prior)", "rule_agnostic", part("identify_then_plan", "Config"),
@@ -322,8 +344,9 @@ def _builtin() -> list[Method]:
                goal_conditioned=True,
                summary="identify-then-plan's MPC (8 x 512) over the training rules, a prior never updated"),
         Method("mpc", "True-dynamics MPC", "reference", part("mpc", "MPCMethodConfig"),
-               make_policy=part("mpc", "make_policy"),
-               sees_true_rule=True, any_rule_family=True, worldtest=part("worldtest", "true_rule_tester"),
+               make_policy=part("mpc", "make_policy"), grid_policy=part("grid_mpc", "make_policy"),
+               sees_true_rule=True, any_rule_family=True, supports_grid=True,
+               worldtest=part("worldtest", "true_rule_tester"),
                goal_conditioned=True,
                summary="random-shooting MPC with the episode's true rule (8 x 512)"),
         Method("exact", "Exact optimum", "reference", part("exact", "ExactConfig"),
@@ -393,10 +416,22 @@ def get_method(method_id: str) -> Method:
     return methods[method_id]
 
 
+def runs_on(method: Method, family) -> bool:
+    """Whether a method runs on a rule family: the elementary family, any tape family (`any_rule_family`) or the
+    2D grid family (`supports_grid`; a `grid_rules.GridFamily`)."""
+    if family is None or family.elementary:
+        return True
+    return method.supports_grid if isinstance(family, GridFamily) else method.any_rule_family
+
+
 def check_rule_family(method_id: str, family) -> None:
-    """Fail early when a method that knows only elementary rules is asked to run on another family."""
-    if not family.elementary and not get_method(method_id).any_rule_family:
-        supported = sorted(m for m, method in registry().items() if method.any_rule_family)
+    """Fail early when a method is asked to run on a rule family it does not support (the one check: training,
+    evaluation and config validation call it)."""
+    if not runs_on(get_method(method_id), family):
+        supported = sorted(m for m, method in registry().items() if runs_on(method, family))
+        if isinstance(family, GridFamily):
+            raise ValueError(f"method {method_id!r} does not run on the 2D grid family ({family.describe()}); "
+                             f"methods that do (registry flag supports_grid): {supported}")
         raise ValueError(f"method {method_id!r} supports only the elementary family, not {family.describe()}; "
                          f"methods for any rule family: {supported}")
 
@@ -464,4 +499,5 @@ def _check_type(method_id: str, key: str, value, annotation) -> None:
 
 __all__ = ["ENTRY_POINT_GROUP", "FAMILIES", "Method", "PolicyContext", "build_config", "check_hyperparameters",
            "check_rule_family",
+           "runs_on",
            "display_name", "get_method", "make_agent", "register", "registry", "unregister"]

@@ -76,6 +76,15 @@ def check_grid_size(n) -> int:
     return check_integer(n, "grid side n", MIN_GRID, MAX_GRID)
 
 
+def grid_side(L) -> int:
+    """The side n of a grid of L = n * n cells (a grid's episodes, runs and policies carry L like a tape's)."""
+    L = check_length(L)
+    n = math.isqrt(L)
+    if n * n != L:
+        raise ValueError(f"a grid of L = {L} cells is not square; a grid of side n has L = n * n cells")
+    return check_grid_size(n)
+
+
 def check_horizon(H) -> int:
     if isinstance(H, (bool, np.bool_)) or not isinstance(H, (int, np.integer)):
         raise ValueError(f"horizon H must be an integer >= 1, got {H!r}")

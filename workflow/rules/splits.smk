@@ -1,4 +1,5 @@
-# [Sampled rule set ->] rule features and operational types -> splits -> health gate
+# [Sampled rule set ->] rule features and operational types -> splits -> health gate; the 2D grid family's features
+# come from `tapebench grid-features` (grid_rule_features, which then builds results/rules/features.parquet)
 # (docs/protocol.md#rule-sets, #rule-types, #splits).
 # The split-robustness study needs no rules of its own: train / evaluate / aggregate are per {split}.
 # Constants and helper functions: helpers/splits.smk.
@@ -13,14 +14,34 @@ rule rule_set:
         CONDA_ENV
     params:
         k=FAMILY.k,
-        r=FAMILY.r,
+        r=getattr(FAMILY, "r", 1),
         n=RULE_SAMPLE["n"] if RULE_SAMPLE else 0,
         bins=lambda_bins_arg(RULE_SAMPLE) if RULE_SAMPLE else "",
-        subfamily=RULE_SAMPLE["subfamily"] if RULE_SAMPLE else "",
+        subfamily=RULE_SAMPLE.get("subfamily", "all") if RULE_SAMPLE else "",
         seed=RULE_SAMPLE["seed"] if RULE_SAMPLE else 0,
     shell:
         "tapebench rule-set --k {params.k:q} --r {params.r:q} --n {params.n:q} --lambda-bins {params.bins:q}"
         " --subfamily {params.subfamily:q} --seed {params.seed:q} --out {output:q} > {log:q} 2>&1"
+
+
+if GRID:
+
+    rule grid_rule_features:
+        output:
+            layout.rule_features(),
+        log:
+            "logs/rules/features.log",
+        conda:
+            CONDA_ENV
+        params:
+            family=FAMILY.name,
+            rules=grid_features_args(),
+            seed=config["features"]["seed"],
+        shell:
+            "tapebench grid-features --family {params.family:q} {params.rules:q} --feature-seed {params.seed:q}"
+            " --out {output:q} > {log:q} 2>&1"
+
+    ruleorder: grid_rule_features > rule_features
 
 
 rule rule_features:

@@ -48,7 +48,10 @@ def register(sub) -> None:
     p.add_argument("--family", required=True, choices=["moore", "von_neumann"], help="the neighbourhood")
     p.add_argument("--sample", type=int, help="rules to sample by lambda bins (required for moore; von_neumann "
                                               "without it enumerates all 1,024 rules)")
-    p.add_argument("--lambda-bins", type=int, default=5, help="equal lambda bins of the sample (default 5)")
+    p.add_argument("--rules", help="an explicit rule set instead: comma-separated Golly notation or ids, e.g. "
+                                   "'B3/S23,B36/S23' (the pipeline's rule_set.rules)")
+    p.add_argument("--lambda-bins", default="5", help="lambda bins of the sample: a number of equal bins (default 5) "
+                                                      "or comma-separated edges")
     p.add_argument("--no-b0", action="store_true", help="leave the B0 rules out of the sample")
     p.add_argument("--seed", type=seed_argument, default=0, help="sampling seed (default 0)")
     p.add_argument("--feature-seed", type=seed_argument, default=feature_defaults.seed,
@@ -112,13 +115,28 @@ def _grid_features(args) -> int:
     from tapebench.rules.grid_features import GridFeatureProtocol, sample_grid_rules, write_grid_features
 
     family = GridFamily(args.family)
-    if args.sample is None and family.num_rules > 1024:
-        raise ValueError(f"--sample is required for the {family.describe()}: it is too large to enumerate")
+    if args.rules is not None and args.sample is not None:
+        raise ValueError("give --rules or --sample, not both")
+    if args.rules is None and args.sample is None and family.num_rules > 1024:
+        raise ValueError(f"--sample is required for the {family.describe()}: it is too large to enumerate "
+                         f"(or list its rules with --rules)")
     protocol = GridFeatureProtocol(seed=args.feature_seed)
-    if args.sample is None:
+    if args.rules is not None:
+        rules = [int(r) if r.strip().isdigit() else r.strip() for r in args.rules.split(",") if r.strip()]
+        listed = family.rules(rules)
+        repeated = sorted({str(rule) for rule in listed if listed.count(rule) > 1})
+        if repeated:
+            raise ValueError(f"--rules lists {repeated} more than once")
+        frame = write_grid_features(args.out, family, [rule.id for rule in listed], protocol)
+    elif args.sample is None:
         frame = write_grid_features(args.out, family, None, protocol)
     else:
-        sample = sample_grid_rules(family, args.sample, args.lambda_bins, args.seed, allow_b0=not args.no_b0)
+        text = str(args.lambda_bins).strip()
+        try:
+            bins = int(text) if "," not in text else [float(e) for e in text.split(",")]
+        except ValueError:
+            raise ValueError(f"--lambda-bins must be a number of bins or comma-separated edges, got {text!r}") from None
+        sample = sample_grid_rules(family, args.sample, bins, args.seed, allow_b0=not args.no_b0)
         frame = write_grid_features(args.out, family, sample["rules"], protocol, sample=sample["sample"])
     counts = Counter(frame["type"])
     print(f"wrote {args.out}: {len(frame)} {family.name} rules, "

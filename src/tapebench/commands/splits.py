@@ -24,7 +24,8 @@ def register(sub) -> None:
                         f"(default mirror_class)")
     p.add_argument("--rules", default="0-255",
                    help="rule space, e.g. '0-255', or 'sampled': every rule of the features file, which was built "
-                        "from a sampled rule set (`tapebench features --rule-set`)")
+                        "from a sampled rule set (`tapebench features --rule-set`) or is a 2D grid family's "
+                        "(`tapebench grid-features`)")
     p.add_argument("--out", required=True, help="split JSON, e.g. results/splits/main.json")
     p.set_defaults(func=run_split)
 
@@ -62,16 +63,20 @@ def register(sub) -> None:
 def run_split(args) -> int:
     if args.rules == "sampled":
         # lazy: a command loads only the modules it runs
+        from tapebench.grid_rules import GridFamily
         from tapebench.rules.features import features_family, read_features
 
         frame, meta = read_features(args.features)
+        family = features_family(meta)
         rule_set = meta.get("config", {}).get("rule_set")
-        if rule_set is None:
+        if isinstance(family, GridFamily):   # the 2D grid family's table is its rule set (sampled, listed or all)
+            rule_set = meta["config"].get("sample")
+        elif rule_set is None:
             raise ValueError(f"--rules sampled needs features built from a sampled rule set (`tapebench features "
                              f"--rule-set`); {args.features} was not")
         params = SplitParams(name=args.name, method=args.method, test_size=args.test_size, seed=args.seed,
                              unit=args.unit, rules=tuple(int(r) for r in frame["rule"]),
-                             family=features_family(meta), rule_set=rule_set)
+                             family=family, rule_set=rule_set)
     else:
         params = SplitParams(name=args.name, method=args.method, test_size=args.test_size, seed=args.seed,
                              unit=args.unit, rules=tuple(parse_rule_list(args.rules)))

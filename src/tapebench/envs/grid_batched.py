@@ -28,10 +28,17 @@ class BatchedGridEnv:
         seed: seed of the CPU generator that draws initial grids and rules.
         autoreset: reset finished rows inside `step`.
 
-    `step(actions)` returns (obs (N, n² + 1) float32, reward (N,) float32, terminated (N,) bool, truncated (N,)
-    bool, info) with info["dist"] (N,) float32 fraction of live cells after the step, info["rule"] (N,) int64
-    rule ids (`GridRule.id` within `family`), info["t"] (N,) int64, and with auto-reset info["final_obs"].
+    `step(actions, flips=None)` returns (obs (N, n² + 1) float32, reward (N,) float32, terminated (N,) bool,
+    truncated (N,) bool, info) with info["dist"] (N,) float32 fraction of live cells after the step, info["rule"]
+    (N,) int64 rule ids (`GridRule.id` within `family`), info["t"] (N,) int64, and with auto-reset
+    info["final_obs"].
+
+    Beside the grid view it has the tape view the evaluation runner and the training loop use for every env
+    (`envs.factory`): `L` = n² cells, `tapes` the grids flattened row-major, `load` of flattened grids, `step`'s
+    cell-update noise `flips` (N, n²) applied after the update (docs/protocol.md#noise).
     """
+
+    nuisances = False   # no per-row initial density or noise (domain randomisation is a tape option)
 
     def __init__(self, num_envs: int, n: int = 8, H: int = 32, rules=("B3/S23",), neighbourhood: str | None = None,
                  success_bonus: float = 1.0, device: str | torch.device = "cpu", seed: int = 0,
@@ -55,6 +62,20 @@ class BatchedGridEnv:
         self.rules = torch.zeros(N, dtype=torch.int64, device=self.device)
         self.t = torch.zeros(N, dtype=torch.int64, device=self.device)
         self._rows = torch.arange(N, device=self.device)
+
+    @property
+    def L(self) -> int:
+        """Cells per grid, n²."""
+        return self.n * self.n
+
+    @property
+    def obs_dim(self) -> int:
+        return self.L + 1
+
+    @property
+    def tapes(self) -> torch.Tensor:
+        """(N, n²) the grids flattened row-major (a view)."""
+        return self.grids.view(self.num_envs, self.L)
 
     def observation(self) -> torch.Tensor:
         cells = self.n * self.n
@@ -93,9 +114,12 @@ class BatchedGridEnv:
         return self.observation()
 
     def load(self, grids, rules) -> torch.Tensor:
-        """Start episodes from explicit initial grids (N, n, n) and rules (N notation strings, `GridRule`s or
-        ids of `family`); rules outside the rule set are allowed (evaluation on other rules)."""
+        """Start episodes from explicit initial grids (N, n, n), or flattened row-major (N, n²), and rules (N
+        notation strings, `GridRule`s or ids of `family`); rules outside the rule set are allowed (evaluation on
+        other rules)."""
         grids_np = grids.cpu().numpy() if isinstance(grids, torch.Tensor) else np.asarray(grids)
+        if grids_np.shape == (self.num_envs, self.L):
+            grids_np = grids_np.reshape(self.num_envs, self.n, self.n)
         if grids_np.shape != (self.num_envs, self.n, self.n):
             raise ValueError(f"load expects grids of shape {(self.num_envs, self.n, self.n)}, got {grids_np.shape}")
         grids_np = grid_reference.check_grids(grids_np, what="load: grid")
@@ -121,10 +145,16 @@ class BatchedGridEnv:
             raise ValueError(f"actions must be cell indices in 0..{cells - 1} (row-major), got range {low}..{high}")
         return actions.long()
 
-    def step(self, actions):
-        """Flip cell (a // n, a mod n) of every row, then one update under the row's rule."""
+    def step(self, actions, flips=None):
+        """Flip cell (a // n, a mod n) of every row, then one update under the row's rule, then the noise
+        `flips` ((N, n²) 0/1, optional: cell-update noise, the same realisation for every method)."""
         actions = self._check_actions(actions)
         self.grids = grid_torch.transition(self.grids, actions, self.tables, self.family)
+        if flips is not None:
+            flips = torch.as_tensor(flips, device=self.device)
+            if tuple(flips.shape) != (self.num_envs, self.L):
+                raise ValueError(f"flips must have shape ({self.num_envs}, {self.L}), got {tuple(flips.shape)}")
+            self.grids ^= flips.to(torch.uint8).view(self.num_envs, self.n, self.n)
         self.t += 1
         obs = self.observation()
         dist = self.distance()

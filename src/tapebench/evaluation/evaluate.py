@@ -79,7 +79,7 @@ def evaluate_untrained(method_id: str, hyperparameters: dict | None, seed: int, 
         context = PolicyContext(L=protocol.L, H=protocol.H, seed=int(seed), train_rules=tuple(train_rules),
                                 device=device, family=episodes.family)
         side_start = time.perf_counter()
-        frame = play(method.make_policy(config, context), method, episodes, protocol, types, device)
+        frame = play(method.policy_maker(episodes.family)(config, context), method, episodes, protocol, types, device)
         frames.append(with_run_columns(frame, method_id, seed, 0))
         if log is not None:
             log(f"{method_id} seed {seed}, side {protocol.side}: strict success {frame['success'].mean():.3f} "

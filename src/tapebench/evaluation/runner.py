@@ -10,7 +10,7 @@ import pandas as pd
 import torch
 
 from tapebench import defaults
-from tapebench.envs.batched import BatchedTapeEnv
+from tapebench.envs.factory import batched_env
 from tapebench.episodes.sets import EpisodeSet
 from tapebench.evaluation.records import coerce_episode_frame
 from tapebench.methods.contract import EpisodeBatch, as_policy
@@ -49,10 +49,10 @@ def run_episodes(policy, episodes: EpisodeSet, H: int, *, goal=None, success_bon
 def _run_batch(policy, episodes: EpisodeSet, H, goal, success_bonus, device, reveal_rules) -> dict:
     n, L = episodes.tapes.shape
     derived = episodes.goals is not None
-    env = BatchedTapeEnv(n, L=L, H=H, rules=sorted(set(episodes.rules.tolist())), goal=goal,
-                         success_bonus=success_bonus, device=device, autoreset=False, family=episodes.family,
-                         goal_in_obs=derived)
-    obs = env.load(episodes.tapes, episodes.rules, goals=episodes.goals)
+    env = batched_env(n, L=L, H=H, rules=sorted(set(episodes.rules.tolist())), family=episodes.family,
+                      success_bonus=success_bonus, device=device, autoreset=False, goal=goal, goal_in_obs=derived)
+    obs = env.load(episodes.tapes, episodes.rules) if episodes.goals is None else \
+        env.load(episodes.tapes, episodes.rules, goals=episodes.goals)
     policy.begin(EpisodeBatch(L=L, H=H, keys=episodes.keys, goal=goal, success_bonus=float(success_bonus),
                               device=env.device, rules=episodes.rules.copy() if reveal_rules else None,
                               family=None if episodes.family.elementary else episodes.family,

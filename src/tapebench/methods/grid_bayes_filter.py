@@ -26,16 +26,17 @@ import math
 
 import numba as nb
 import numpy as np
+import torch
 
 from tapebench import defaults
-from tapebench.ca.grid_packed import check_packed_size, masks, step_word_masks, transition_words
+from tapebench.ca.grid_packed import check_packed_size, masks, pack, step_word_masks, transition_words
 from tapebench.ca.packed import popcount
 from tapebench.episodes.accounting import results_dict
 from tapebench.episodes.streams import U64, step_keys
 from tapebench.grid_rules import GridFamily
-from tapebench.methods.bayes_filter import BAYES_DOMAIN, Config, _pick, _weights, grouped_terms
+from tapebench.methods.bayes_filter import BAYES_DOMAIN, Config, _pick, _weights, candidate_rules, grouped_terms
 from tapebench.methods.grid_mpc import account_steps, check_batch, flip_word
-from tapebench.validation import check_horizon, check_success_bonus
+from tapebench.validation import check_horizon, check_success_bonus, grid_side
 
 
 # ---------------------------------------------------------------------------------------------- rule set
@@ -301,3 +302,45 @@ def run_grid_bayes_filter(starts, rules, family: GridFamily, H: int, policy: _Fi
         states = nxt
     return results_dict(metrics, steps, log, H)
 
+
+
+# ---------------------------------------------------------------------------------------------- policy
+
+class GridBayesFilterPolicy:
+    """A grid filter (`GridBayesFilter` or `GridBayesFilterFull`) as an evaluation policy of the runner: the
+    registry's `bayes_filter` / `bayes_filter_full` on the 2D grid family (`make_policy`, `make_policy_full`).
+    Plays what `run_grid_bayes_filter` plays on the same episodes (tested)."""
+
+    def __init__(self, make_filter):
+        self.make_filter = make_filter   # n -> a fresh filter for grids of side n
+
+    def begin(self, batch) -> None:
+        if batch.goal is not None and np.asarray(batch.goal).any():
+            raise ValueError("the grid Bayes filter plays toward the all-zero grid; the batch has another goal")
+        self.n = check_packed_size(grid_side(batch.L))
+        self.filter = self.make_filter(self.n)
+        self.device = batch.device
+        self.filter.begin(np.asarray(batch.keys, dtype=np.uint64))
+
+    def _pack(self, obs) -> np.ndarray:
+        return pack(obs[:, :self.n * self.n].to(torch.uint8).cpu().numpy().reshape(-1, self.n, self.n))
+
+    def act(self, obs):
+        return torch.from_numpy(np.asarray(self.filter.act(self._pack(obs)), dtype=np.int64)).to(self.device)
+
+    def observe(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
+        self.filter.observe(self._pack(obs), actions.cpu().numpy().astype(np.int64), self._pack(next_obs),
+                            (terminated | truncated).cpu().numpy())
+
+
+def make_policy(config: Config, context) -> GridBayesFilterPolicy:
+    """`bayes_filter` on the 2D grid family (its registry entry's `grid_policy`): the filter over the split's
+    training rules."""
+    family = context.family
+    rules = family.check_rules(list(candidate_rules("train", context)))
+    return GridBayesFilterPolicy(lambda n: GridBayesFilter(rules, family, n, config, context.seed))
+
+
+def make_policy_full(config: Config, context) -> GridBayesFilterPolicy:
+    """`bayes_filter_full` on the 2D grid family: the factorised posterior over every rule of the family."""
+    return GridBayesFilterPolicy(lambda n: GridBayesFilterFull(context.family, n, config, context.seed))

@@ -9,7 +9,9 @@ replans. A candidate action is a cell index in 0..n² − 1 (flip cell (a // n, 
 counter-based stream (`episodes.streams.candidate_action` with n² cells): a pure function of (planner seed,
 episode key, step, candidate, depth), so results do not depend on batching or threads.
 
-Grids of side n ≤ 8 are one uint64 word each (`ca.grid_packed`); the kernels run over episodes in parallel.
+`GridMPCPolicy` is the same planner as an evaluation policy: the registry's `mpc` plays grid episodes through
+the runner with it (`make_policy`, the entry's `grid_policy`). Grids of side n ≤ 8 are one uint64 word each
+(`ca.grid_packed`); the kernels run over episodes in parallel.
 """
 from __future__ import annotations
 
@@ -23,8 +25,8 @@ from tapebench.ca.packed import popcount
 from tapebench.episodes.accounting import add_step, results_dict
 from tapebench.episodes.streams import U64, candidate_action, episode_keys, step_key
 from tapebench.grid_rules import GridFamily
-from tapebench.methods.mpc import MPCConfig
-from tapebench.validation import check_horizon, check_success_bonus
+from tapebench.methods.mpc import MPCConfig, MPCMethodConfig
+from tapebench.validation import check_horizon, check_success_bonus, grid_side
 
 
 @nb.njit(cache=True, inline="always")
@@ -153,3 +155,63 @@ def plan_action(grid, rule, family: GridFamily, step_key_word: int, depth: int, 
                           float(success_bonus) * n * n, horizon, candidates, np.empty(candidates, dtype=np.uint64),
                           score, np.empty(candidates, dtype=np.float64))
     return int(action), score
+
+
+@nb.njit(cache=True, parallel=True)
+def _plan_actions(states, rules, keys, active, t, H, n, moore, score_bonus, horizon, candidates):
+    """One decision for every active episode at step t from its packed grid (inactive rows get action 0)."""
+    count = states.shape[0]
+    out = np.zeros(count, dtype=np.int64)
+    depth = min(horizon, H - t)
+    for i in nb.prange(count):
+        if active[i]:
+            grids = np.empty(candidates, dtype=np.uint64)
+            score = np.empty(candidates, dtype=np.float64)
+            alive = np.empty(candidates, dtype=np.float64)
+            out[i] = _plan_action(states[i], rules[i], step_key(keys[i], t), depth, n, moore, score_bonus, horizon,
+                                  candidates, grids, score, alive)
+    return out
+
+
+class GridMPCPolicy:
+    """Grid MPC as an evaluation policy of the runner (`mpc`'s policy when the episodes are grids): plays what
+    `run_grid_mpc` plays on the same episodes (tested), one decision per step for every episode still running."""
+
+    def __init__(self, family: GridFamily, config: MPCConfig = MPCConfig()):
+        if not isinstance(family, GridFamily):
+            raise ValueError(f"family must be a GridFamily (MOORE or VON_NEUMANN), got {family!r}")
+        self.family, self.config = family, config
+
+    def begin(self, batch) -> None:
+        if batch.rules is None:
+            raise ValueError("MPC is a reference method and needs each episode's true rule "
+                             "(run it with reveal_rules=True)")
+        if batch.goal is not None and np.asarray(batch.goal).any():
+            raise ValueError("grid MPC plays toward the all-zero grid; the batch has another goal")
+        self.n = check_packed_size(grid_side(batch.L))
+        self.H, self.t, self.device = batch.H, 0, batch.device
+        self.rules = np.asarray(self.family.check_rules(np.asarray(batch.rules).tolist()) if len(batch.rules)
+                                else [], dtype=np.int64)
+        self.keys = episode_keys(np.asarray(batch.keys, dtype=np.uint64), self.config.seed)
+        self.score_bonus = float(batch.success_bonus) * batch.L
+        self.active = np.ones(len(self.rules), dtype=np.bool_)
+
+    def act(self, obs):
+        # torch is heavy: loaded only when this runs
+        import torch
+
+        cells = obs[:, :self.n * self.n].to(torch.uint8).cpu().numpy().reshape(-1, self.n, self.n)
+        actions = _plan_actions(pack(cells), self.rules, self.keys, self.active, self.t, self.H, self.n,
+                                self.family.neighbours == 8, self.score_bonus, int(self.config.horizon),
+                                int(self.config.candidates))
+        return torch.from_numpy(actions).to(self.device)
+
+    def observe(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
+        self.active &= ~(terminated | truncated).cpu().numpy()
+        self.t += 1
+
+
+def make_policy(config: MPCMethodConfig, context) -> GridMPCPolicy:
+    """`mpc` on the 2D grid family (its registry entry's `grid_policy`)."""
+    return GridMPCPolicy(context.family, MPCConfig(horizon=config.horizon, candidates=config.candidates,
+                                                   seed=context.seed))

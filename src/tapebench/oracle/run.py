@@ -7,6 +7,8 @@ from tapebench.episodes.sets import EpisodeSet
 from tapebench.evaluation.evaluate import play as play_method
 from tapebench.evaluation.protocol import EvalProtocol, protocol_episodes, write_records
 from tapebench.methods.exact import ExactPolicy, check_exact_horizon, check_exact_length
+from tapebench.grid_rules import GridFamily
+from tapebench.methods.grid_mpc import GridMPCPolicy
 from tapebench.methods.mpc import MPCConfig, MPCPolicy
 from tapebench.registry import get_method
 
@@ -18,7 +20,9 @@ def play(oracle: str, episodes: EpisodeSet, protocol: EvalProtocol, rule_types: 
     """Per-episode records (schema `evaluation.records`) of one oracle on the protocol's episodes, played
     through the evaluation runner like every other method."""
     if oracle == "mpc":
-        policy = MPCPolicy(mpc or MPCConfig())
+        planner = mpc or MPCConfig()
+        grid = isinstance(episodes.family, GridFamily)
+        policy = GridMPCPolicy(episodes.family, planner) if grid else MPCPolicy(planner)
     elif oracle == "exact":
         policy = ExactPolicy()
     else:

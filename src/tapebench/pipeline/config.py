@@ -18,11 +18,12 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+from tapebench.grid_rules import GridFamily
 from tapebench.health.checks import CHECKS
 from tapebench.methods.worldtest import supports_family
 from tapebench.layout import NOISE_DECIMALS, noise_label
 from tapebench.pipeline import resources
-from tapebench.registry import build_config, check_hyperparameters, get_method, registry
+from tapebench.registry import build_config, check_hyperparameters, check_rule_family, get_method, registry
 from tapebench.rule_family import ELEMENTARY, config_family
 from tapebench.rules.mirror import mirror_classes
 from tapebench.rules.sampling import sample_rule_set, spec_from_config
@@ -151,9 +152,10 @@ SAMPLED_RULES = "sampled"   # a split's `rules` value naming the sampled rule se
 
 
 def sampled_rule_set(config: dict) -> dict | None:
-    """The sampled rule set the config asks for (computed here as the pipeline's rule_set job will), or None."""
+    """The sampled rule set of a tape family the config asks for (computed here as the pipeline's rule_set job
+    will), or None (the grid family's: `grid_rule_set`)."""
     sample = config.get("rule_set", {}).get("sample")
-    if sample is None:
+    if sample is None or is_grid_config(config):
         return None
     key = dumps(config["rule_set"])
     if _SAMPLED.get("key") != key:
@@ -164,7 +166,90 @@ def sampled_rule_set(config: dict) -> dict | None:
 _SAMPLED: dict = {}
 
 
+def grid_rule_set(config: dict) -> list[int]:
+    """The rule ids of the 2D grid family's rule set (docs/protocol.md#grid): `rule_set.rules`, else the sample of
+    `rule_set.sample` (as `tapebench grid-features` draws it), else every rule of the (von Neumann) family."""
+    family, section = config_family(config), config["rule_set"]
+    if "rules" in section:
+        return [family.rule(rule).id for rule in section["rules"]]
+    if "sample" in section:
+        key = dumps(section)
+        if _SAMPLED.get("key") != key:
+            # lazy: the rule-space module is loaded only for a grid config
+            from tapebench.rules.grid_features import sample_grid_rules
+
+            sample = section["sample"]
+            _SAMPLED.update(key=key, value={"rules": sample_grid_rules(
+                family, sample["n"], sample["lambda_bins"], sample["seed"], allow_b0=sample.get("b0", True))["rules"]})
+        return list(_SAMPLED["value"]["rules"])
+    return list(range(family.num_rules))
+
+
+def is_grid_config(config: dict) -> bool:
+    """Whether the config runs the 2D grid family (rule_set.family: {neighbourhood: ...})."""
+    return isinstance(config_family(config), GridFamily)
+
+
+def _check_grid(config: dict) -> None:
+    """The 2D grid family (docs/protocol.md#grid): its family key, the torus side (env.L becomes n * n), the rule set
+    (every rule in Golly notation or an id of the neighbourhood, refused here naming its key), splits over it."""
+    section = config["rule_set"]
+    try:
+        family = config_family(config)
+    except ValueError as exc:
+        raise ConfigError(f"config key 'rule_set.family': {exc}") from None
+    env = config["env"]
+    if "grid_n" not in env:
+        raise ConfigError(f"config key 'env.grid_n': the {family.name} grid family needs the torus side n "
+                          f"(3..8: one 64-bit word per grid)")
+    env["L"] = int(env["grid_n"]) ** 2
+    if env["goal"] != ZEROS_GOAL:
+        raise ConfigError(f"config key 'env.goal': the grid family's goal is the all-zero grid; use env.goal: "
+                          f"{ZEROS_GOAL}, got {env['goal']!r}")
+    sample = section.get("sample")
+    if "rules" in section and sample is not None:
+        raise ConfigError("config key 'rule_set.rules': give the grid rule set as rule_set.rules or "
+                          "rule_set.sample, not both")
+    if "rules" in section:
+        ids = []
+        for i, rule in enumerate(section["rules"]):
+            try:
+                ids.append(family.rule(rule).id)
+            except ValueError as exc:
+                raise ConfigError(f"config key 'rule_set.rules[{i}]': {exc}") from None
+        repeated = sorted({str(family.rule(z)) for z in ids if ids.count(z) > 1})
+        if repeated:
+            raise ConfigError(f"config key 'rule_set.rules': lists {repeated} more than once")
+    elif sample is None and family.num_rules > 1024:
+        raise ConfigError(f"config key 'rule_set.sample': the {family.describe()} is too large to enumerate; give "
+                          f"rule_set.sample: {{n: ..., lambda_bins: ...}} or rule_set.rules")
+    if sample is not None:
+        if "subfamily" in sample:
+            raise ConfigError(f"config key 'rule_set.sample.subfamily': a tape option (every grid rule is outer "
+                              f"totalistic); leave it out for the {family.name} grid family")
+        try:
+            grid_rule_set(config)
+        except ValueError as exc:
+            raise ConfigError(f"config key 'rule_set.sample': {exc}") from None
+    for name, split in config["splits"].items():
+        split.setdefault("rules", SAMPLED_RULES)
+        if split["rules"] != SAMPLED_RULES:
+            raise ConfigError(f"config key 'splits.{name}.rules': a split of the grid family divides its rule set "
+                              f"(rule_set); use rules: {SAMPLED_RULES} (or leave it out), got {split['rules']!r}")
+
+
 def _check_rule_set(config: dict) -> None:
+    if is_grid_config(config):
+        _check_grid(config)
+        return
+    for key in ("rules", "sample.b0"):
+        head, _, tail = key.partition(".")
+        if head in config["rule_set"] and (not tail or tail in (config["rule_set"][head] or {})):
+            raise ConfigError(f"config key 'rule_set.{key}': a key of the 2D grid family (rule_set.family: "
+                              f"{{neighbourhood: moore | von_neumann}}); tapes take splits.<name>.rules")
+    if "grid_n" in config["env"]:
+        raise ConfigError("config key 'env.grid_n': the torus side of the 2D grid family; this config's family is "
+                          f"{config_family(config).describe()} (rule_set.family), whose tapes have env.L cells")
     family = config_family(config)
     sample = config["rule_set"].get("sample")
     if not family.fits_int64:
@@ -190,6 +275,8 @@ def _check_rule_set(config: dict) -> None:
 def split_rule_space(config: dict, name: str) -> list[int]:
     """The rules a configured split divides."""
     rules = config["splits"][name]["rules"]
+    if is_grid_config(config):
+        return grid_rule_set(config)
     if rules == SAMPLED_RULES:
         return list(sampled_rule_set(config)["rules"])
     return parse_rule_list(rules)
@@ -472,8 +559,9 @@ def _check_goal(config: dict) -> None:
 
 def env_params(config: dict) -> dict:
     """The env section of a job's params: env.goal and env.goal_steps only when the goal is derived, so the default
-    protocol's jobs keep the params (and provenance) they had before the multi-goal protocol."""
+    protocol's jobs keep the params (and provenance) they had before the multi-goal protocol; never env.grid_n."""
     env = dict(config["env"])
+    env.pop("grid_n", None)   # the grid family's side is in env.L = n * n; the family comes with the split
     if env.get("goal", ZEROS_GOAL) == ZEROS_GOAL:
         env.pop("goal", None)
         env.pop("goal_steps", None)
@@ -509,11 +597,10 @@ def validate_config(config: dict, schema_path, command_line: dict | None = None)
         if not methods[method].plays_episodes:
             raise ConfigError(f"config key 'methods[{i}]': {method!r} takes part in the world test only; list it in "
                               f"studies.worldtest.methods, not in methods")
-        if not config_family(config).elementary and not methods[method].any_rule_family:
-            supported = sorted(m for m, entry in methods.items() if entry.any_rule_family)
-            raise ConfigError(f"config key 'methods[{i}]': {method!r} supports only the elementary family, not "
-                              f"{config_family(config).describe()} (rule_set.family); methods for any rule family: "
-                              f"{supported}")
+        try:
+            check_rule_family(method, config_family(config))
+        except ValueError as exc:
+            raise ConfigError(f"config key 'methods[{i}]': {exc} (rule_set.family)") from None
         if method == "exact" and config["env"]["L"] > MAX_EXACT_L:
             raise ConfigError(f"config key 'methods[{i}]': the exact optimum enumerates all 2^L tapes and needs "
                               f"env.L <= {MAX_EXACT_L}, but env.L = {config['env']['L']}")

@@ -1,8 +1,9 @@
 """The one training loop every agent shares (docs/protocol.md#schedule).
 
-* Environment: `BatchedTapeEnv` with `num_envs` rows (an agent hyperparameter); z ~ Unif(train rules)
-  at every reset; L, H and the success bonus from the env config. With `env.goal: derived` (goal-conditioned
-  methods) every episode gets a goal its rule reaches from its start (`training_env`, docs/protocol.md#multi-goal).
+* Environment: `BatchedTapeEnv` with `num_envs` rows (an agent hyperparameter), `BatchedGridEnv` for the 2D
+  grid family (`envs.factory`, L = n * n cells); z ~ Unif(train rules) at every reset; L, H and the success bonus
+  from the env config. With `env.goal: derived` (goal-conditioned methods) every episode gets a goal its rule
+  reaches from its start (`training_env`, docs/protocol.md#multi-goal).
 * Budget: counted in environment steps. One batched step is `num_envs` environment steps, so the
   number of parallel environments does not change the budget.
 * Checkpoints at every `eval_every` environment steps and at the end. A checkpoint is taken after
@@ -42,6 +43,8 @@ import torch
 
 from tapebench import defaults
 from tapebench.envs.batched import BatchedTapeEnv
+from tapebench.envs.factory import batched_env, is_grid
+from tapebench.envs.grid_batched import BatchedGridEnv
 from tapebench.layout import TENSORBOARD_DIR
 from tapebench.methods.contract import EnvSpec
 from tapebench.methods.equivariant import fingerprint_hyperparameters
@@ -53,7 +56,8 @@ from tapebench.training import checkpoint as ckpt
 from tapebench.training.tensorboard import TensorBoardLog, summary_writer_class
 from tapebench.utils.artifacts import CorruptArtifact, read_json
 from tapebench.utils.io import content_hash, cpu_name, provenance, write_json
-from tapebench.validation import check_goal_mode, check_horizon, check_integer, check_length, check_rules
+from tapebench.validation import (check_goal_mode, check_horizon, check_integer, check_length, check_rules,
+                                  grid_side)
 from tapebench.vocabulary import DERIVED_GOAL
 
 LOG_INTERVAL_S = 30.0
@@ -73,7 +77,8 @@ class TrainSpec:
     total_steps: int = defaults.TOTAL_STEPS             # environment steps
     eval_every: int = defaults.EVAL_EVERY               # environment steps between checkpoints
     split: dict | None = None              # {"name", "content_hash"} of the split the rules come from
-    family: dict | None = None             # {k, r} of a non-elementary rule family (None: elementary)
+    family: dict | None = None             # {k, r} of a non-elementary rule family, {neighbourhood} of the 2D grid
+                                           # family with L = n * n cells (None: elementary)
     block: tuple[int, ...] | None = None   # the seeds it is trained with as one stacked block, where stacking does
                                            # not reproduce a one-seed run bit for bit (training/blocks.py); else None
     goal: str = defaults.GOAL              # "derived": every training episode its own goal (protocol.md#multi-goal)
@@ -95,6 +100,8 @@ class TrainSpec:
             raise ValueError(f"method {self.agent!r} does not train; evaluate it directly with "
                              f"`tapebench evaluate --method {self.agent} --seed N ...`")
         check_rule_family(self.agent, self.rule_family)
+        if is_grid(self.rule_family):
+            grid_side(self.L)
         goal, goal_steps = check_goal_mode(self.goal, self.goal_steps)
         object.__setattr__(self, "goal", goal)
         object.__setattr__(self, "goal_steps", goal_steps)
@@ -119,6 +126,8 @@ class TrainSpec:
         return build_config(self.agent, self.hyperparameters)
 
     def env_spec(self) -> EnvSpec:
+        if is_grid(self.rule_family):
+            return EnvSpec.for_grid(grid_side(self.L), self.H)
         return EnvSpec.for_tape(self.L, self.H, goal_in_obs=self.derived_goals)
 
     def fields(self) -> dict:
@@ -267,14 +276,14 @@ def training_env_arguments(method, config) -> dict:
     return dict(method.training_env(config)) if method.training_env is not None else {}
 
 
-def training_env(spec: TrainSpec, method, config, device, env_seed: int) -> BatchedTapeEnv:
+def training_env(spec: TrainSpec, method, config, device, env_seed: int) -> BatchedTapeEnv | BatchedGridEnv:
     """A run's training environment (one-seed runs and every seed of a block): `num_envs` rows on the spec's rules;
     with derived goals every episode a row starts gets its own goal (`TrainingGoals`) and the goal is observed."""
     goals = dict(goal_in_obs=True, goal_sampler=TrainingGoals(env_seed, config.num_envs, spec.goal_steps)) \
         if spec.derived_goals else {}
-    return BatchedTapeEnv(config.num_envs, L=spec.L, H=spec.H, rules=spec.rules, success_bonus=spec.success_bonus,
-                          device=device, seed=env_seed, family=spec.rule_family,
-                          **training_env_arguments(method, config), **goals)
+    return batched_env(config.num_envs, L=spec.L, H=spec.H, rules=spec.rules, family=spec.rule_family,
+                       success_bonus=spec.success_bonus, device=device, seed=env_seed,
+                       **training_env_arguments(method, config), **goals)
 
 
 def read_manifest(out_dir, verify: bool = True) -> dict | None:

@@ -1,0 +1,126 @@
+"""The registry's methods on the 2D grid family through the one runner (docs/protocol.md#grid): MPC and the Bayes
+filters play exactly what the grid oracles play, the rule-agnostic rows act on the flattened grid, the runner and
+the training loop build the grid env, and a method without `supports_grid` is refused."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from tapebench.cli import main
+from tapebench.envs.factory import batched_env
+from tapebench.envs.grid_batched import BatchedGridEnv
+from tapebench.episodes.sets import episode_set
+from tapebench.evaluation.runner import run_episodes
+from tapebench.grid_rules import MOORE, VON_NEUMANN, parse_rule
+from tapebench.methods.bayes_filter import Config as FilterConfig
+from tapebench.methods.contract import EpisodeBatch
+from tapebench.methods.grid_bayes_filter import GridBayesFilter, GridBayesFilterFull, run_grid_bayes_filter
+from tapebench.methods.grid_mpc import run_grid_mpc
+from tapebench.methods.mpc import MPCConfig
+from tapebench.registry import PolicyContext, build_config, check_rule_family, get_method
+from tapebench.training.loop import TrainSpec, training_env
+from tapebench.utils.io import read_parquet_meta
+
+KEYS = ("success", "final_dist", "auc_dist", "return", "steps")
+RULES = ["B3/S23", "B36/S23", "B2/S", "B34/S34"]
+
+
+def moore_episodes(n: int = 4, per_rule: int = 3):
+    ids = [parse_rule(r).id for r in RULES]
+    return ids, episode_set(ids, per_rule, n * n, family=MOORE, eval_seed=5, side="test")
+
+
+def policy_of(method: str, ids, L: int, H: int, family=MOORE, **overrides):
+    context = PolicyContext(L=L, H=H, seed=3, train_rules=tuple(ids), family=family)
+    return get_method(method).policy_maker(family)(build_config(method, overrides), context)
+
+
+def test_mpc_through_the_runner_plays_what_the_grid_oracle_plays():
+    ids, episodes = moore_episodes()
+    played = run_episodes(policy_of("mpc", ids, 16, 12, candidates=32), episodes, 12, reveal_rules=True,
+                          batch_size=5)
+    oracle = run_grid_mpc(episodes.tapes.reshape(-1, 4, 4), episodes.rules.tolist(), MOORE, 12,
+                          MPCConfig(horizon=8, candidates=32, seed=3), keys=episodes.keys)
+    for key in KEYS:
+        np.testing.assert_allclose(played[key], oracle[key], err_msg=key)
+    assert played["success"].any()
+
+
+@pytest.mark.parametrize("method", ["bayes_filter", "bayes_filter_full"])
+def test_bayes_filters_through_the_runner_play_what_the_grid_filters_play(method):
+    ids, episodes = moore_episodes()
+    played = run_episodes(policy_of(method, ids, 16, 10), episodes, 10, batch_size=7)
+    candidate = GridBayesFilter(ids, MOORE, 4, FilterConfig(), 3) if method == "bayes_filter" \
+        else GridBayesFilterFull(MOORE, 4, FilterConfig(), 3)
+    oracle = run_grid_bayes_filter(episodes.tapes.reshape(-1, 4, 4), episodes.rules.tolist(), MOORE, 10, candidate,
+                                   keys=episodes.keys)
+    for key in KEYS:
+        np.testing.assert_allclose(played[key], oracle[key], err_msg=key)
+
+
+def test_live_cell_rows_flip_a_live_cell_of_the_flattened_grid():
+    ids, episodes = moore_episodes()
+    policy = policy_of("live_leftmost", ids, 16, 8)
+    env = batched_env(len(episodes), L=16, H=8, rules=ids, family=MOORE, success_bonus=1.0, device="cpu",
+                      autoreset=False)
+    assert isinstance(env, BatchedGridEnv)
+    obs = env.load(episodes.tapes, episodes.rules)
+    policy.begin(EpisodeBatch(L=16, H=8, keys=episodes.keys, goal=np.zeros(16, dtype=np.uint8), success_bonus=1.0,
+                              device=torch.device("cpu"), family=MOORE))
+    actions = policy.act(obs).numpy()
+    assert (actions == episodes.tapes.argmax(axis=1)).all()      # the lowest live cell, row-major
+    assert episodes.tapes[np.arange(len(actions)), actions].all()
+    for method in ("random", "live_random"):
+        results = run_episodes(policy_of(method, ids, 16, 8), episodes, 8)
+        assert results["steps"].min() >= 1 and (results["final_dist"] <= 1).all()
+
+
+def test_the_grid_env_is_the_runner_s_and_keeps_noise_flips():
+    ids, episodes = moore_episodes(per_rule=2)
+    env = batched_env(len(episodes), L=16, H=8, rules=ids, family=MOORE, success_bonus=1.0, device="cpu",
+                      autoreset=False, goal=np.zeros(16, dtype=np.uint8))
+    env.load(episodes.tapes, episodes.rules)
+    before = env.tapes.clone()
+    flips = np.zeros((len(episodes), 16), dtype=np.uint8)
+    flips[:, 5] = 1
+    quiet = BatchedGridEnv(len(episodes), n=4, H=8, rules=ids, autoreset=False)
+    quiet.load(before.view(-1, 4, 4), episodes.rules)
+    env.step(torch.zeros(len(episodes), dtype=torch.long), flips)
+    quiet.step(torch.zeros(len(episodes), dtype=torch.long))
+    assert torch.equal(env.tapes, quiet.tapes ^ torch.from_numpy(flips))
+    with pytest.raises(ValueError, match="goal_in_obs"):
+        batched_env(2, L=16, H=8, rules=ids, family=MOORE, success_bonus=1.0, device="cpu", goal_in_obs=True)
+    with pytest.raises(ValueError, match="not square"):
+        batched_env(2, L=15, H=8, rules=ids, family=MOORE, success_bonus=1.0, device="cpu")
+
+
+def test_training_on_the_grid_builds_the_grid_env_and_the_grid_env_spec():
+    spec = TrainSpec(agent="dqn", rules=(194, 4), seed=0, L=25, H=8, total_steps=64, eval_every=64,
+                     family=VON_NEUMANN.as_dict(), hyperparameters={"num_envs": 2})
+    env_spec = spec.env_spec()
+    assert (env_spec.grid, env_spec.L, env_spec.obs_dim, env_spec.num_actions) == (5, 25, 26, 25)
+    env = training_env(spec, get_method("dqn"), spec.config(), "cpu", 0)
+    assert isinstance(env, BatchedGridEnv) and env.n == 5 and env.reset().shape == (2, 26)
+    with pytest.raises(ValueError, match="not square"):
+        TrainSpec(agent="dqn", rules=(194,), seed=0, L=24, H=8, family=VON_NEUMANN.as_dict())
+    with pytest.raises(ValueError, match="'rad_dqn' does not run on the 2D grid family"):
+        TrainSpec(agent="rad_dqn", rules=(194,), seed=0, L=25, H=8, family=VON_NEUMANN.as_dict())
+    with pytest.raises(ValueError, match="supports_grid"):
+        check_rule_family("exact", MOORE)
+
+
+def test_grid_features_command_takes_an_explicit_rule_set_and_lambda_edges(tmp_path, capsys):
+    out = tmp_path / "listed.parquet"
+    assert main(["grid-features", "--family", "moore", "--rules", "B3/S23, 6152,B2/S", "--out", str(out)]) == 2
+    assert "['B3/S23'] more than once" in capsys.readouterr().err        # B3/S23 is id 6152
+    assert main(["grid-features", "--family", "moore", "--rules", "B3/S23,B2/S", "--out", str(out)]) == 0
+    assert pd.read_parquet(out)["rule"].tolist() == sorted([6152, parse_rule("B2/S").id])
+    assert read_parquet_meta(out)["config"]["family"] == {"neighbourhood": "moore"}
+    assert main(["grid-features", "--family", "moore", "--rules", "B9/S2", "--out", str(out)]) == 2
+    assert "0..8, got [9]" in capsys.readouterr().err
+    edges = tmp_path / "edges.parquet"
+    assert main(["grid-features", "--family", "moore", "--sample", "4", "--lambda-bins", "0,0.2,0.4", "--no-b0",
+                 "--out", str(edges)]) == 0
+    assert (pd.read_parquet(edges)["lambda"] <= 0.4).all()
