@@ -94,6 +94,24 @@ def test_the_grid_trunk_runs_2d_convolutions_and_is_refused_where_it_cannot_see_
         equivariant.EquivariantTrunk(10, 4, 2, grid=3)
 
 
+@pytest.mark.parametrize("n,kernel_size", [(5, 3), (8, 3), (4, 5)])
+def test_the_grid_convolution_is_the_dilated_circular_convolution_at_every_dilation(n, kernel_size):
+    # dilations past the side wrap (d mod n; a multiple of n reads the cell itself): still the plain dilated map
+    torch.manual_seed(0)
+    x = torch.randn(3, 4, n * n, dtype=torch.float64)
+    half = kernel_size // 2
+    for dilation in (1, 2, 3, 4, 8, 16, 2 * n):
+        conv = equivariant.CircularConv(4, 6, kernel_size, dilation, grid=n).double()
+        weight, bias, grid = conv.conv.weight, conv.conv.bias, x.unflatten(-1, (n, n))
+        want = bias.view(1, -1, 1, 1).expand(3, -1, n, n).clone()
+        for j in range(kernel_size):
+            for k in range(kernel_size):   # output (r, s) reads (r + d·(j - half), s + d·(k - half)) mod n
+                shifted = torch.roll(grid, (-dilation * (j - half), -dilation * (k - half)), dims=(-2, -1))
+                want += torch.einsum("oi,nirs->nors", weight[:, :, j, k], shifted)
+        with torch.no_grad():
+            assert float((conv(x) - want.flatten(2)).abs().max()) < 1e-12, dilation
+
+
 def transition(env: BatchedGridEnv, actions: torch.Tensor):
     """One step; `next_obs` the true successor (the finished episode's last observation on rows that ended)."""
     obs, rewards, terminated, truncated, info = env.step(actions)

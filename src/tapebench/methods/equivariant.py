@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 NETWORKS = ("mlp", "equivariant")
 # the Config fields of the network choice; an "mlp" run leaves them out of its fingerprint (its fingerprint is
@@ -86,30 +87,50 @@ def circular_pad(x: torch.Tensor, pad: int, dim: int = -1) -> torch.Tensor:
     return x.repeat(*repeats).narrow(dim, reps * L - pad, L + 2 * pad)
 
 
-def spatial_layout(x: torch.Tensor, pad: int, grid: int | None) -> torch.Tensor:
-    """(..., C, L) cell features -> the circularly padded layout a convolution reads: (..., C, L + 2·pad) on the
-    tape, (..., C, n + 2·pad, n + 2·pad) on the n x n torus (`grid` = n; the cells row-major, L = n·n). A
-    convolution's output over it, flattened from dimension 2 on (`.flatten(2)`), is (N, C', L) again."""
+def circular_operands(x: torch.Tensor, weight: torch.Tensor, dilation: int, grid: int | None):
+    """(input, weight, dilation) of the plain convolution (no padding; `conv_of(input)`: 1-D or 2-D by the input's
+    rank) that computes the circular convolution of `weight` over cells x (..., C, L); its output cells, flattened
+    from dimension 2 on (`.flatten(2)`), are (N, C', L) again. A leading seed dimension on `weight` is carried through.
+
+    On the tape: x circularly padded by d·(k - 1)/2 (k the kernel size, d the dilation), the weight and dilation as
+    they are. On the n x n torus (`grid` = n, cells row-major): x as (..., C, n, n) padded circularly on both axes
+    by the effective dilation d mod n (the taps d·j and (d mod n)·j are the same cells mod n, and the padded layout
+    grows as (n + d·(k - 1))²: 40 x 40 for d = 16 at n = 8); where d is a multiple of n every tap reads the cell
+    itself and the convolution is the 1x1 convolution with the kernel's summed taps.
+    """
+    kernel_size = weight.shape[-1]
     if grid is None:
-        return circular_pad(x, pad) if pad else x
+        pad = dilation * (kernel_size - 1) // 2
+        return (circular_pad(x, pad) if pad else x), weight, dilation
+    effective = dilation % grid
+    if effective == 0:
+        return x, weight.sum(dim=(-2, -1)).unsqueeze(-1), 1
+    pad = effective * (kernel_size - 1) // 2
     x = x.unflatten(-1, (grid, grid))
-    return circular_pad(circular_pad(x, pad, -2), pad, -1) if pad else x
+    return (circular_pad(circular_pad(x, pad, -2), pad, -1) if pad else x), weight, effective
+
+
+def conv_of(x: torch.Tensor):
+    """`F.conv1d` for an input (N, C, L), `F.conv2d` for (N, C, H, W)."""
+    return F.conv1d if x.dim() == 3 else F.conv2d
 
 
 class CircularConv(nn.Module):
     """A circular convolution over the cells (N, C, L) -> (N, C', L). On the tape (`grid` None) output cell i reads
-    cells i + d·j (mod L), |j| <= kernel // 2; on the n x n torus (`grid` = n, L = n·n row-major) output cell (r, c)
-    reads cells (r + d·j, c + d·j') (mod n), |j|, |j'| <= kernel // 2: a kernel x kernel `nn.Conv2d`."""
+    cells i + d·j (mod L), |j| <= kernel // 2 (an `nn.Conv1d`'s weight); on the n x n torus (`grid` = n, L = n·n
+    row-major) output cell (r, s) reads cells (r + d·j, s + d·j') (mod n), |j|, |j'| <= kernel // 2 (an `nn.Conv2d`'s
+    kernel x kernel weight). Computed by `circular_operands`."""
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int, dilation: int,
                  grid: int | None = None):
         super().__init__()
-        self.pad, self.grid = dilation * (kernel_size - 1) // 2, grid
+        self.dilation, self.grid = dilation, grid
         conv = nn.Conv1d if grid is None else nn.Conv2d
         self.conv = conv(in_channels, out_channels, kernel_size, dilation=dilation)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.conv(spatial_layout(x, self.pad, self.grid)).flatten(2)
+        x, weight, dilation = circular_operands(x, self.conv.weight, self.dilation, self.grid)
+        return conv_of(x)(x, weight, self.conv.bias, dilation=dilation).flatten(2)
 
 
 class EquivariantTrunk(nn.Module):
