@@ -23,8 +23,9 @@ residual convolutions in 2-D (`CircularConv` with `grid`): kernel `kernel_size` 
 directions, circular padding on both axes, so the network commutes with every translation (dy, dx) of the torus;
 the 1x1 input map, the pooled term and both heads read the flattened cells unchanged (a per-cell logit for every
 action a = r·n + c, a value from the mean over all n² cells). The convolutions alone see a square of side
-1 + (kernel_size - 1)·(2^layers - 1) (63 with the defaults, more than n = 8; at n = 8 the dilations 8 and 16 wrap
-onto the cell itself, as dilations above L do on a short tape).
+1 + (kernel_size - 1)·(2^layers - 1) (63 with the defaults, more than n = 8). A dilation d reads the same cells as
+d mod n, so the grid convolution runs at that effective dilation, and where d is a multiple of n (8 and 16 at n = 8)
+every tap reads the cell itself: the 1x1 convolution of the kernel's summed taps (`circular_operands`).
 
 Circular padding is done by `circular_pad` (cells i - p .. L - 1 + p, mod L) rather than `padding_mode="circular"`,
 which refuses padding wider than the tape (dilation 16 at L = 8); both are the same map where both work.
