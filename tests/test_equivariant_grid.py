@@ -4,7 +4,8 @@
   value unchanged, for every translation of the torus; the tape trunk on the same flattened cells is not
   equivariant under column shifts (so the check can fail);
 * a trunk that cannot see the whole grid is refused, naming the grid's side;
-* PPO (equivariant) trains a few hundred steps on the batched grid environment;
+* PPO (equivariant) trains a few hundred steps on the batched grid environment; DQN, PEARL-DQN and the ensemble
+  MPC with equivariant networks act, observe and take gradient steps on it;
 * seed blocks: a PPO block of 2D networks is, on the CPU, each seed's one-seed run bit for bit; DQN's stacked
   per-cell network computes its one-seed networks' Q-values bit for bit.
 """
@@ -137,6 +138,27 @@ def test_equivariant_ppo_trains_on_the_batched_grid_env():
     assert len(updates) == 3 and all(torch.isfinite(torch.tensor(list(m.values()))).all() for m in updates)
     assert all(not torch.equal(a, b) for a, b in zip(before, agent.network.parameters()))
     assert agent.act(obs, greedy=True).shape == (8,)
+
+
+@pytest.mark.parametrize("agent_id,overrides", [
+    ("dqn_equivariant", {"learning_starts": 64}), ("pearl_dqn_equivariant", {"learning_starts": 64}),
+    ("ensemble_mpc_equivariant", {"learning_starts": 64, "ensemble_size": 2, "candidates": 16, "plan_horizon": 3})])
+def test_the_other_equivariant_rows_act_observe_and_learn_on_the_batched_grid_env(agent_id, overrides):
+    spec = EnvSpec.for_grid(6, 8)
+    config = build_config(agent_id, {**SMALL, **overrides, "num_envs": 4})
+    torch.manual_seed(0)
+    agent = make_agent(agent_id, config, spec, 400, "cpu")
+    env = BatchedGridEnv(config.num_envs, n=6, H=8, rules=RULES, seed=0)
+    obs, learned = env.reset(), []
+    for _ in range(100 // config.num_envs):
+        actions = agent.act(obs)
+        assert actions.shape == (4,) and 0 <= int(actions.min()) and int(actions.max()) < 36
+        next_obs, rewards, final_obs, terminated, truncated = transition(env, actions)
+        agent.observe(obs, actions, rewards, final_obs, terminated, truncated)
+        learned.append(agent.update())
+        obs = next_obs
+    losses = [value for metrics in learned for key, value in metrics.items() if "loss" in key]
+    assert losses and all(torch.isfinite(torch.tensor(losses))), agent_id
 
 
 def assert_same(a, b, where="state"):
