@@ -18,6 +18,15 @@ respects this reads every cell with the same weights:
 * **heads**: `per_cell_head` (a 1x1 convolution to one channel: Q(s, a) or the policy logit of cell a read from
   cell a's features) and `pooled_head` (a linear map of the mean over cells: PPO's value, shift invariant).
 
+On the 2D family (`EnvSpec.grid` = n: an n x n torus, cells flattened row-major, L = n·n) the same trunk runs its
+residual convolutions in 2-D (`CircularConv` with `grid`): kernel `kernel_size` x `kernel_size`, dilation d in both
+directions, circular padding on both axes, so the network commutes with every translation (dy, dx) of the torus;
+the 1x1 input map, the pooled term and both heads read the flattened cells unchanged (a per-cell logit for every
+action a = r·n + c, a value from the mean over all n² cells). The convolutions alone see a square of side
+1 + (kernel_size - 1)·(2^layers - 1) (63 with the defaults, more than n = 8). A dilation d reads the same cells as
+d mod n, so the grid convolution runs at that effective dilation, and where d is a multiple of n (8 and 16 at n = 8)
+every tap reads the cell itself: the 1x1 convolution of the kernel's summed taps (`circular_operands`).
+
 Circular padding is done by `circular_pad` (cells i - p .. L - 1 + p, mod L) rather than `padding_mode="circular"`,
 which refuses padding wider than the tape (dilation 16 at L = 8); both are the same map where both work.
 Equivariance is exact up to floating-point rounding of the mean (tests/test_equivariant.py: every shift).
@@ -26,6 +35,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 NETWORKS = ("mlp", "equivariant")
 # the Config fields of the network choice; an "mlp" run leaves them out of its fingerprint (its fingerprint is
@@ -57,33 +67,71 @@ def fingerprint_hyperparameters(hyperparameters: dict) -> dict:
 
 
 def receptive_field(layers: int, kernel_size: int) -> int:
-    """Cells the stacked dilated convolutions see (without pooling): 1 + (kernel - 1)·(2^layers - 1)."""
+    """Cells the stacked dilated convolutions see along each axis (without pooling): 1 + (kernel - 1)·(2^layers - 1);
+    on the grid a square of that side."""
     return 1 + (kernel_size - 1) * (2 ** layers - 1)
 
 
-def circular_pad(x: torch.Tensor, pad: int) -> torch.Tensor:
-    """(..., L) -> (..., L + 2·pad), e.g. (N, C, L) -> (N, C, L + 2·pad): cells L - pad .. L - 1, the tape, cells 0 .. pad - 1 (indices mod L).
+def circular_pad(x: torch.Tensor, pad: int, dim: int = -1) -> torch.Tensor:
+    """Pad dimension `dim` (size L) circularly by `pad` on both sides, e.g. (N, C, L) -> (N, C, L + 2·pad): cells
+    L - pad .. L - 1, the tape, cells 0 .. pad - 1 (indices mod L).
 
     Contiguous copies (a concatenation, or a tiling when pad > L): about twice as fast as a gather on the last
     dimension, which dominated the forward pass.
     """
-    L = x.shape[-1]
+    L = x.shape[dim]
     if pad <= L:
-        return torch.cat([x[..., L - pad:], x, x[..., :pad]], dim=-1)
+        return torch.cat([x.narrow(dim, L - pad, pad), x, x.narrow(dim, 0, pad)], dim=dim)
     reps = -(-pad // L)
-    return x.repeat(*[1] * (x.dim() - 1), 2 * reps + 1)[..., reps * L - pad:reps * L + L + pad]
+    repeats = [1] * x.dim()
+    repeats[dim] = 2 * reps + 1
+    return x.repeat(*repeats).narrow(dim, reps * L - pad, L + 2 * pad)
+
+
+def circular_operands(x: torch.Tensor, weight: torch.Tensor, dilation: int, grid: int | None):
+    """(input, weight, dilation) of the plain convolution (no padding; `conv_of(input)`: 1-D or 2-D by the input's
+    rank) that computes the circular convolution of `weight` over cells x (..., C, L); its output cells, flattened
+    from dimension 2 on (`.flatten(2)`), are (N, C', L) again. A leading seed dimension on `weight` is carried through.
+
+    On the tape: x circularly padded by d·(k - 1)/2 (k the kernel size, d the dilation), the weight and dilation as
+    they are. On the n x n torus (`grid` = n, cells row-major): x as (..., C, n, n) padded circularly on both axes
+    by the effective dilation d mod n (the taps d·j and (d mod n)·j are the same cells mod n, and the padded layout
+    grows as (n + d·(k - 1))²: 40 x 40 for d = 16 at n = 8); where d is a multiple of n every tap reads the cell
+    itself and the convolution is the 1x1 convolution with the kernel's summed taps.
+    """
+    kernel_size = weight.shape[-1]
+    if grid is None:
+        pad = dilation * (kernel_size - 1) // 2
+        return (circular_pad(x, pad) if pad else x), weight, dilation
+    effective = dilation % grid
+    if effective == 0:
+        return x, weight.sum(dim=(-2, -1)).unsqueeze(-1), 1
+    pad = effective * (kernel_size - 1) // 2
+    x = x.unflatten(-1, (grid, grid))
+    return (circular_pad(circular_pad(x, pad, -2), pad, -1) if pad else x), weight, effective
+
+
+def conv_of(x: torch.Tensor):
+    """`F.conv1d` for an input (N, C, L), `F.conv2d` for (N, C, H, W)."""
+    return F.conv1d if x.dim() == 3 else F.conv2d
 
 
 class CircularConv(nn.Module):
-    """A 1-D convolution over a circular tape: output cell i reads cells i + d·j (mod L), |j| <= kernel // 2."""
+    """A circular convolution over the cells (N, C, L) -> (N, C', L). On the tape (`grid` None) output cell i reads
+    cells i + d·j (mod L), |j| <= kernel // 2 (an `nn.Conv1d`'s weight); on the n x n torus (`grid` = n, L = n·n
+    row-major) output cell (r, s) reads cells (r + d·j, s + d·j') (mod n), |j|, |j'| <= kernel // 2 (an `nn.Conv2d`'s
+    kernel x kernel weight). Computed by `circular_operands`."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, dilation: int):
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, dilation: int,
+                 grid: int | None = None):
         super().__init__()
-        self.pad = dilation * (kernel_size - 1) // 2
-        self.conv = nn.Conv1d(in_channels, out_channels, kernel_size, dilation=dilation)
+        self.dilation, self.grid = dilation, grid
+        conv = nn.Conv1d if grid is None else nn.Conv2d
+        self.conv = conv(in_channels, out_channels, kernel_size, dilation=dilation)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.conv(circular_pad(x, self.pad) if self.pad else x)
+        x, weight, dilation = circular_operands(x, self.conv.weight, self.dilation, self.grid)
+        return conv_of(x)(x, weight, self.conv.bias, dilation=dilation).flatten(2)
 
 
 class EquivariantTrunk(nn.Module):
@@ -93,16 +141,22 @@ class EquivariantTrunk(nn.Module):
     `goal` the observations are (N, 2L+1) [s, g, t/H] and the goal's cells are a channel of their own. `cells` is the
     same trunk on per-cell inputs a caller builds itself (N, in_channels, L): the ensemble MPC's next-tape model
     feeds it the context transition and the post-action tape (`in_channels` then replaces 2 + extra).
+
+    `grid` = n: the cells are an n x n torus flattened row-major (L = n·n): the convolutions are 2-D (`CircularConv`),
+    so rolling the grid by (dy, dx) rolls the output features the same way; everything else (the 1x1 input map, the
+    pooled term, the heads) reads the flattened cells as on the tape.
     """
 
     def __init__(self, L: int, channels: int, layers: int, kernel_size: int = 3, global_pool: bool = True,
                  extra: int = 0, activation: type[nn.Module] = nn.ReLU, in_channels: int | None = None,
-                 goal: bool = False):
+                 goal: bool = False, grid: int | None = None):
         super().__init__()
-        self.L, self.extra, self.global_pool, self.goal = L, extra, global_pool, bool(goal)
+        if grid is not None and grid * grid != L:
+            raise ValueError(f"an equivariant trunk on an n x n grid needs L = n * n cells, got L = {L} for n = {grid}")
+        self.L, self.extra, self.global_pool, self.goal, self.grid = L, extra, global_pool, bool(goal), grid
         own = 3 if self.goal else 2
         self.inp = nn.Conv1d(own + extra if in_channels is None else in_channels, channels, 1)
-        self.convs = nn.ModuleList(CircularConv(channels, channels, kernel_size, 2 ** i) for i in range(layers))
+        self.convs = nn.ModuleList(CircularConv(channels, channels, kernel_size, 2 ** i, grid) for i in range(layers))
         self.pools = nn.ModuleList(nn.Linear(channels, channels) for _ in range(layers)) if global_pool else None
         self.act = activation()
 
@@ -166,13 +220,16 @@ def trunk(config, env_spec, extra: int = 0, activation: type[nn.Module] = nn.ReL
         raise ValueError(f"the equivariant network needs one action per cell, got {env_spec.num_actions} actions "
                          f"for L = {env_spec.L}")
     seen = receptive_field(config.conv_layers, config.conv_kernel)
-    if not config.global_pool and seen < env_spec.L:
-        raise ValueError(f"the equivariant network without global_pool sees {seen} cells (conv_layers = "
-                         f"{config.conv_layers}, conv_kernel = {config.conv_kernel}), fewer than the tape's "
-                         f"L = {env_spec.L}: raise conv_layers or set global_pool = true")
+    grid = env_spec.grid
+    if not config.global_pool and seen < (env_spec.L if grid is None else grid):
+        extent = (f"the tape's L = {env_spec.L}" if grid is None else
+                  f"the grid's side n = {grid} (it sees {seen} x {seen} cells)")
+        raise ValueError(f"the equivariant network without global_pool sees {seen} cells along each axis "
+                         f"(conv_layers = {config.conv_layers}, conv_kernel = {config.conv_kernel}), fewer than "
+                         f"{extent}: raise conv_layers or set global_pool = true")
     return EquivariantTrunk(env_spec.L, config.conv_channels, config.conv_layers, config.conv_kernel,
                             config.global_pool, extra=extra, activation=activation, in_channels=in_channels,
-                            goal=env_spec.obs_dim == 2 * env_spec.L + 1)
+                            goal=env_spec.obs_dim == 2 * env_spec.L + 1, grid=grid)
 
 
 def per_cell_network(config, env_spec, extra: int = 0, activation: type[nn.Module] = nn.ReLU,

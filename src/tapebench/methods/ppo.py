@@ -114,7 +114,7 @@ def equivariant_network(make, config: Config, env_spec, out_std: float) -> nn.Mo
     """An equivariant actor (`per_cell_network`) or critic (`pooled_network`), tanh, orthogonal init as the MLP's."""
     network = make(config, env_spec, activation=nn.Tanh)
     for module in network.trunk.modules():
-        if isinstance(module, (nn.Linear, nn.Conv1d)):
+        if isinstance(module, (nn.Linear, nn.Conv1d, nn.Conv2d)):
             layer_init(module)
     layer_init(network.head, std=out_std)
     return network

@@ -5,7 +5,8 @@ dimension, gradient-norm clipping takes one norm per seed (the same `torch._fore
 their own.
 
 `StackedSequential` stacks an MLP (`nn.Linear` and `nn.Tanh`), `StackedEquivariant` an equivariant network of
-`equivariant.py` (its convolutions as one grouped convolution over the seeds' channels, `stacked_conv1d`).
+`equivariant.py`, on the tape or the grid (its convolutions as one grouped convolution over the seeds' channels,
+`stacked_conv`, 1-D or 2-D on the operands `equivariant.circular_operands` gives).
 
 `stacked_linear(x, weight, bias)` is S `nn.Linear` layers at once: x (S, n, in), weight (S, out, in), bias (S, out)
 -> (S, n, out), one batched matrix product (`torch.baddbmm`) forward and backward. Its backward computes each
@@ -30,7 +31,7 @@ from torch.nn import functional as F
 from tapebench.methods import equivariant
 from tapebench.methods.common import Adam
 from tapebench.methods.contract import BlockUnsupported
-from tapebench.methods.equivariant import PerCellNetwork, circular_pad
+from tapebench.methods.equivariant import PerCellNetwork, circular_operands, conv_of
 
 
 def stack_parameters(modules: list[nn.Module], requires_grad: bool) -> list[torch.Tensor]:
@@ -146,13 +147,14 @@ class StackedSequential:
         return x
 
 
-def _grouped_conv_is_exact(S: int, n: int, c_in: int, c_out: int, length: int, kernel: int, dilation: int,
+def _grouped_conv_is_exact(S: int, n: int, c_in: int, c_out: int, spatial: tuple, kernel: tuple, dilation: int,
                            dtype: torch.dtype) -> bool:
-    key = ("conv", S, n, c_in, c_out, length, kernel, dilation, dtype, torch.get_num_threads())
+    key = ("conv", S, n, c_in, c_out, spatial, kernel, dilation, dtype, torch.get_num_threads())
     if key not in _EXACT:
         generator = torch.Generator().manual_seed(0)
         x, weight, bias = (torch.randn(shape, generator=generator, dtype=dtype)
-                           for shape in ((n, S * c_in, length), (S, c_out, c_in, kernel), (S, c_out)))
+                           for shape in ((n, S * c_in, *spatial), (S, c_out, c_in, *kernel), (S, c_out)))
+        conv = conv_of(x)
         with torch.enable_grad():
             leaves = [t.clone().requires_grad_() for t in (x, weight, bias)]
             out = _grouped_conv(*leaves, dilation)
@@ -162,7 +164,7 @@ def _grouped_conv_is_exact(S: int, n: int, c_in: int, c_out: int, length: int, k
             for k in range(S):
                 one = [x[:, k * c_in:(k + 1) * c_in].clone().requires_grad_(), weight[k].clone().requires_grad_(),
                        bias[k].clone().requires_grad_()]
-                reference = F.conv1d(*one, dilation=dilation)
+                reference = conv(*one, dilation=dilation)
                 reference.backward(grad[:, k * c_out:(k + 1) * c_out])
                 exact = (exact and torch.equal(out[:, k * c_out:(k + 1) * c_out], reference)
                          and torch.equal(leaves[0].grad[:, k * c_in:(k + 1) * c_in], one[0].grad)
@@ -173,27 +175,28 @@ def _grouped_conv_is_exact(S: int, n: int, c_in: int, c_out: int, length: int, k
 
 def _grouped_conv(x, weight, bias, dilation):
     S = weight.shape[0]
-    return F.conv1d(x, weight.reshape(-1, *weight.shape[2:]), bias.reshape(-1), dilation=dilation, groups=S)
+    return conv_of(x)(x, weight.reshape(-1, *weight.shape[2:]), bias.reshape(-1), dilation=dilation, groups=S)
 
 
 def grouped_seed_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, dilation: int = 1) -> torch.Tensor:
-    """x (S, N, C_in, L') -> (S, N, C_out, L), seed k's weight[k] on x[k], as one grouped convolution."""
-    S, N, c_in, length = x.shape
-    y = _grouped_conv(x.transpose(0, 1).reshape(N, S * c_in, length), weight, bias, dilation)
-    return y.reshape(N, S, -1, y.shape[-1]).transpose(0, 1)
+    """x (S, N, C_in, *spatial) -> (S, N, C_out, L), seed k's weight[k] on x[k] as one grouped convolution (1-D or
+    2-D by the input's rank), the output cells flattened."""
+    S, N, c_in = x.shape[:3]
+    y = _grouped_conv(x.transpose(0, 1).reshape(N, S * c_in, *x.shape[3:]), weight, bias, dilation)
+    return y.reshape(N, S, -1, *y.shape[2:]).transpose(0, 1).flatten(3)
 
 
-def stacked_conv1d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, dilation: int,
-                   exact: bool = True) -> torch.Tensor:
-    """S 1-D convolutions: x (n, S·in, length) (seed k's channels k·in .. (k+1)·in - 1), weight (S, out, in, kernel),
-    bias (S, out) -> (n, S·out, length'): one grouped convolution, or seed by seed where it would not give the
-    one-seed bits (see `stacked_linear`)."""
-    S, c_out, c_in, kernel = weight.shape
-    n, _, length = x.shape
-    if not exact or x.device.type != "cpu" or _grouped_conv_is_exact(S, n, c_in, c_out, length, kernel, dilation,
-                                                                      x.dtype):
+def stacked_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, dilation: int,
+                 exact: bool = True) -> torch.Tensor:
+    """S 1-D or 2-D convolutions: x (n, S·in, *spatial) (seed k's channels k·in .. (k+1)·in - 1), weight
+    (S, out, in, *kernel), bias (S, out) -> (n, S·out, *spatial'): one grouped convolution, or seed by seed where it
+    would not give the one-seed bits on a CPU (see `stacked_linear`)."""
+    S, c_out, c_in = weight.shape[:3]
+    if not exact or x.device.type != "cpu" or _grouped_conv_is_exact(
+            S, x.shape[0], c_in, c_out, tuple(x.shape[2:]), tuple(weight.shape[3:]), dilation, x.dtype):
         return _grouped_conv(x, weight, bias, dilation)
-    return torch.cat([F.conv1d(x[:, k * c_in:(k + 1) * c_in], weight[k], bias[k], dilation=dilation)
+    conv = conv_of(x)
+    return torch.cat([conv(x[:, k * c_in:(k + 1) * c_in], weight[k], bias[k], dilation=dilation)
                       for k in range(S)], dim=1)
 
 
@@ -221,12 +224,17 @@ class StackedEquivariant:
                        for name in self.names}
         self.parameters = [self.params[name] for name in self.names]
         trunk = template.trunk
-        self.L, self.global_pool = trunk.L, trunk.global_pool
-        self.convs = [(conv.pad, conv.conv.dilation[0]) for conv in trunk.convs]
+        self.L, self.global_pool, self.grid = trunk.L, trunk.global_pool, trunk.grid
+        self.dilations = [conv.dilation for conv in trunk.convs]
 
     def _conv(self, x, name, dilation=1):
         w = self.params[f"{name}.weight"]
-        return stacked_conv1d(x, w, self.params[f"{name}.bias"], dilation, self.exact)
+        return stacked_conv(x, w, self.params[f"{name}.bias"], dilation, self.exact)
+
+    def _circular_conv(self, x, name, dilation):
+        """The seeds' circular convolution `name` over cells x (n, S·C, L) (tape or grid, as the trunk's)."""
+        x, weight, dilation = circular_operands(x, self.params[f"{name}.weight"], dilation, self.grid)
+        return stacked_conv(x, weight, self.params[f"{name}.bias"], dilation, self.exact).flatten(2)
 
     def _linear(self, x, name):
         return stacked_linear(x, self.params[f"{name}.weight"], self.params[f"{name}.bias"], self.exact)
@@ -237,8 +245,8 @@ class StackedEquivariant:
         L = self.L
         x = self.template.trunk.observation_channels(obs)                               # (S, n, 2 or 3, L)
         h = torch.tanh(self._conv(x.transpose(0, 1).reshape(n, -1, L), "trunk.inp"))  # (n, S·C, L)
-        for i, (pad, dilation) in enumerate(self.convs):
-            u = self._conv(equivariant.circular_pad(h, pad) if pad else h, f"trunk.convs.{i}.conv", dilation)
+        for i, dilation in enumerate(self.dilations):
+            u = self._circular_conv(h, f"trunk.convs.{i}.conv", dilation)
             if self.global_pool:
                 pooled = self._linear(h.mean(dim=-1).reshape(n, S, -1).transpose(0, 1).contiguous(), f"trunk.pools.{i}")
                 u = u + pooled.transpose(0, 1).reshape(n, -1).unsqueeze(-1)
@@ -289,9 +297,8 @@ class StackedPerCellNetwork:
 
     def __init__(self, parameters: list[torch.Tensor], module: PerCellNetwork):
         trunk = module.trunk
-        self.L, self.layers, self.global_pool = trunk.L, len(trunk.convs), trunk.global_pool
-        self.dilations = [conv.conv.dilation[0] for conv in trunk.convs]
-        self.pads = [conv.pad for conv in trunk.convs]
+        self.L, self.layers, self.global_pool, self.grid = trunk.L, len(trunk.convs), trunk.global_pool, trunk.grid
+        self.dilations = [conv.dilation for conv in trunk.convs]
         self.parameters = parameters
 
     @staticmethod
@@ -305,7 +312,8 @@ class StackedPerCellNetwork:
 
     @staticmethod
     def _conv(x, weight, bias, dilation: int = 1):
-        """x (S, N, C_in, L') -> (S, N, C_out, L): seed k's weight (S, C_out, C_in, kernel)[k] on x[k].
+        """x (S, N, C_in, *spatial) -> (S, N, C_out, L): seed k's weight (S, C_out, C_in, *kernel)[k] on x[k] (1-D or
+        2-D by the input's rank), the output cells flattened.
 
         Seed by seed on a CPU: one grouped convolution (groups = S) computes the same map, but on the CPU it rounds
         differently from a one-seed run's convolution at some batch sizes (forward at N = 4, the weight gradient of
@@ -313,7 +321,8 @@ class StackedPerCellNetwork:
         """
         if x.device.type != "cpu":
             return grouped_seed_conv(x, weight, bias, dilation)
-        return torch.stack([F.conv1d(x[k], weight[k], bias[k], dilation=dilation) for k in range(weight.shape[0])])
+        return torch.stack([conv_of(x[k])(x[k], weight[k], bias[k], dilation=dilation).flatten(2)
+                            for k in range(weight.shape[0])])
 
     def __call__(self, obs: torch.Tensor) -> torch.Tensor:
         L = self.L
@@ -323,8 +332,8 @@ class StackedPerCellNetwork:
         convs = p[2:2 + 2 * self.layers]
         pools = p[2 + 2 * self.layers:2 + 4 * self.layers] if self.global_pool else None
         for i in range(self.layers):
-            pad = self.pads[i]
-            u = self._conv(circular_pad(h, pad) if pad else h, convs[2 * i], convs[2 * i + 1], self.dilations[i])
+            x, weight, dilation = circular_operands(h, convs[2 * i], self.dilations[i], self.grid)
+            u = self._conv(x, weight, convs[2 * i + 1], dilation)
             if self.global_pool:
                 u = u + stacked_linear(h.mean(dim=-1), pools[2 * i], pools[2 * i + 1]).unsqueeze(-1)
             h = h + torch.relu(u)
