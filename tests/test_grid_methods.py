@@ -20,7 +20,7 @@ from tapebench.methods.grid_bayes_filter import GridBayesFilter, GridBayesFilter
 from tapebench.methods.grid_mpc import run_grid_mpc
 from tapebench.methods.mpc import MPCConfig
 from tapebench.registry import PolicyContext, build_config, check_rule_family, get_method
-from tapebench.training.loop import TrainSpec, training_env
+from tapebench.training.loop import TrainSpec, train, training_env
 from tapebench.utils.io import read_parquet_meta
 
 KEYS = ("success", "final_dist", "auc_dist", "return", "steps")
@@ -124,3 +124,14 @@ def test_grid_features_command_takes_an_explicit_rule_set_and_lambda_edges(tmp_p
     assert main(["grid-features", "--family", "moore", "--sample", "4", "--lambda-bins", "0,0.2,0.4", "--no-b0",
                  "--out", str(edges)]) == 0
     assert (pd.read_parquet(edges)["lambda"] <= 0.4).all()
+
+
+@pytest.mark.parametrize("agent", ["ppo_equivariant", "dqn_equivariant"])
+def test_equivariant_rows_train_on_the_grid_through_the_training_loop(agent, tmp_path):
+    # the 2D circular-convolution trunk (methods/equivariant.py) behind the registry's supports_grid flag
+    spec = TrainSpec(agent=agent, rules=(194, 4), seed=0, L=16, H=8, total_steps=64, eval_every=64,
+                     family=VON_NEUMANN.as_dict(),
+                     hyperparameters={"num_envs": 2, **({"num_steps": 16} if agent.startswith("ppo") else
+                                                        {"learning_starts": 16, "batch_size": 8})})
+    manifest = train(spec, tmp_path, quiet=True)
+    assert manifest["training"]["env_steps"] == 64 and len(manifest["checkpoints"]) == 1

@@ -268,11 +268,12 @@ def _builtin() -> list[Method]:
         agent("dqn", "DQN", "value_based", "dqn", any_rule_family=True, supports_grid=True),
         agent("ppo", "PPO", "actor_critic", "ppo", any_rule_family=True, goal_conditioned=True, supports_grid=True),
         agent("dqn_equivariant", "DQN (equivariant)", "value_based", "dqn", Config="EquivariantConfig",
-              fixed=("network",), any_rule_family=True, every_checkpoint=False,
+              fixed=("network",), any_rule_family=True, every_checkpoint=False, supports_grid=True,
               summary="DQN with a shift-equivariant Q-network: circular convolutions over the cells, Q(s, a) read "
                       "from cell a"),
         agent("ppo_equivariant", "PPO (equivariant)", "actor_critic", "ppo", Config="EquivariantConfig",
               fixed=("network",), any_rule_family=True, every_checkpoint=False, goal_conditioned=True,
+              supports_grid=True,
               summary="PPO with shift-equivariant actor and critic: cell a's logit from cell a, the value pooled "
                       "over cells"),
         agent("ppo_context", "PPO (context)", "actor_critic", "ppo_context", fixed=("network",), any_rule_family=True,
