@@ -219,3 +219,17 @@ def test_world_tester_predicts_like_exact_reasoning_once_the_interaction_pins_th
     exact = run_worldtest(get_method("identify_then_plan"), build_config("identify_then_plan", {}), settings, **common)
     for task in ("prediction", "detection", "planning"):
         assert ours.query("task == @task")["score"].tolist() == exact.query("task == @task")["score"].tolist(), task
+
+
+def test_k3_world_tester_matches_exact_reasoning_once_pinned_and_refuses_a_model_of_another_family(agent):
+    family = RuleFamily(3, 1)
+    rng = np.random.default_rng(0)
+    model_agent = trained([int(x) for x in rng.integers(0, 3 ** 27, 6)], steps=100, L=27, H=8, family=family)
+    settings = WorldTestSettings(tasks=("prediction", "detection"), problems_per_rule=2, interaction_start="random")
+    common = dict(sides={"test": [int(x) for x in rng.integers(0, 3 ** 27, 6)]}, L=27, H=8, seed=0, budget=16,
+                  family=family)
+    ours = run_worldtest(get_method("context_mpc"), model_agent.config, settings, agent=model_agent, **common)
+    exact = run_worldtest(get_method("identify_then_plan"), build_config("identify_then_plan", {}), settings, **common)
+    assert ours["score"].tolist() == exact["score"].tolist() and ours["score"].mean() > 0.9
+    with pytest.raises(ValueError, match="colours"):
+        run_worldtest(get_method("context_mpc"), agent.config, settings, agent=agent, **common)

@@ -1,6 +1,6 @@
-"""PPO (context): its policy stays shift-equivariant with the context's features (rolling the tapes of the episode so
-far rolls the logits), the features are the episode's table and only of running episodes, per-episode evaluation
-state, and a resumed training state continues identically."""
+"""PPO (context): its policy stays shift-equivariant with the context's channels (rolling the tapes of the episode so
+far rolls the logits), a cell's channels are what the context says acting on it does, ended episodes add nothing to
+the context, per-episode evaluation state, and a resumed training state continues identically."""
 from __future__ import annotations
 
 import copy
@@ -10,9 +10,11 @@ import pytest
 import torch
 from agent_contract import assert_per_episode_policy, tensors_equal
 
+from tapebench.ca import reference
 from tapebench.envs.batched import BatchedTapeEnv
 from tapebench.methods.contract import EnvSpec, EpisodeBatch
-from tapebench.methods.ppo_context import table_features
+from tapebench.methods.context_model import context_counts
+from tapebench.methods.ppo_context import cell_features
 from tapebench.registry import build_config, get_method, make_agent
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -67,10 +69,27 @@ def test_rolling_the_episode_so_far_rolls_the_logits():
     assert not torch.allclose(base, torch.roll(base, 1, 1), atol=1e-6)
 
 
-def test_features_are_the_table_and_ended_episodes_add_nothing():
-    counts = torch.tensor([[[2.0, 0.0], [0.0, 0.0], [1.0, 3.0]] + [[0.0, 0.0]] * 5])
-    features = table_features(counts).view(1, 8, 3)
-    assert torch.equal(features[0, :3], torch.tensor([[1.0, 1.0, 0.0], [0.0, 0.0, 0.0], [1.0, 0.25, 0.75]]))
+def test_cell_channels_are_what_the_context_says_acting_on_the_cell_does():
+    """With every window of rule 30 in the context, cell a's channels are its own next value and the next values of
+    cells a-1, a, a+1 after flipping a, each beside a 'shown' flag; with an empty context every channel is 0."""
+    L, rule = 8, 30
+    post = np.array([0, 0, 0, 1, 0, 1, 1, 1], dtype=np.uint8)               # every 3-cell window once
+    counts = context_counts(torch.as_tensor(post).long()[None, None], torch.as_tensor(
+        reference.ca_step(post, rule)).long()[None, None], 2, 1)
+    tape = np.random.default_rng(0).integers(0, 2, L).astype(np.uint8)
+    channels = cell_features(torch.as_tensor(tape).long()[None], counts, 2, 1)[0]   # (8, L)
+    assert torch.equal(channels[0::2], torch.ones(4, L))
+    assert np.array_equal(channels[1].numpy(), reference.ca_step(tape, rule))
+    for a in range(L):
+        flipped = tape.copy()
+        flipped[a] ^= 1
+        after = reference.ca_step(flipped, rule)
+        assert [channels[3 + 2 * j, a].item() for j in range(3)] == [after[(a + j - 1) % L] for j in range(3)]
+    assert torch.equal(cell_features(torch.as_tensor(tape).long()[None], torch.zeros(1, 8, 2), 2, 1),
+                       torch.zeros(1, 8, L))
+
+
+def test_transitions_of_ended_episodes_add_nothing():
     policy = fresh().evaluation_policy()
     policy.begin(EpisodeBatch(L=8, H=8, keys=np.arange(2, dtype=np.uint64), goal=np.zeros(8, np.uint8),
                               success_bonus=1.0, device=torch.device("cpu")))

@@ -278,8 +278,8 @@ def _builtin() -> list[Method]:
                       "over cells"),
         agent("ppo_context", "PPO (context)", "actor_critic", "ppo_context", fixed=("network",), any_rule_family=True,
               every_checkpoint=False,
-              summary="PPO (equivariant) with the rule table the episode so far has shown (which windows, which next "
-                      "values) as extra channels of every cell"),
+              summary="PPO (equivariant) with what the episode so far shows of the rule (the next values of each "
+                      "cell's window and of the windows its flip changes) as extra channels of every cell"),
         agent("rainbow", "Rainbow", "value_based", "rainbow"),
         agent("ppo_dr", "PPO + DR", "actor_critic", "ppo_dr"),
         agent("rad_dqn", "DQN + RAD", "augmentation", "rad_dqn"),

@@ -1,18 +1,18 @@
-"""PPO (context) (docs/methods.md#ppo-context): the equivariant PPO with the rule features of the episode so far as
-extra channels of every cell.
+"""PPO (context) (docs/methods.md#ppo-context): the equivariant PPO with what the episode so far says about the rule
+as extra input channels of every cell.
 
 The context is the soft rule table of the in-context world model (`context_model.context_counts`): every
-transition the episode has shown writes its cells' next values under their windows. Its features are, for each of
-the k^(2r+1) windows, whether the context showed it and the frequency of each next value (0 where it did not):
-E·(k + 1) numbers per row (24 for the elementary family), broadcast to every cell as extra input channels of the
-equivariant actor and critic (`equivariant.EquivariantTrunk`'s `extra`, as PEARL-DQN's task latent), so the network
-can read the table and look up the windows of the tape it sees with the same weights at every cell. The features
-are a sum over cells and transitions: they commute with shifts of the tape and do not depend on the transitions'
-order, so the policy stays shift-equivariant.
+transition the episode has shown writes its cells' next values under their windows. A looked-up window gives k
+numbers: whether the context showed it and the frequencies of next values 1..k-1 (0 where it did not). Cell a gets
+k·(2r + 2) channels (8 for the elementary family): the lookup of its own window in the tape (what a step without
+acting near it does), then of the windows of cells a-r..a+r once a is incremented (what acting on a does to its
+neighbourhood, as far as the context has seen). The lookups commute with shifts of the tape and the table does not
+depend on the transitions' order, so the actor stays shift-equivariant: cell a's logit is read from cell a's
+features, and those see a's own channels.
 
 Everything else is `ppo_equivariant`'s (`ppo.py`: its Config fields and defaults, rollouts, GAE, clipped loss). The
 training agent keeps each environment row's context (emptied when the row's episode ends) and stores the augmented
-observations [observation, features] in its rollout; the evaluation policy (`evaluation_policy()`) keeps one per
+observations [observation, channels] in its rollout; the evaluation policy (`evaluation_policy()`) keeps one per
 episode, empty at `begin`, each observed transition of a running episode added. No seed blocks: seeds train one
 after another.
 """
@@ -26,8 +26,8 @@ from torch import nn
 
 from tapebench.methods import equivariant
 from tapebench.methods.common import adam
-from tapebench.methods.context_model import context_counts, increment
-from tapebench.methods.ppo import ActorCritic, EquivariantConfig, PPOAgent, Rollout, equivariant_network
+from tapebench.methods.context_model import context_counts, increment, windows
+from tapebench.methods.ppo import ActorCritic, EquivariantConfig, PPOAgent, Rollout, layer_init
 from tapebench.rule_family import RuleFamily
 
 
@@ -45,39 +45,60 @@ class Config(EquivariantConfig):
             raise ValueError(f"PPO (context) hyperparameter network must be 'equivariant', got {self.network!r}")
 
 
-def feature_count(family: RuleFamily) -> int:
-    return family.neighbourhoods * (family.k + 1)
+def feature_channels(family: RuleFamily) -> int:
+    """Context channels per cell: k per looked-up window (shown, then the frequencies of next values 1..k-1), for
+    the cell's own window and for the 2r + 1 windows the increment of the cell changes: k·(2r + 2)."""
+    return family.k * (2 * family.r + 2)
 
 
-def table_features(counts: torch.Tensor) -> torch.Tensor:
-    """(N, E, k) counts -> (N, E·(k+1)) features: per window, shown (0/1), then each next value's frequency."""
+def window_features(counts: torch.Tensor) -> torch.Tensor:
+    """(N, E, k) counts -> (N, E, k): per window, shown (0/1), then the frequencies of next values 1..k-1."""
     total = counts.sum(-1, keepdim=True)
-    return torch.cat([(total > 0).float(), counts / total.clamp_min(1.0)], dim=-1).flatten(1)
+    return torch.cat([(total > 0).float(), counts[..., 1:] / total.clamp_min(1.0)], dim=-1)
 
 
-class SplitInput(nn.Module):
-    """An equivariant network on augmented observations [observation (obs_dim), features]: the features are its
-    `extra` channels."""
+def cell_features(tapes: torch.Tensor, counts: torch.Tensor, k: int, r: int) -> torch.Tensor:
+    """(N, k·(2r+2), L) context channels of every cell a: the table's features of a's own window in the tape, then
+    of the windows of cells a-r..a+r once cell a is incremented (what acting on a does, as the context has seen it).
+    Rolling the tape by s rolls the channels by s."""
+    features = window_features(counts)                                        # (N, E, k)
+    index = windows(tapes, k, r)                                              # (N, L)
+    delta = (tapes.long() + 1) % k - tapes.long()                             # the increment's change at a
+    looked = [index] + [torch.roll(index, -j, dims=1) + delta * k ** (r + j) for j in range(-r, r + 1)]
+    rows = torch.stack(looked, dim=1)                                         # (N, 2r+2, L)
+    n, w, L = rows.shape
+    picked = features.gather(1, rows.reshape(n, w * L, 1).expand(-1, -1, k))  # (N, (2r+2)·L, k)
+    return picked.view(n, w, L, k).permute(0, 1, 3, 2).reshape(n, w * k, L)
 
-    def __init__(self, network: nn.Module, obs_dim: int):
+
+class ContextNetwork(nn.Module):
+    """The equivariant trunk on per-cell inputs [cell, (goal's cell,) t/H, context channels] and a per-cell head (the
+    actor: cell a's logit from cell a's features) or a pooled head (the critic), tanh and orthogonal init as PPO's.
+    Input: augmented observations [observation (obs_dim), context channels (C·L, channel-major)]."""
+
+    def __init__(self, config, env_spec, channels: int, pooled: bool, out_std: float):
         super().__init__()
-        self.network, self.obs_dim = network, obs_dim
+        self.obs_dim, self.L, self.channels, self.pooled = env_spec.obs_dim, env_spec.L, channels, pooled
+        own = 3 if env_spec.obs_dim == 2 * env_spec.L + 1 else 2
+        self.trunk = equivariant.trunk(config, env_spec, activation=nn.Tanh, in_channels=own + channels)
+        self.head = nn.Linear(config.conv_channels, 1) if pooled else nn.Conv1d(config.conv_channels, 1, 1)
+        for module in self.trunk.modules():
+            if isinstance(module, (nn.Linear, nn.Conv1d)):
+                layer_init(module)
+        layer_init(self.head, std=out_std)
 
     def forward(self, augmented: torch.Tensor) -> torch.Tensor:
-        return self.network(augmented[..., :self.obs_dim], augmented[..., self.obs_dim:])
+        obs = augmented[..., :self.obs_dim]
+        context = augmented[..., self.obs_dim:].reshape(*augmented.shape[:-1], self.channels, self.L)
+        h = self.trunk.cells(torch.cat([self.trunk.observation_channels(obs), context], dim=-2))
+        return self.head(h.mean(dim=-1)) if self.pooled else self.head(h).squeeze(-2)
 
 
 class ContextActorCritic(ActorCritic):
-    def __init__(self, config: Config, env_spec, extra: int):
+    def __init__(self, config: Config, env_spec, channels: int):
         nn.Module.__init__(self)
-
-        def make(builder):
-            return lambda c, spec, activation: builder(c, spec, extra=extra, activation=activation)
-
-        self.actor = SplitInput(equivariant_network(make(equivariant.per_cell_network), config, env_spec, 0.01),
-                                env_spec.obs_dim)
-        self.critic = SplitInput(equivariant_network(make(equivariant.pooled_network), config, env_spec, 1.0),
-                                 env_spec.obs_dim)
+        self.actor = ContextNetwork(config, env_spec, channels, pooled=False, out_std=0.01)
+        self.critic = ContextNetwork(config, env_spec, channels, pooled=True, out_std=1.0)
 
 
 class ContextReader:
@@ -96,8 +117,10 @@ class ContextReader:
         return tapes
 
     def augment(self, obs: torch.Tensor, counts: torch.Tensor | None = None) -> torch.Tensor:
+        """[observation, the context channels of every cell (flattened)]."""
         counts = self.counts if counts is None else counts
-        return torch.cat([obs.to(self.device), table_features(counts)], dim=-1)
+        channels = cell_features(self.tapes(obs), counts, self.family.k, self.family.r)
+        return torch.cat([obs.to(self.device), channels.flatten(1)], dim=-1)
 
     def after(self, obs, actions, next_obs, rows=None) -> torch.Tensor:
         """The counts with each row's transition added (only `rows`, (N,) bool, when given)."""
@@ -113,8 +136,9 @@ class PPOContextAgent(PPOAgent):
             raise ValueError("PPO (context) reads 1D tapes (windows of 2r + 1 cells), not the 2D grid family")
         self.config, self.device = config, torch.device(device)
         self.family = RuleFamily(config.colours, config.radius)
-        self.obs_dim, extra = env_spec.obs_dim, feature_count(self.family)
-        self.network = ContextActorCritic(config, env_spec, extra).to(self.device)
+        channels = feature_channels(self.family)
+        extra = channels * env_spec.L
+        self.network = ContextActorCritic(config, env_spec, channels).to(self.device)
         self.optimizer = adam(self.network.parameters(), lr=config.learning_rate, eps=1e-5)
         self.rollout = Rollout(config.num_steps, config.num_envs, env_spec.obs_dim + extra, self.device)
         self.num_updates = max(1, math.ceil(total_steps / (config.num_envs * config.num_steps)))
