@@ -56,7 +56,7 @@ def test_the_networks_were_built_for_the_grid(grid_run):
 
 def test_table3_names_the_family_and_has_a_row_per_method(grid_run):
     table3 = (grid_run / "results/table3.tex").read_text()
-    assert "(outer-totalistic von Neumann rules on a $4 \\times 4$ torus, $H=8$)" in table3
+    assert "(outer-totalistic von Neumann rules on a 4 $\\times$ 4 torus, $H=8$)" in table3
     for name in ("DQN", "PPO", "Bayes filter (train)", "Flip lowest live cell", "Random policy",
                  "True-dynamics MPC"):
         assert f"\n{name} & 2 &" in table3, name
