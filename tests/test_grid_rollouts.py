@@ -82,7 +82,8 @@ def test_a_grid_config_builds_the_rollouts_and_names_its_family_in_every_caption
     phrase = "outer-totalistic von Neumann rules on a 4 × 4 torus"
     captions = {item["id"]: item["protocol"] for item in document.items(config)}
     assert captions["figure3"].startswith(f"Protocol: split main; {phrase}, training horizon H = 8")
-    assert captions["grid_rollouts"] == f"Illustration: drawn from the rules alone ({phrase}), no training or evaluation."
+    assert captions["grid_rollouts"] == (f"Illustration: drawn from the rules alone ({phrase}), no training or "
+                                         f"evaluation.")
 
 
 def test_tape_configs_build_no_grid_rollouts():
