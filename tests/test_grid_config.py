@@ -107,3 +107,10 @@ def test_methods_that_do_not_run_on_grids_are_refused_by_the_registry_flag():
         if registry()[method].supports_grid:
             continue       # a method that gained a grid network since (the flag is the one switch)
         rejected(grid_config(methods=["random", method]), "methods[1]", repr(method), "supports_grid")
+
+
+@pytest.mark.parametrize("study, name", [("worldtest", "the world test"), ("fewshot", "the few-shot study")])
+def test_studies_that_play_tapes_are_refused_on_the_grid(study, name):
+    config = grid_config(studies={study: {"methods": ["random"]}})
+    rejected(config, f"studies.{study}.methods", name, "tape families only", "von Neumann",
+             f"set studies.{study}.methods: []")

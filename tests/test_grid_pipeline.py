@@ -1,6 +1,7 @@
 """The tiny 2D grid preset end to end (tests/data/grid_tiny.yaml over tests/data/tiny.yaml): grid features of six von
 Neumann rules -> a split of the grid rule set -> the health gate -> DQN, PPO (on EnvSpec.for_grid), the Bayes filter,
-the live-cell row, random and MPC on 4 x 4 grids through the one runner -> Table 3 naming the family."""
+the live-cell row, random and MPC on 4 x 4 grids through the one runner -> Table 3 and the per-type table naming the
+family, Figure 3 and the grid rollouts."""
 import json
 import shutil
 
@@ -21,7 +22,8 @@ METHODS = ("dqn", "ppo", "bayes_filter", "live_leftmost", "random", "mpc")
 def grid_run(tmp_path_factory):
     workdir = make_workdir(tmp_path_factory.mktemp("grid"))
     shutil.copy(GRID_TINY, workdir / "grid.yaml")
-    result = snakemake(workdir, "results/table3.tex", configfiles=("tiny.yaml", "grid.yaml"))
+    result = snakemake(workdir, "results/table3.tex", "results/table_types.tex", "results/figures/figure3_per_rule.png",
+                       "results/figures/grid_rollouts.png", configfiles=("tiny.yaml", "grid.yaml"))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return workdir
 
@@ -56,8 +58,16 @@ def test_the_networks_were_built_for_the_grid(grid_run):
 
 def test_table3_names_the_family_and_has_a_row_per_method(grid_run):
     table3 = (grid_run / "results/table3.tex").read_text()
-    assert "(outer-totalistic von Neumann rules on a $4 \\times 4$ torus, $H=8$)" in table3
+    assert "(outer-totalistic von Neumann rules on a 4 $\\times$ 4 torus, $H=8$)" in table3
     for name in ("DQN", "PPO", "Bayes filter (train)", "Flip lowest live cell", "Random policy",
                  "True-dynamics MPC"):
         assert f"\n{name} & 2 &" in table3, name
     assert "Rule-dependent headroom" in table3
+
+
+def test_the_per_type_table_names_the_family_and_the_figures_are_built(grid_run):
+    types = (grid_run / "results/table_types.tex").read_text()
+    assert "(outer-totalistic von Neumann rules on a 4 $\\times$ 4 torus) at $H=8$" in types
+    assert "\nTrue-dynamics MPC & ID & 2" in types
+    for stem in ("figure3_per_rule", "grid_rollouts"):
+        assert (grid_run / f"results/figures/{stem}.png").stat().st_size > 5000, stem

@@ -53,8 +53,9 @@ def test_every_entry_is_a_render_subcommand_that_parses_its_jobs_arguments():
     parser = build_parser()
     config = _config("tests/data/tiny.yaml", "tests/data/world_models.yaml")
     config["methods"] = ["dqn", *config["methods"]]      # a method with learning curves beside the planner
-    jobs = registry.jobs(config)
-    assert {entry.id for entry, _ in jobs} == set(registry.OUTPUTS)   # this config asks for every entry
+    grid = _config("tests/data/tiny.yaml", "tests/data/grid_tiny.yaml")
+    jobs = registry.jobs(config) + [(e, j) for e, j in registry.jobs(grid) if e.id == "grid_rollouts"]
+    assert {entry.id for entry, _ in jobs} == set(registry.OUTPUTS)   # these configs ask for every entry
     for entry, job in jobs:
         args = parser.parse_args(["render", *job.args(entry)])
         assert args.entry == entry.id and args.out == job.out

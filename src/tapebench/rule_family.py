@@ -13,6 +13,7 @@ with `fits_int64`.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from functools import cached_property
@@ -253,3 +254,18 @@ def family_from_name(name: str) -> RuleFamily:
 def config_family(config: dict) -> RuleFamily:
     """The rule family of a pipeline config (elementary unless rule_set.family says otherwise)."""
     return family_from_config(config.get("rule_set", {}).get("family"))
+
+
+def family_phrase(family, L: int) -> str | None:
+    """How a caption names the rules it reports on (plain text): None for the elementary family (the default, named
+    by nothing); the 2D grid family with its torus, e.g. 'outer-totalistic Moore rules on an 8 × 8 torus' (L = n * n
+    cells); another tape family by its description. Table 3, the per-type table and the report's captions use it."""
+    if family is None or family.elementary:
+        return None
+    if not isinstance(family, GridFamily):
+        return family.describe()
+    n = math.isqrt(int(L))
+    if n * n != int(L):
+        raise ValueError(f"a grid of L = {L} cells is not square; a grid of side n has L = n * n cells")
+    article = "an" if n in (8, 11, 18) or 80 <= n < 90 else "a"
+    return f"outer-totalistic {family.name_in_text} rules on {article} {n} × {n} torus"

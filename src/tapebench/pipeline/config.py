@@ -388,10 +388,20 @@ def _check_noise_study(config: dict) -> None:
                               f"those methods (and reuses their noise-free evaluations at epsilon = 0)")
 
 
+def _refuse_tape_study_on_grid(config: dict, study: str, what: str) -> None:
+    """A study that plays tapes only, asked for on the 2D grid family: refused naming its methods key."""
+    methods = config["studies"][study]["methods"]
+    if methods and is_grid_config(config):
+        raise ConfigError(f"config key 'studies.{study}.methods': {what} runs on tape families only, not on the 2D "
+                          f"grid family ({config_family(config).name_in_text} neighbourhood); got {list(methods)}: set "
+                          f"studies.{study}.methods: [] (docs/protocol.md#grid-pipeline)")
+
+
 def _check_worldtest(config: dict) -> None:
     """The world test (docs/protocol.md#world-test): methods that take part, runs that exist, consistent tasks."""
     study = config["studies"]["worldtest"]
     where = "config key 'studies.worldtest"
+    _refuse_tape_study_on_grid(config, "worldtest", "the world test (docs/protocol.md#world-test)")
     methods = registry()
     for i, method in enumerate(study["methods"]):
         if method not in methods:
@@ -438,6 +448,7 @@ def _check_fewshot(config: dict) -> None:
     """The few-shot study (docs/protocol.md#few-shot): methods with runs or policies, recipes only for those listed."""
     study = config["studies"]["fewshot"]
     where = "config key 'studies.fewshot"
+    _refuse_tape_study_on_grid(config, "fewshot", "the few-shot study (docs/protocol.md#few-shot)")
     methods = registry()
     for i, method in enumerate(study["methods"]):
         if method not in methods:

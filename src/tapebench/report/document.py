@@ -18,9 +18,11 @@ from pathlib import Path, PurePosixPath
 
 import yaml
 
+from tapebench.grid_rules import GridFamily
 from tapebench.report import registry
 from tapebench.report.output import Job, Output
-from tapebench.report.render import environment, tex_escape
+from tapebench.report.render import environment, tex_text
+from tapebench.rule_family import config_family, family_phrase
 from tapebench.settings import fewshot_study, noise_study, worldtest_study
 from tapebench.utils.io import atomic_path, code_version, content_hash
 
@@ -90,7 +92,7 @@ def split_seeds(config: dict, split: str) -> int:
     return config["studies"]["robustness"]["seeds"]
 
 
-ILLUSTRATIONS = ("figure1", "figure4")    # drawn from the rules alone: no training, no evaluation
+ILLUSTRATIONS = ("figure1", "figure4", "grid_rollouts")    # drawn from the rules alone: no training, no evaluation
 
 
 def protocol(config: dict, split: str, entry_id: str = "") -> dict:
@@ -101,6 +103,8 @@ def protocol(config: dict, split: str, entry_id: str = "") -> dict:
          "seeds": split_seeds(config, split), "episodes_per_rule": evaluation["episodes_per_rule"],
          "total_steps": training["total_steps"], "eval_every": training["eval_every"],
          "last_k": evaluation["last_k"], "notes": []}
+    family = config_family(config)
+    p.update(family=family_phrase(family, env["L"]), grid=isinstance(family, GridFamily))
     if split != config["main_split"]:
         p["horizons"] = [env["H"]]          # the other splits are evaluated at the training horizon only
     if entry_id in ("table5", "table6"):
@@ -147,11 +151,13 @@ def protocol_text(p: dict) -> str:
     def plural(n, word):
         return f"{n} {word}{'s' if n != 1 else ''}"
 
+    family = p.get("family")
     if p.get("illustration"):
-        return "Illustration: drawn from the rules alone, no training or evaluation."
+        return f"Illustration: drawn from the rules alone{f' ({family})' if family else ''}, no training or evaluation."
 
     parts = [f"split {p['split']}"]
-    where = f"L = {p['L']}, training horizon H = {p['H']}"
+    where = "" if p.get("grid") else f"L = {p['L']}, "       # a grid's family phrase gives its torus
+    where = f"{family + ', ' if family else ''}{where}training horizon H = {p['H']}"
     if p.get("horizons"):
         where += f" (evaluated at H = {', '.join(map(str, p['horizons']))})"
     parts.append(where)
@@ -249,17 +255,6 @@ def render_tex(config: dict, presets=(), version: str | None = None) -> str:
     env = environment()
     env.filters["tex"] = tex_text
     return env.get_template(TEMPLATE).render(**context(config, presets, version))
-
-
-# Characters pdflatex has no glyph for by default, written as LaTeX (the template declares the same ones for
-# text that comes from the tables).
-_UNICODE = {"−": "$-$", "×": r"$\times$", "≥": r"$\geq$", "≤": r"$\leq$", "±": r"$\pm$", "∈": r"$\in$",
-            "→": r"$\rightarrow$", "≈": r"$\approx$"}
-
-
-def tex_text(s) -> str:
-    """LaTeX-escape plain text, including the non-ASCII symbols our titles use."""
-    return "".join(_UNICODE.get(c, c) for c in tex_escape(s))
 
 
 # --- LaTeX ---------------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from tapebench.grid_rules import GridFamily
 from tapebench.rule_family import config_family
 
 TABLE, FIGURE = "table", "figure"
@@ -94,4 +95,12 @@ def elementary_only(jobs: Callable[[dict], list[Job]]) -> Callable[[dict], list[
     belief over the 256 rules): none when the config's rule family is another (docs/protocol.md#rule-sets)."""
     def family_jobs(config):
         return jobs(config) if config_family(config).elementary else []
+    return family_jobs
+
+
+def grid_only(jobs: Callable[[dict], list[Job]]) -> Callable[[dict], list[Job]]:
+    """Jobs of an output that exists only for the 2D grid family (grid rollouts): none on a tape family
+    (docs/protocol.md#grid-pipeline)."""
+    def family_jobs(config):
+        return jobs(config) if isinstance(config_family(config), GridFamily) else []
     return family_jobs

@@ -19,8 +19,9 @@ import pandas as pd
 from tapebench import defaults
 from tapebench.report.fixed_z import read_per_rule
 from tapebench.report.render import render_table
+from tapebench.splits.io import load_split
 from tapebench.report.style import TYPE_ORDER, types_present
-from tapebench.report.tables import display_name
+from tapebench.report.tables import display_name, family_caption
 from tapebench.stats.aggregate import group_generator, rule_agnostic_ids
 from tapebench.stats.bootstrap import bootstrap_means, percentile_interval, resample_indices
 from tapebench.stats.headroom import best_floor, headroom_ci
@@ -103,7 +104,10 @@ def headroom_by_type(per_seed: pd.DataFrame, summary: pd.DataFrame, split: str, 
 
 
 def per_type_context(summary: pd.DataFrame, *, split: str, H: int, agents: list[str] | None = None,
-                     ci: float = defaults.CI, n_resamples: int = defaults.N_RESAMPLES) -> dict:
+                     ci: float = defaults.CI, n_resamples: int = defaults.N_RESAMPLES, family=None,
+                     L: int | None = None) -> dict:
+    """The template's context; `family` (the split's rule family) and `L` name a family other than the elementary
+    one in the caption (`tables.family_caption`)."""
     agents = [a for a in (agents or dict.fromkeys(summary["agent"])) if a != HEADROOM_ROW]
     if HEADROOM_ROW in set(summary["agent"]):
         agents.append(HEADROOM_ROW)
@@ -127,12 +131,13 @@ def per_type_context(summary: pd.DataFrame, *, split: str, H: int, agents: list[
                          "side": "ID" if side == "train" else "OOD",
                          "n": int(sel["n_seeds"].max()), "cells": cells})
     return {"rows": rows, "columns": columns, "counts": counts, "types": types, "split": split, "H": H,
-            "headroom": HEADROOM_ROW in agents,
+            "headroom": HEADROOM_ROW in agents, **family_caption(family, L),
             "ci_percent": f"{100 * ci:g}", "n_resamples": n_resamples, "known_types": list(TYPE_ORDER)}
 
 
 def render_per_type(out, *, per_rule, split, H, agents=None, n_resamples=defaults.N_RESAMPLES, ci=defaults.CI, seed=0,
-                    parquet=None) -> str:
+                    parquet=None, split_file=None) -> str:
+    """`split_file` (the split JSON) names its rule family in the caption where it is not the elementary one."""
     frame = read_per_rule(per_rule)
     frame = frame[(frame["split"] == split) & (frame["H"] == int(H)) & frame["side"].isin(SPLIT_SIDES)]
     if frame.empty:
@@ -141,6 +146,7 @@ def render_per_type(out, *, per_rule, split, H, agents=None, n_resamples=default
     if parquet:
         write_parquet(parquet, summary, meta={"table": "per_type", "split": split, "H": int(H), "ci": ci,
                                               "n_resamples": n_resamples, "seed": seed})
+    family = load_split(split_file).family if split_file is not None else None
     context = per_type_context(summary, split=split, H=int(H), agents=list(agents) if agents else None, ci=ci,
-                               n_resamples=n_resamples)
+                               n_resamples=n_resamples, family=family, L=int(frame["L"].iloc[0]))
     return render_table("table_types.tex.j2", out, **context)

@@ -18,7 +18,7 @@ from tapebench import layout
 from tapebench.registry import get_method
 from tapebench.registry import registry as method_registry
 from tapebench import defaults
-from tapebench.report.output import FIGURE, TABLE, Job, Option, Output, elementary_only
+from tapebench.report.output import FIGURE, TABLE, Job, Option, Output, elementary_only, grid_only
 from tapebench.rule_family import config_family
 from tapebench.settings import fewshot_study, noise_study, worldtest_study
 from tapebench.stats.protocols import protocols
@@ -27,6 +27,8 @@ from tapebench.vocabulary import SPLIT_SIDES
 # Figure 4 (report/figures.py): its rules, tape, horizon and seed by default
 FIGURE4_RULES = (0, 90, 30)
 FIGURE4_L, FIGURE4_H, FIGURE4_SEED = 32, 64, 0
+# the grid rollouts (report/grid_rollouts.py): steps after the start grid and the start grid's seed
+GRID_ROLLOUT_STEPS, GRID_ROLLOUT_SEED = 7, 0
 
 
 def has_curve(agent: str, curves=None) -> bool:
@@ -222,6 +224,12 @@ def _figure4_jobs(config):
                 {"rules": list(FIGURE4_RULES), "L": FIGURE4_L, "H": FIGURE4_H, "seed": FIGURE4_SEED})]
 
 
+def _grid_rollout_jobs(config):
+    return [Job("grid_rollouts", layout.figure("grid_rollouts"), {
+        "features": layout.rule_features(), "n": config["env"]["grid_n"], "steps": GRID_ROLLOUT_STEPS,
+        "seed": GRID_ROLLOUT_SEED})]
+
+
 def _figure3_jobs(config):
     return [Job("figure3", layout.figure("figure3_per_rule"), _per_rule_values(config))]
 
@@ -278,6 +286,18 @@ _FIGURES: list[Output] = [
                _value("seed", f"seed of the initial tape and the actions (default {FIGURE4_SEED})", int,
                       required=False, default=FIGURE4_SEED)),
            elementary_only(_figure4_jobs), category=FIGURES),
+    Output("grid_rollouts", FIGURE, "Grid rollouts: one rule of each operational type, free evolution from one "
+                                    "random grid",
+           "tapebench.report.grid_rollouts:render_grid_rollouts", (
+               Option("features", "grid rule-features Parquet (`tapebench grid-features`): the rules and their types"),
+               _value("n", "grid side (the config's env.grid_n)", int),
+               _value("steps", f"updates after the start grid (default {GRID_ROLLOUT_STEPS})", int, required=False,
+                      default=GRID_ROLLOUT_STEPS),
+               _value("seed", f"seed of the start grid (default {GRID_ROLLOUT_SEED})", int, required=False,
+                      default=GRID_ROLLOUT_SEED),
+               _value("rules", "rules to draw, Golly notation or ids (default: each type's median-activity rule)",
+                      many=True, required=False)),
+           grid_only(_grid_rollout_jobs), category=FIGURES),
     Output("figure3", FIGURE, "Figure 3: per-rule strict success by rule type, ID and OOD rules, per method",
            "tapebench.report.figures:render_figure3", (
                _PER_RULE, _SPLIT_IF_SEVERAL, _H_IF_SEVERAL,
@@ -351,7 +371,7 @@ def _types_jobs(config):
     methods = list(config["methods"])
     return [Job("table_types", "results/table_types.tex", {
         "per_rule": [layout.per_rule(split, m, H) for m in methods], "split": split, "H": H, "agents": methods,
-        "parquet": "results/table_types.parquet", **_statistics(config)})]
+        "parquet": "results/table_types.parquet", "split_file": layout.split_file(split), **_statistics(config)})]
 
 
 def _figure5_jobs(config):
@@ -388,6 +408,8 @@ _STUDIES: list[Output] = [
                _value("split", "split name"), _value("H", "evaluation horizon", int),
                _value("agents", "methods and their order (default: as in the tables)", many=True, required=False),
                _value("parquet", "also write the summary table", required=False),
+               Option("split_file", "split JSON: the caption names its rule family (other than the elementary one)",
+                      required=False),
                *_STATISTICS),
            _types_jobs, extra_outputs=lambda job: {"parquet": job.values["parquet"]}),
     Output("figure5", FIGURE, "Figure 5: split robustness, OOD success per method across partitions",

@@ -27,6 +27,17 @@ def tex_escape(s) -> str:
     return "".join(_TEX_SPECIALS.get(c, c) for c in str(s))
 
 
+# Characters pdflatex has no glyph for by default, written as LaTeX (the report's template declares the same ones for
+# text that comes from the tables).
+_UNICODE = {"−": "$-$", "×": r"$\times$", "≥": r"$\geq$", "≤": r"$\leq$", "±": r"$\pm$", "∈": r"$\in$",
+            "→": r"$\rightarrow$", "≈": r"$\approx$"}
+
+
+def tex_text(s) -> str:
+    """LaTeX-escape plain text, including the non-ASCII symbols our titles and captions use."""
+    return "".join(_UNICODE.get(c, c) for c in tex_escape(s))
+
+
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),

@@ -17,12 +17,12 @@ from tapebench import defaults
 from tapebench.defaults import REFERENCE
 from tapebench.grid_rules import GridFamily
 from tapebench import registry as methods
-from tapebench.report.render import render_table
+from tapebench.report.render import render_table, tex_text
+from tapebench.rule_family import family_phrase
 from tapebench.rules.features import solved_by_any_action
 from tapebench.splits.io import load_split
 from tapebench.stats.aggregate import HEADROOM_METRIC, ON_METRIC, SCORE_METRIC
 from tapebench.utils.artifacts import read_table
-from tapebench.validation import grid_side
 from tapebench.vocabulary import SPLIT_SIDES
 
 REFERENCE_FAMILY = "reference"
@@ -166,28 +166,19 @@ def table3_context(agg: pd.DataFrame, split: str, H: int, L: int | None = None, 
     narrow = (headroom is not None and min_headroom is not None
               and not headroom["test"]["mean"] >= float(min_headroom))
     L = int(data["L"].iloc[0])
-    return {"split": split, "L": L, "H": H, "groups": groups, "family_text": family_text(family),
-            "grid": grid_caption(family, L),
+    return {"split": split, "L": L, "H": H, "groups": groups, **family_caption(family, L),
             "on_reference": display_name(REFERENCE) if has_reference else None,
             "headroom": headroom, "score_hidden_below": float(min_headroom) if narrow else None,
             "floor": _floor(test_rules, random_per_rule, split, H, family),
             "seeds": _seeds_text([r["n"] for r in _rows(groups)]), **_statistics(data, meta or {})}
 
 
-def family_text(family) -> str | None:
-    """How a caption names a tape family other than the elementary one (None: the elementary family, named by
-    nothing, or the 2D grid family, named by `grid_caption`)."""
-    if family is None or family.elementary or isinstance(family, GridFamily):
-        return None
-    return family.describe()
-
-
-def grid_caption(family, L: int) -> dict | None:
-    """The 2D grid family's caption parts: the torus side n (L = n * n), the neighbourhood, the article of n."""
-    if not isinstance(family, GridFamily):
-        return None
-    n = grid_side(L)
-    return {"n": n, "neighbourhood": family.name_in_text, "article": "an" if n in (8, 11, 18) or 80 <= n < 90 else "a"}
+def family_caption(family, L: int) -> dict:
+    """A caption's family parts (Table 3, the per-type table): `family`, the rules it reports on in LaTeX
+    (`rule_family.family_phrase`; None for the elementary family), and `grid`, whether they are 2D grids (whose
+    caption gives the torus instead of L)."""
+    phrase = family_phrase(family, L)
+    return {"family": None if phrase is None else tex_text(phrase), "grid": isinstance(family, GridFamily)}
 
 
 def _floor(test_rules, random_per_rule, split: str, H: int, family=None) -> dict | None:
