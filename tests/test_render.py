@@ -127,6 +127,19 @@ def test_table3_caption_states_the_floor(aggregate_path, tmp_path):
                                split_file=split, random_per_rule=per_rule_path)
     assert ("Floor: 1 of the 3 test rules is solved by any action (every action reaches the goal in one step: "
             "rule 0); the random policy succeeds in at least 90\\% of episodes on 2 of them (rules 0, 76).") in text
+    # multi-goal protocol: a constant rule's every reachable tape, hence its derived goal, is c...c (rule 255: ones)
+    save_split(split, {"name": "main", "train": [4, 12, 200], "test": [0, 30, 255],
+                       "types": {}, "params": {"method": "hand"}, "unit": "rule"})
+    derived = render_result_table("table3", aggregate_path, tmp_path / "t3.tex", split="main", H=32,
+                                  split_file=split, goal="derived")
+    zeros = render_result_table("table3", aggregate_path, tmp_path / "t3.tex", split="main", H=32, split_file=split)
+    assert "Floor: 2 of the 3 test rules are solved by any action (every action reaches the goal in one step: " \
+           "rules 0, 255)." in derived
+    assert "Floor: 1 of the 3 test rules is solved by any action (every action reaches the goal in one step: " \
+           "rule 0)." in zeros
+    with pytest.raises(ValueError, match="goal must be one of"):
+        render_result_table("table3", aggregate_path, tmp_path / "t3.tex", split="main", H=32, split_file=split,
+                            goal="ones")
 
 
 def test_table3_agent_selection_and_order(aggregate_path, tmp_path):

@@ -141,6 +141,9 @@ def test_k3_closed_form_rules():
     assert frame.at[identity, "activity"] == 0.0
     assert 0.9 < frame.at[identity, "entropy"] <= 1.0   # uniform colours: near log2 3 bits, normalised to ~1
     assert solved_by_any_action(0, K3R1) and not solved_by_any_action(identity, K3R1)
+    twos = K3R1.number(np.full(K3R1.centre_cells.shape, 2))   # F = 2: every tape becomes 2...2, a derived goal
+    assert solved_by_any_action(twos, K3R1, "derived") and not solved_by_any_action(twos, K3R1)
+    assert not solved_by_any_action(identity, K3R1, "derived")
 
 
 def test_k3_mirror_rules_have_identical_features(k3r1_set):

@@ -22,7 +22,7 @@ from tapebench.report.output import FIGURE, TABLE, Job, Option, Output, elementa
 from tapebench.rule_family import config_family
 from tapebench.settings import fewshot_study, noise_study, worldtest_study
 from tapebench.stats.protocols import protocols
-from tapebench.vocabulary import SPLIT_SIDES
+from tapebench.vocabulary import GOAL_MODES, SPLIT_SIDES, ZEROS_GOAL
 
 # Figure 4 (report/figures.py): its rules, tape, horizon and seed by default
 FIGURE4_RULES = (0, 90, 30)
@@ -76,6 +76,7 @@ def _result_table(table: str) -> Callable[[dict], list[Job]]:
             values["random_per_rule"] = (layout.per_rule(split, "random", config["env"]["H"])
                                          if "random" in config["methods"] else None)
             values["min_headroom"] = config["health"]["rule_headroom"]["warn"]
+            values["goal"] = config["env"]["goal"]
         return [Job(table, f"results/{table}.tex", values)]
     return jobs
 
@@ -150,7 +151,9 @@ _TABLES: list[Output] = [
                Option("random_per_rule", "the random policy's per-rule Parquet: the caption counts test rules it "
                                          "solves in >= 90% of episodes", required=False),
                _value("min_headroom", "the Score column is shown only where the OOD rule-dependent headroom is at least "
-                                      "this (the pipeline: health.rule_headroom.warn)", float, required=False)),
+                                      "this (the pipeline: health.rule_headroom.warn)", float, required=False),
+               _value("goal", f"the protocol's env.goal ({' or '.join(GOAL_MODES)}): the caption's rules solved by "
+                              f"any action (default {ZEROS_GOAL})", required=False, default=ZEROS_GOAL)),
            _result_table("table3")),
     Output("table4", TABLE, "Table 4: final distance, AUC, soft success@0.1 by family",
            "tapebench.report.tables:render_table4", (

@@ -18,12 +18,12 @@ from tapebench.defaults import REFERENCE
 from tapebench.grid_rules import GridFamily
 from tapebench import registry as methods
 from tapebench.report.render import render_table, tex_text
-from tapebench.rule_family import family_phrase
+from tapebench.rule_family import ELEMENTARY, family_phrase
 from tapebench.rules.features import solved_by_any_action
 from tapebench.splits.io import load_split
 from tapebench.stats.aggregate import HEADROOM_METRIC, ON_METRIC, SCORE_METRIC
 from tapebench.utils.artifacts import read_table
-from tapebench.vocabulary import SPLIT_SIDES
+from tapebench.vocabulary import SPLIT_SIDES, ZEROS_GOAL
 
 REFERENCE_FAMILY = "reference"
 NOT_LEARNED = ("rule_agnostic", REFERENCE_FAMILY)   # families listed last, under the rule, "(not learned)"
@@ -133,12 +133,14 @@ def _rows(groups: list[dict]) -> list[dict]:
 
 def table3_context(agg: pd.DataFrame, split: str, H: int, L: int | None = None, agents=None,
                    meta: dict | None = None, test_rules: list[int] | None = None,
-                   random_per_rule: pd.DataFrame | None = None, family=None, min_headroom: float | None = None) -> dict:
+                   random_per_rule: pd.DataFrame | None = None, family=None, min_headroom: float | None = None,
+                   goal: str = ZEROS_GOAL) -> dict:
     """Paper Table 3: n, ID success, OOD success, drop (paired), OOD return, ON(p), the floor-normalised score
     (rule-agnostic floor = 0, reference = 100), each with a CI line; the caption gives the reference's
     rule-dependent headroom ID and OOD (docs/protocol.md#rule-agnostic-floors).
 
-    `test_rules` (the split's OOD rules) adds the caption's floor: how many test rules any action solves;
+    `test_rules` (the split's OOD rules) adds the caption's floor: how many test rules any action solves under the
+    protocol's `goal` (env.goal: zeros or derived);
     `random_per_rule` (the random policy's per-rule table) adds how many the random policy solves.
     `min_headroom`: below this OOD headroom the Score column is left empty and the caption says why (a scale from
     the floor to the reference that narrow multiplies every difference into hundreds of points).
@@ -169,7 +171,7 @@ def table3_context(agg: pd.DataFrame, split: str, H: int, L: int | None = None, 
     return {"split": split, "L": L, "H": H, "groups": groups, **family_caption(family, L),
             "on_reference": display_name(REFERENCE) if has_reference else None,
             "headroom": headroom, "score_hidden_below": float(min_headroom) if narrow else None,
-            "floor": _floor(test_rules, random_per_rule, split, H, family),
+            "floor": _floor(test_rules, random_per_rule, split, H, family, goal),
             "seeds": _seeds_text([r["n"] for r in _rows(groups)]), **_statistics(data, meta or {})}
 
 
@@ -181,14 +183,13 @@ def family_caption(family, L: int) -> dict:
     return {"family": None if phrase is None else tex_text(phrase), "grid": isinstance(family, GridFamily)}
 
 
-def _floor(test_rules, random_per_rule, split: str, H: int, family=None) -> dict | None:
+def _floor(test_rules, random_per_rule, split: str, H: int, family=None, goal: str = ZEROS_GOAL) -> dict | None:
     """Test rules solved by any action (every action reaches the goal in one step from every tape) and,
     if the random policy's per-rule values are given, test rules it solves in >= 90% of episodes."""
     if test_rules is None:
         return None
 
-    any_action = [z for z in test_rules if (solved_by_any_action(z) if family is None
-                                            else solved_by_any_action(z, family))]
+    any_action = [z for z in test_rules if solved_by_any_action(z, ELEMENTARY if family is None else family, goal)]
     floor = {"n_test": len(test_rules), "any_action": any_action, "random_threshold": RANDOM_SOLVED,
              "random_solved": None}
     if random_per_rule is not None:
@@ -262,11 +263,12 @@ def table4_context(agg: pd.DataFrame, split: str, H: int, L: int | None = None, 
 
 
 def render_result_table(table: str, aggregate, out, *, split: str, H=None, L=None, agents=None,
-                        split_file=None, random_per_rule=None, min_headroom=None) -> str:
+                        split_file=None, random_per_rule=None, min_headroom=None, goal=ZEROS_GOAL) -> str:
     """Render table2/table3/table4 from an aggregate Parquet to `out`; returns the LaTeX text.
 
     Table 3 only: `split_file` (the split JSON) and `random_per_rule` (the random policy's per-rule
-    Parquet) give the caption's floor; `min_headroom` hides the Score column below that OOD headroom."""
+    Parquet) give the caption's floor (`goal`: the protocol's env.goal, which decides the rules any action solves);
+    `min_headroom` hides the Score column below that OOD headroom."""
     agg, meta = load_aggregate(aggregate)
     if table == "table3":
         test_rules, family = None, None
@@ -276,7 +278,7 @@ def render_result_table(table: str, aggregate, out, *, split: str, H=None, L=Non
             test_rules, family = list(loaded.test), loaded.family
         per_rule = pd.read_parquet(random_per_rule) if random_per_rule is not None else None
         context = table3_context(agg, split, _single_H(H), L, agents, meta, test_rules, per_rule, family,
-                                 min_headroom=min_headroom)
+                                 min_headroom=min_headroom, goal=goal)
     elif table == "table4":
         context = table4_context(agg, split, _single_H(H), L, agents, meta)
     elif table == "table2":
@@ -301,9 +303,9 @@ def render_table2(out, *, aggregate, split, H=None, L=None, agents=None) -> str:
 
 
 def render_table3(out, *, aggregate, split, H=32, L=None, agents=None, split_file=None, random_per_rule=None,
-                  min_headroom=None) -> str:
+                  min_headroom=None, goal=ZEROS_GOAL) -> str:
     return render_result_table("table3", aggregate, out, split=split, H=H, L=L, agents=agents, split_file=split_file,
-                               random_per_rule=random_per_rule, min_headroom=min_headroom)
+                               random_per_rule=random_per_rule, min_headroom=min_headroom, goal=goal)
 
 
 def render_table4(out, *, aggregate, split, H=32, L=None, agents=None) -> str:

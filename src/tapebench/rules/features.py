@@ -48,6 +48,7 @@ from tapebench.rules.mirror import class_representative, mirror_rule, reflect_ta
 from tapebench.utils.artifacts import CorruptArtifact
 from tapebench.utils.io import provenance, read_parquet_meta, write_parquet
 from tapebench.validation import check_integer, check_length, check_rules
+from tapebench.vocabulary import GOAL_MODES, ZEROS_GOAL
 
 FEATURE_NAMES = ("density", "density_std", "activity", "activity_2step", "entropy", "block_entropy")
 RULE_TYPES = ("stable", "periodic", "chaotic")
@@ -81,16 +82,23 @@ class FeatureProtocol:
         return {k: int(v) for k, v in asdict(self).items()}
 
 
-def solved_by_any_action(rule: int, family: RuleFamily = ELEMENTARY) -> bool:
-    """Whether every action reaches the all-zero goal in one step from every tape: the rule maps every
-    neighbourhood to 0 (of the elementary rules, only rule 0; in every family, only rule 0). Such a test
-    rule is solved without any inference or control, so tables report how many test rules are of this kind."""
-
+def solved_by_any_action(rule: int, family: RuleFamily = ELEMENTARY, goal: str = ZEROS_GOAL) -> bool:
+    """Whether every action reaches the goal in one step from every tape. With the all-zero goal (`goal` "zeros"):
+    the rule maps every neighbourhood to 0 (only rule 0, in every family). With derived goals ("derived",
+    docs/protocol.md#multi-goal): the rule maps every neighbourhood to one colour c, so every tape it reaches is
+    c...c and that is the episode's goal (elementary: rules 0 and 255). Such a test rule is solved without any
+    inference or control, so tables report how many test rules are of this kind."""
+    if goal not in GOAL_MODES:
+        raise ValueError(f"goal must be one of {list(GOAL_MODES)}, got {goal!r}")
     if not family.elementary:
-        return not family.table(rule).any()
-    z = check_rules([rule])[0]
-    return all(ca_step(np.array(bits, dtype=np.uint8), z).sum() == 0
-               for bits in ((0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 1, 1), (1, 0, 0), (1, 0, 1), (1, 1, 0), (1, 1, 1)))
+        outputs = np.unique(family.table(rule))
+    else:
+        z = check_rules([rule])[0]
+        outputs = np.unique([ca_step(np.array(bits, dtype=np.uint8), z)[1] for bits in
+                             ((0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 1, 1), (1, 0, 0), (1, 0, 1), (1, 1, 0), (1, 1, 1))])
+    if goal == ZEROS_GOAL:
+        return outputs.tolist() == [0]
+    return len(outputs) == 1
 
 
 def rule_type(activity: float, entropy: float) -> str:
