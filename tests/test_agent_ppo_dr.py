@@ -11,6 +11,7 @@ import torch
 from agent_contract import assert_sigkill_resume_bit_identical, learned_success
 
 from tapebench.ca import torch_kernel
+from tapebench.envs import factory
 from tapebench.envs.batched import BatchedTapeEnv
 from tapebench.episodes.sets import episode_set
 from tapebench.evaluation import runner
@@ -71,7 +72,7 @@ class SpyEnv(BatchedTapeEnv):
 
 def test_training_env_draws_rho_and_eps_per_episode(tmp_path, monkeypatch):
     SpyEnv.made = []
-    monkeypatch.setattr(loop, "BatchedTapeEnv", SpyEnv)
+    monkeypatch.setattr(factory, "BatchedTapeEnv", SpyEnv)   # the training loop builds through envs.factory
     train(TrainSpec(agent="ppo_dr", rules=(4, 30), seed=0, hyperparameters=SMALL, L=8, H=8, total_steps=1024,
                     eval_every=1024), tmp_path / "dr", quiet=True)
     env = SpyEnv.made[0]
@@ -111,8 +112,8 @@ def test_evaluation_is_exactly_ppos_noise_free_rho_half_evaluation(tmp_path, mon
     (as_ppo / ckpt.MANIFEST_FILE).write_text(json.dumps(manifest))
 
     made = []
-    real_env = runner.BatchedTapeEnv
-    monkeypatch.setattr(runner, "BatchedTapeEnv", lambda *a, **k: made.append(k) or real_env(*a, **k))
+    real_env = factory.BatchedTapeEnv
+    monkeypatch.setattr(factory, "BatchedTapeEnv", lambda *a, **k: made.append(k) or real_env(*a, **k))
     frames = {}
     for name, path in (("ppo_dr", run), ("ppo", as_ppo)):
         frames[name], _ = evaluate_run(path, 8, rules=[4, 30, 90, 110], episodes_per_rule=10, eval_seed=5)
