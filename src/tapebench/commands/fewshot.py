@@ -38,25 +38,15 @@ def parse_params(text: str) -> dict:
 
 def _final_checkpoint(run_dir: Path, method_id: str, seed: int, split, env: dict, config) -> dict:
     # lazy: a command loads only the modules it runs
-    from tapebench.commands.worldtest import _check_same_run
+    from tapebench.evaluation.trained_runs import check_run_params, trained_run_manifest
     from tapebench.training import checkpoint as ckpt
-    from tapebench.training.loop import read_manifest
 
-    manifest = read_manifest(run_dir)
-    if manifest is None:
-        raise FileNotFoundError(f"no finished training run in {run_dir}: {ckpt.MANIFEST_FILE} is missing "
-                                f"(run `tapebench train` first)")
-    if manifest["agent"] != method_id or int(manifest["seed"]) != seed:
-        raise ValueError(f"run {run_dir} is {manifest['agent']!r} seed {manifest['seed']}, not {method_id!r} seed "
-                         f"{seed}")
-    if manifest.get("split") and manifest["split"].get("content_hash") != split.content_hash:
-        raise ValueError(f"run {run_dir} was trained on split {manifest['split'].get('name')!r}, not on "
-                         f"{split.name!r}")
+    manifest = trained_run_manifest(run_dir, method_id, seed, split)
     run_goal = manifest["env"].get("goal", defaults.GOAL)
     if run_goal != env.get("goal", defaults.GOAL):
         raise ValueError(f"env.goal: {env.get('goal', defaults.GOAL)} in --params, but run {run_dir} was trained with "
                          f"env.goal: {run_goal}")
-    _check_same_run(run_dir, manifest, env, config)
+    check_run_params(run_dir, manifest, env, config)
     entry = manifest["checkpoints"][-1]
     payload = ckpt.load(run_dir / entry["file"], sha256=entry.get("sha256"))
     payload["fingerprint"] = manifest.get("fingerprint")

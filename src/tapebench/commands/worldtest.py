@@ -15,19 +15,18 @@ Missing keys take the defaults of docs/protocol.md#world-test; unknown keys are 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import sys
 import time
 from pathlib import Path
 
 from tapebench import defaults
 from tapebench.episodes.streams import split_key
+from tapebench.evaluation.trained_runs import check_run_params, trained_run_manifest
 from tapebench.evaluation.worldtest import WorldTestSettings, check_family, run_worldtest
 from tapebench.registry import build_config, get_method, registry
 from tapebench.splits.io import load_split
 from tapebench.training import checkpoint as ckpt
-from tapebench.training.loop import read_manifest, resolve_device, torch_settings
+from tapebench.training.loop import resolve_device, torch_settings
 from tapebench.utils.io import provenance, write_parquet
 from tapebench.validation import check_output_file, parse_param_sections, seed_argument
 from tapebench.vocabulary import ID_SIDE, OOD_SIDE
@@ -44,35 +43,9 @@ def parse_params(text: str) -> dict:
     return parse_param_sections(text, PARAM_SECTIONS)
 
 
-def _check_same_run(run_dir: Path, manifest: dict, env: dict, config) -> None:
-    """The world test plays the trained run's policy: an L, H or hyperparameter in --params other than the run's
-    would be recorded in the provenance yet not be what answered."""
-    for key in ("L", "H"):
-        trained = manifest.get("env", {}).get(key)
-        if trained is not None and int(env[key]) != int(trained):
-            raise ValueError(f"--params env.{key} = {env[key]}, but run {run_dir} was trained at {key} = {trained}; "
-                             f"give the run's env.{key}")
-    trained = manifest.get("hyperparameters") or {}
-    resolved = json.loads(json.dumps(dataclasses.asdict(config)))   # as the manifest stores them (lists, not tuples)
-    differ = sorted(k for k, v in resolved.items() if k in trained and trained[k] != v)
-    if differ:
-        shown = ", ".join(f"{k} = {getattr(config, k)!r} (run: {trained[k]!r})" for k in differ)
-        raise ValueError(f"--params agent differs from the hyperparameters run {run_dir} was trained with: {shown}; "
-                         f"give the run's hyperparameters (agents.{manifest.get('agent')} of its config)")
-
-
 def _trained_agent(run_dir: Path, method_id: str, seed: int, split, device, env: dict, config):
-    manifest = read_manifest(run_dir)
-    if manifest is None:
-        raise FileNotFoundError(f"no finished training run in {run_dir}: {ckpt.MANIFEST_FILE} is missing "
-                                f"(run `tapebench train` first)")
-    if manifest["agent"] != method_id or int(manifest["seed"]) != seed:
-        raise ValueError(f"run {run_dir} is {manifest['agent']!r} seed {manifest['seed']}, not {method_id!r} seed "
-                         f"{seed}")
-    if manifest.get("split") and manifest["split"].get("content_hash") != split.content_hash:
-        raise ValueError(f"run {run_dir} was trained on split {manifest['split'].get('name')!r}, not on "
-                         f"{split.name!r}")
-    _check_same_run(run_dir, manifest, env, config)
+    manifest = trained_run_manifest(run_dir, method_id, seed, split)
+    check_run_params(run_dir, manifest, env, config)
     entry = manifest["checkpoints"][-1]
     payload = ckpt.load(run_dir / entry["file"], sha256=entry.get("sha256"))
     agent = ckpt.build_policy_agent(payload, device)

@@ -8,6 +8,8 @@ model (`evaluation.model_error`).
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 import time
 from pathlib import Path
 
@@ -133,6 +135,33 @@ def _finished_manifest(run_dir: Path) -> dict:
     if manifest is None:
         raise FileNotFoundError(f"no finished training run in {run_dir}: {ckpt.MANIFEST_FILE} is missing "
                                 f"(run `tapebench train` first)")
+    return manifest
+
+
+def check_run_params(run_dir: Path, manifest: dict, env: dict, config) -> None:
+    """A command that plays a trained run's policy (the world test, the few-shot study) refuses an L, H or
+    hyperparameter in --params other than the run's: it would be recorded in the provenance yet not be what played."""
+    for key in ("L", "H"):
+        trained = manifest.get("env", {}).get(key)
+        if trained is not None and int(env[key]) != int(trained):
+            raise ValueError(f"--params env.{key} = {env[key]}, but run {run_dir} was trained at {key} = {trained}; "
+                             f"give the run's env.{key}")
+    trained = manifest.get("hyperparameters") or {}
+    resolved = json.loads(json.dumps(dataclasses.asdict(config)))   # as the manifest stores them (lists, not tuples)
+    differ = sorted(k for k, v in resolved.items() if k in trained and trained[k] != v)
+    if differ:
+        shown = ", ".join(f"{k} = {getattr(config, k)!r} (run: {trained[k]!r})" for k in differ)
+        raise ValueError(f"--params agent differs from the hyperparameters run {run_dir} was trained with: {shown}; "
+                         f"give the run's hyperparameters (agents.{manifest.get('agent')} of its config)")
+
+
+def trained_run_manifest(run_dir: Path, method_id: str, seed: int, split) -> dict:
+    """The finished run's manifest, refused unless it is `method_id`'s seed `seed` trained on `split`."""
+    manifest = _finished_manifest(run_dir)
+    if manifest["agent"] != method_id or int(manifest["seed"]) != seed:
+        raise ValueError(f"run {run_dir} is {manifest['agent']!r} seed {manifest['seed']}, not {method_id!r} seed "
+                         f"{seed}")
+    _check_same_split(run_dir, manifest, split)
     return manifest
 
 
