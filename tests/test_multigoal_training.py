@@ -1,5 +1,5 @@
-"""Goal-conditioned training under the multi-goal protocol (docs/protocol.md#multi-goal): PPO (MLP and equivariant)
-trains with a derived goal per training episode, observes [s, g, t/H], and its run is evaluated on derived goals;
+"""Goal-conditioned training under the multi-goal protocol (docs/protocol.md#multi-goal): PPO (MLP, equivariant and
+context) trains with a derived goal per training episode, observes [s, g, t/H], and its run is evaluated on derived goals;
 the goal mode is part of the run's fingerprint and manifest, and a run plays only the goal protocol it was trained
 for."""
 from __future__ import annotations
@@ -21,7 +21,7 @@ EQUIVARIANT = {**HYPER, "conv_channels": 8, "conv_layers": 2}
 
 def spec(seed=0, agent="ppo", goal="derived", total_steps=256, rules=(204,)):
     return TrainSpec(agent=agent, rules=rules, seed=seed, L=8, H=8, total_steps=total_steps, eval_every=128,
-                     hyperparameters=EQUIVARIANT if agent == "ppo_equivariant" else HYPER, goal=goal, goal_steps=4)
+                     hyperparameters=HYPER if agent == "ppo" else EQUIVARIANT, goal=goal, goal_steps=4)
 
 
 def test_training_env_draws_a_reachable_goal_at_every_reset_from_the_rows_own_stream():
@@ -48,7 +48,7 @@ def test_training_env_draws_a_reachable_goal_at_every_reset_from_the_rows_own_st
     assert a.goal_sampler.episodes.tolist() == b.goal_sampler.episodes.tolist() and (a.goal_sampler.episodes >= 2).all()
 
 
-@pytest.mark.parametrize("agent", ["ppo", "ppo_equivariant"])
+@pytest.mark.parametrize("agent", ["ppo", "ppo_equivariant", "ppo_context"])
 def test_goal_conditioned_ppo_trains_on_derived_goals_and_plays_them(tmp_path, agent):
     derived, zeros = spec(agent=agent), spec(agent=agent, goal="zeros")
     assert derived.env_spec().obs_dim == 17 and zeros.env_spec().obs_dim == 9
@@ -123,3 +123,28 @@ def test_the_equivariant_policy_reads_the_goal_as_a_channel_and_rolls_with_tape_
         assert torch.allclose(network.value(rolled), network.value(obs), atol=1e-5)
         other = torch.cat([tape, 1 - goal, obs[:, -1:]], dim=1)
         assert not torch.allclose(network.actor(other), network.actor(obs))   # the goal changes the policy
+
+
+def test_the_context_policy_reads_the_goal_as_a_channel_beside_its_context_channels():
+    from tapebench.methods import ppo_context
+    from tapebench.registry import build_config
+    from tapebench.rule_family import RuleFamily
+
+    config = build_config("ppo_context", {"conv_channels": 8, "conv_layers": 2})
+    env_spec = spec(agent="ppo_context").env_spec()
+    channels = ppo_context.feature_channels(RuleFamily())
+    network = ppo_context.ContextActorCritic(config, env_spec, channels)
+    assert network.actor.trunk.inp.in_channels == 3 + channels
+    torch.manual_seed(0)
+    tape, goal = torch.randint(0, 2, (5, 8)).float(), torch.randint(0, 2, (5, 8)).float()
+    context = torch.rand(5, channels, 8)
+
+    def augmented(tape_, goal_, context_):
+        return torch.cat([tape_, goal_, torch.full((5, 1), 0.25), context_.flatten(1)], dim=1)
+
+    obs = augmented(tape, goal, context)
+    rolled = augmented(tape.roll(3, 1), goal.roll(3, 1), context.roll(3, 2))
+    with torch.no_grad():
+        assert torch.allclose(network.actor(rolled), network.actor(obs).roll(3, 1), atol=1e-5)
+        assert torch.allclose(network.value(rolled), network.value(obs), atol=1e-5)
+        assert not torch.allclose(network.actor(augmented(tape, 1 - goal, context)), network.actor(obs))
