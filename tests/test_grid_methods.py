@@ -135,3 +135,19 @@ def test_equivariant_rows_train_on_the_grid_through_the_training_loop(agent, tmp
                                                         {"learning_starts": 16, "batch_size": 8})})
     manifest = train(spec, tmp_path, quiet=True)
     assert manifest["training"]["env_steps"] == 64 and len(manifest["checkpoints"]) == 1
+
+
+def test_a_grid_run_records_its_family_and_is_evaluated_on_a_rule_list_of_it(tmp_path):
+    from tapebench.evaluation.trained_runs import evaluate_run
+    from tapebench.grid_rules import GridFamily
+    from tapebench.training.loop import TrainSpec, train
+
+    rules = GridFamily("moore").rules(["B3/S23", "B36/S23"])
+    ids = tuple(rule.id for rule in rules)
+    spec = TrainSpec(agent="ppo", rules=ids, seed=0, L=16, H=8, total_steps=128, eval_every=128,
+                     hyperparameters={"num_envs": 4, "num_steps": 32, "hidden_size": 16, "num_minibatches": 2,
+                                      "update_epochs": 1}, family={"neighbourhood": "moore"})
+    manifest = train(spec, tmp_path / "run", quiet=True)
+    assert manifest["family"] == {"neighbourhood": "moore"}
+    records, summary = evaluate_run(tmp_path / "run", 8, rules=list(ids), episodes_per_rule=3, eval_seed=1)
+    assert sorted(set(records["rule"])) == sorted(ids) and len(records) == 6

@@ -150,3 +150,36 @@ def test_floor_charges_each_training_job_its_runs_flops_and_each_evaluation_its_
     # 2 checkpoints x 256 rules x 5 episodes, each twice the measured horizon's FLOPs; another L: not counted
     assert seconds[5] == pytest.approx(2 * 256 * 5 * 4e5 * 2 / 1e9)
     assert seconds[6] == 0.0
+
+
+@pytest.mark.parametrize("preset, methods", [("config/grid_quick.yaml", ["ppo", "bayes_filter"]),
+                                             ("config/multigoal_quick.yaml", ["ppo", "live_leftmost"])])
+def test_the_projection_trains_and_evaluates_on_the_configs_family_and_goals(monkeypatch, preset, methods):
+    from pathlib import Path
+
+    from tapebench.pipeline import projection
+    from tapebench.pipeline.config import load_config, validate_config
+
+    repo = Path(__file__).resolve().parents[1]
+    config = validate_config(load_config([repo / preset], root=repo), repo / "workflow/schemas/config.schema.yaml")
+    monkeypatch.setattr(projection, "calibrate_jobs", lambda: {"evaluate": 1.0, "train": 1.0, "light": 0.5,
+                                                               "figure": 1.0})
+    trained = []
+    from tapebench.training import loop
+
+    real_train = loop.train
+
+    def spy(spec, run_dir, **kwargs):
+        trained.append(spec)
+        return real_train(spec, run_dir, **kwargs)
+
+    monkeypatch.setattr(loop, "train", spy)
+    model = projection.measure(config, methods, steps=256, log=lambda *a, **k: None)
+    assert set(model.episode_s) == set(methods) and all(s > 0 for s in model.episode_s.values())
+    fields = projection.run_fields(config)
+    assert [(s.family, s.goal, s.goal_steps) for s in trained] == [(fields["family"], fields["goal"],
+                                                                    fields["goal_steps"])]
+    if "grid" in preset:
+        assert fields["family"] == {"neighbourhood": "moore"} and trained[0].L == 64
+    else:
+        assert fields["family"] is None and fields["goal"] == "derived"

@@ -30,11 +30,13 @@ from tapebench.validation import parse_rule_list
 DEFAULT_AGENTS = ["dqn", "ppo", "dreamer"]
 
 
-def train_command(agent: str, seeds: list[int] | int, out: str, params: dict, rules: str, device: str) -> list[str]:
-    """One `tapebench train` process: a seed block (`seeds` a list, `out` with {seed}) or one seed (an int)."""
+def train_command(agent: str, seeds: list[int] | int, out: str, params: dict, source: list[str], device: str
+                  ) -> list[str]:
+    """One `tapebench train` process: a seed block (`seeds` a list, `out` with {seed}) or one seed (an int), on the
+    rules of `source` (`["--rules", LIST]` or `["--split", PATH]`)."""
     chosen = ["--seed", str(seeds)] if isinstance(seeds, int) else \
         ["--seeds", f"{seeds[0]}-{seeds[-1]}", "--stacking", "always"]
-    return [sys.executable, "-m", "tapebench", "train", "--agent", agent, "--rules", rules, *chosen,
+    return [sys.executable, "-m", "tapebench", "train", "--agent", agent, *source, *chosen,
             "--params", json.dumps(params), "--device", device, "--threads", "1", "--quiet", "--out", out]
 
 
@@ -52,10 +54,10 @@ def loop_seconds(run_dirs) -> float:
     return sum(read_json(Path(run) / "train.json", "training manifest")["wall_time_s"] for run in run_dirs)
 
 
-def one_process(agent: str, n: int, params: dict, rules: str, device: str, root: Path) -> tuple[float, float]:
+def one_process(agent: str, n: int, params: dict, source: list[str], device: str, root: Path) -> tuple[float, float]:
     """(wall s, training-loop wall s) of one `tapebench train` process training seeds 0..n-1 as a block."""
     block_dir = root / f"{agent}_block{n}"
-    wall = timed_process(train_command(agent, list(range(n)), str(block_dir / "seed{seed}"), params, rules, device))
+    wall = timed_process(train_command(agent, list(range(n)), str(block_dir / "seed{seed}"), params, source, device))
     return wall, loop_seconds(block_dir / f"seed{seed}" for seed in range(n))
 
 
@@ -64,11 +66,12 @@ def measure_block(agent: str, n: int, params: dict, rules: str, device: str, roo
     own core, one torch thread; their wall times are summed: what one core running them one by one takes)."""
     steps = params["training"]["total_steps"]
     seeds = list(range(n))
-    one_wall, one_loop = one_process(agent, n, params, rules, device, root)
+    source = ["--rules", rules]
+    one_wall, one_loop = one_process(agent, n, params, source, device, root)
     separate_dirs = [root / f"{agent}_separate{n}" / f"seed{seed}" for seed in seeds]
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         separate_wall = sum(pool.map(lambda seed: timed_process(
-            train_command(agent, seed, str(separate_dirs[seed]), params, rules, "cpu")), seeds))
+            train_command(agent, seed, str(separate_dirs[seed]), params, source, "cpu")), seeds))
     separate_loop = loop_seconds(separate_dirs)
     one, separate = n * steps / one_wall, n * steps / separate_wall
     return {"seeds": n, "env_steps": n * steps,

@@ -27,16 +27,16 @@ from tapebench.utils.io import provenance, write_parquet
 
 def side_protocols(*, L: int, H: int, episodes_per_rule: int, eval_seed: int,
                    success_bonus: float = defaults.SUCCESS_BONUS, noise: float = defaults.NOISE, split=None, rules=None,
-                   features=None, goal_mode: str = defaults.GOAL, goal_steps: int = defaults.GOAL_STEPS
+                   features=None, goal_mode: str = defaults.GOAL, goal_steps: int = defaults.GOAL_STEPS, family=None
                    ) -> list[tuple[EpisodeSet, EvalProtocol, dict[int, str]]]:
     """The ID ('train') and OOD protocols of a split ('test', or one per level 'd1', 'd2', ... of a severity
-    ladder), or the one protocol of a rule list."""
+    ladder), or the one protocol of a rule list (of `family`; None: elementary)."""
     common = dict(L=L, H=H, episodes_per_rule=episodes_per_rule, eval_seed=eval_seed, success_bonus=success_bonus,
                   noise=noise, goal_mode=goal_mode, goal_steps=goal_steps)
     if split is not None:
         split = split if isinstance(split, Split) else resolve_split(split)
         return [protocol_episodes(split=split, side=side, **common) for side in split.sides]
-    return [protocol_episodes(rules=rules, features=features, **common)]
+    return [protocol_episodes(rules=rules, features=features, family=family, **common)]
 
 
 def play(policy, method: Method, episodes: EpisodeSet, protocol: EvalProtocol, rule_types: dict[int, str],

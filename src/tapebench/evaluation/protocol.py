@@ -76,14 +76,15 @@ def goal_string(goal, L: int) -> str:
 def protocol_episodes(*, L: int, H: int, episodes_per_rule: int, eval_seed: int = 0, split=None,
                       side: str | None = None, rules=None, features=None, goal=None,
                       success_bonus: float = SUCCESS_BONUS, noise: float = NOISE, splits_dir=DEFAULT_SPLITS_DIR,
-                      goal_mode: str = GOAL, goal_steps: int = GOAL_STEPS
+                      goal_mode: str = GOAL, goal_steps: int = GOAL_STEPS, family=None
                       ) -> tuple[EpisodeSet, EvalProtocol, dict[int, str]]:
     """Build the evaluation episodes of one side of a split, or of an explicit rule list.
 
     Exactly one of `split` (a Split, a name or a path, with `side` one of its sides: 'train', 'test', or a
     ladder level 'd1', 'd2', ...) and `rules` must be given. `noise` > 0 makes the dynamics stochastic with the
     episodes' common noise realisation. `goal_mode` "derived" gives each episode its own goal (docs/protocol.md#multi-goal).
-    Rule types come from the split; for a rule list from the features file `features` if given.
+    Rule types come from the split; for a rule list from the features file `features` if given. `family`: the rule
+    family of a rule list (None: elementary); a split names its own.
     Returns (episodes, protocol, {rule: type}).
     """
     L, H = check_length(L), check_horizon(H)
@@ -94,6 +95,8 @@ def protocol_episodes(*, L: int, H: int, episodes_per_rule: int, eval_seed: int 
     if (split is None) == (rules is None):
         raise ValueError("give either a split (with --side train|test) or an explicit rule list (--rules), not "
                          f"{'both' if split is not None else 'neither'}")
+    if split is not None and family is not None:
+        raise ValueError("a split names its own rule family; `family` is for an explicit rule list")
     if split is not None:
         sp = split if isinstance(split, Split) else resolve_split(split, splits_dir)
         if side not in (*SPLIT_SIDES, *sp.sides):
@@ -107,10 +110,10 @@ def protocol_episodes(*, L: int, H: int, episodes_per_rule: int, eval_seed: int 
         if side not in (None, "rules"):
             raise ValueError(f"an explicit rule list is evaluated on side 'rules', got side {side!r}")
         side = "rules"
-        rule_list = check_rules(rules)
+        family = ELEMENTARY if family is None else family
+        rule_list = check_rules(rules, family)
         types = rule_types_from_features(features, rule_list) if features else {}
         name, chash, key = "", "", 0
-        family = ELEMENTARY
     episodes = episode_set(rule_list, int(episodes_per_rule), L, eval_seed=int(eval_seed), key=key, side=side,
                            goal=goal, family=family, noise=noise, goal_mode=goal_mode, goal_steps=goal_steps)
     protocol = EvalProtocol(L=L, H=H, split=name, split_hash=chash, side=side, rules=tuple(int(z) for z in rule_list),

@@ -22,6 +22,7 @@ from tapebench.evaluation.protocol import protocol_episodes
 from tapebench.evaluation.records import coerce_episode_frame
 from tapebench.methods.contract import greedy_policy
 from tapebench.registry import get_method
+from tapebench.rule_family import family_from_config
 from tapebench.training import checkpoint as ckpt
 from tapebench.training.loop import read_manifest, resolve_device, torch_settings
 from tapebench.vocabulary import SPLIT_SIDES
@@ -64,7 +65,8 @@ def evaluate_run(run_dir, H: int, *, split=None, rules=None, episodes_per_rule: 
     device = resolve_device(device)
     sides = side_protocols(L=run_L, H=H, episodes_per_rule=episodes_per_rule, eval_seed=eval_seed,
                            success_bonus=success_bonus, noise=noise, split=split, rules=rules,
-                           goal_mode=goal_mode, goal_steps=goal_steps)
+                           goal_mode=goal_mode, goal_steps=goal_steps,
+                           family=None if rules is None else family_from_config(manifest.get("family")))
     frames, agent, timings, cpu_start = [], None, [], time.process_time()
     with torch_settings(device, threads):
         for entry in selected:

@@ -43,6 +43,7 @@ from tapebench.pipeline.config import (dumps, fixed_z_train_slice, load_config, 
                                        train_slice, validate_config)
 from tapebench.layout import BLOCK_RULE
 from tapebench.registry import get_method
+from tapebench.rule_family import config_family
 from tapebench.schemas import WORLDTEST_AGGREGATE_COLUMNS
 from tapebench.settings import checkpoints_per_run, worldtest_study
 from tapebench.splits.io import save_split
@@ -59,6 +60,21 @@ TORCH_RULES = ("model_error", "model_error_sweep")
 LATEX_RULES = ("report_pdf", "latex_check")
 MAIN_ROW_RULES = ("train", "train_block", "evaluate", "evaluate_method")   # a method's row of the main study (Table 3)
 LATEX_ESTIMATE_S = 20.0      # a LaTeX compile: estimated, not measured (LaTeX may be absent)
+
+
+def run_fields(config: dict) -> dict:
+    """The TrainSpec fields the config's rule family and goal protocol give every run it trains (the projection
+    trains and evaluates as the DAG's jobs do: on the config's family, towards its goals)."""
+    family = config_family(config)
+    env = config["env"]
+    return {"family": None if family.elementary else family.as_dict(), "goal": env["goal"],
+            "goal_steps": int(env["goal_steps"])}
+
+
+def protocol_fields(config: dict) -> dict:
+    """The evaluation protocol's family and goal arguments (`side_protocols`) for a rule list of the config."""
+    env = config["env"]
+    return {"family": config_family(config), "goal_mode": env["goal"], "goal_steps": int(env["goal_steps"])}
 
 
 @dataclass
@@ -254,10 +270,11 @@ def measure(config: dict, methods, *, steps: int, count_evaluation_flops: bool =
     half = sample[: max(1, len(sample) // 2)]
     E = int(evaluation["episodes_per_rule"])
     eval_kwargs = dict(episodes_per_rule=E, eval_seed=int(evaluation["eval_seed"]))
+    goals = {"goal_mode": config["env"]["goal"], "goal_steps": int(config["env"]["goal_steps"])}
     model.H = H
 
     def protocols(rules_):
-        return side_protocols(L=L, H=H, rules=rules_, **eval_kwargs)
+        return side_protocols(L=L, H=H, rules=rules_, **eval_kwargs, **protocol_fields(config))
 
     study = worldtest_study(config)
     settings = WorldTestSettings.from_config(study["worldtest"]) if study["methods"] else None
@@ -271,14 +288,14 @@ def measure(config: dict, methods, *, steps: int, count_evaluation_flops: bool =
         with tempfile.TemporaryDirectory(prefix=f"tapebench-projection-{method_id}-") as run_dir:
             if method.trains:
                 spec = TrainSpec(agent=method_id, rules=tuple(rules), seed=0, L=L, H=H, total_steps=steps,
-                                 eval_every=steps, hyperparameters=overrides)
+                                 eval_every=steps, hyperparameters=overrides, **run_fields(config))
                 with heartbeat(f"{method_id}: training {steps} steps"):
                     manifest = train(spec, run_dir, quiet=True)
                 model.train_steps_per_s[method_id] = manifest["training"]["env_steps"] / manifest["cpu_time_s"]
-                evaluate_run(run_dir, H, rules=sample[:1], episodes_per_rule=1, checkpoints=1)   # warm-up
+                evaluate_run(run_dir, H, rules=sample[:1], episodes_per_rule=1, checkpoints=1, **goals)   # warm-up
 
                 def evaluate(rules_):
-                    return evaluate_run(run_dir, H, rules=rules_, checkpoints=1, **eval_kwargs)[1]
+                    return evaluate_run(run_dir, H, rules=rules_, checkpoints=1, **eval_kwargs, **goals)[1]
                 with heartbeat(f"{method_id}: evaluating {len(half)} and {len(sample)} rules"):
                     timings = [evaluate(r)["cpu_seconds"] for r in (half, sample)]
                 if settings is not None and method_id in study["methods"]:
@@ -291,7 +308,8 @@ def measure(config: dict, methods, *, steps: int, count_evaluation_flops: bool =
             elif method.make_policy is not None:
                 evaluate_untrained(method_id, overrides, 0, side_protocols(L=L, H=H, rules=sample[:1],
                                                                            episodes_per_rule=1,
-                                                                           eval_seed=eval_kwargs["eval_seed"]),
+                                                                           eval_seed=eval_kwargs["eval_seed"],
+                                                                           **protocol_fields(config)),
                                    train_rules=rules)                                  # warm-up (numba caches)
 
                 def evaluate(rules_):
@@ -349,7 +367,8 @@ def _stacked_rate(method_id: str, seeds: int, config: dict, rules, steps: int) -
         return None   # the pipeline (`--stacking auto`) trains its blocks' seeds one after another on a CPU
     specs = [TrainSpec(agent=method_id, rules=tuple(rules), seed=seed, L=int(config["env"]["L"]),
                        H=int(config["env"]["H"]), total_steps=steps, eval_every=steps,
-                       hyperparameters=config["agents"].get(method_id, {}) or {}) for seed in range(seeds)]
+                       hyperparameters=config["agents"].get(method_id, {}) or {}, **run_fields(config))
+             for seed in range(seeds)]
     with tempfile.TemporaryDirectory(prefix=f"tapebench-projection-{method_id}-block-") as tmp:
         with heartbeat(f"{method_id}: training a block of {seeds} seeds, {steps} steps each"):
             manifests = train_block(specs, [f"{tmp}/seed{seed}" for seed in range(seeds)], quiet=True)  # auto, as the DAG
@@ -385,7 +404,7 @@ def measure_floor(jobs: list[DagJob], config: dict, *, steps: int, log=print) ->
     for key, (method, train) in sorted(shapes.items()):
         L, H = int(train["env"]["L"]), int(train["env"]["H"])
         spec = TrainSpec(agent=method, rules=rules, seed=0, hyperparameters=train["agent"], L=L, H=H,
-                         total_steps=steps, eval_every=steps)
+                         total_steps=steps, eval_every=steps, **run_fields(config))
         with heartbeat(f"{method}: counting FLOPs at L={L}, H={H}"):
             flops[key] = steady_flops_per_step(spec)
         overrides = f", {dumps(train['agent'])}" if train["agent"] else ""
@@ -530,17 +549,25 @@ def measure_gpu_blocks(config: dict, sizes: dict[str, set[int]], steps: int, log
     `bench seeds --device cuda` does (a whole `tapebench train --seeds` process)."""
     from tapebench.bench.seeds import one_process   # only when a GPU projection measures
 
-    rules = ",".join(map(str, split_rule_space(config, config["main_split"])))
+    rules = split_rule_space(config, config["main_split"])
+    family = config_family(config)
     blocks: dict = defaultdict(dict)
     with tempfile.TemporaryDirectory(prefix="tapebench-projection-gpu-") as tmp:
+        source = ["--rules", ",".join(map(str, rules))]
+        if not family.elementary:   # `--rules` lists elementary rules; another family comes with a split file
+            save_split(f"{tmp}/projection.json", {"name": "projection", "train": rules[:-1], "test": rules[-1:],
+                                                   "unit": "rule", "types": {str(z): "" for z in rules},
+                                                   "params": {"method": "hand"}, "family": family.as_dict()})
+            source = ["--split", f"{tmp}/projection.json"]
         for method, block_sizes_ in sorted(sizes.items()):
             if get_method(method).make_block is None:
                 continue
             for n in sorted(block_sizes_):
-                params = {"env": {"L": int(config["env"]["L"]), "H": int(config["env"]["H"])},
+                params = {"env": {"L": int(config["env"]["L"]), "H": int(config["env"]["H"]),
+                                  "goal": config["env"]["goal"], "goal_steps": int(config["env"]["goal_steps"])},
                           "training": {"total_steps": steps, "eval_every": steps},
                           "agent": config["agents"].get(method, {}) or {}}
-                wall, loop = one_process(method, n, params, rules, "cuda", Path(tmp))
+                wall, loop = one_process(method, n, params, source, "cuda", Path(tmp))
                 blocks[method][n] = (wall - loop, n * steps / loop)
                 log(f"  {method}: a block of {n} seeds on the GPU trains {n * steps / loop:.0f} env steps/s (all "
                     f"seeds), start-up {wall - loop:.1f} s", flush=True)

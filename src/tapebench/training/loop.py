@@ -455,6 +455,7 @@ def run_manifest(spec: TrainSpec, config, schedule: list[int], checkpoints: list
         "fingerprint": fingerprint,
         "split": spec.split,
         "train_rules": list(spec.rules),
+        **({"family": spec.family} if spec.family is not None else {}),
         "env": {"L": spec.L, "H": spec.H, "success_bonus": spec.success_bonus,
                 **({"goal": spec.goal, "goal_steps": spec.goal_steps} if spec.derived_goals else {})},
         "training": {"total_steps": spec.total_steps, "eval_every": spec.eval_every,
