@@ -22,7 +22,8 @@ METHODS = ("dqn", "ppo", "bayes_filter", "live_leftmost", "random", "mpc")
 def grid_run(tmp_path_factory):
     workdir = make_workdir(tmp_path_factory.mktemp("grid"))
     shutil.copy(GRID_TINY, workdir / "grid.yaml")
-    result = snakemake(workdir, "results/table3.tex", "results/table_types.tex", "results/figures/figure3_per_rule.png",
+    result = snakemake(workdir, "results/table2.tex", "results/table3.tex", "results/table4.tex",
+                       "results/table_types.tex", "results/figures/figure3_per_rule.png",
                        "results/figures/grid_rollouts.png", configfiles=("tiny.yaml", "grid.yaml"))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return workdir
@@ -63,6 +64,12 @@ def test_table3_names_the_family_and_has_a_row_per_method(grid_run):
                  "True-dynamics MPC"):
         assert f"\n{name} & 2 &" in table3, name
     assert "Rule-dependent headroom" in table3
+
+
+def test_tables_2_and_4_name_the_family(grid_run):
+    phrase = "outer-totalistic von Neumann rules on a 4 $\\times$ 4 torus"
+    assert f"\\texttt{{main}} ({phrase}; evaluation horizons" in (grid_run / "results/table2.tex").read_text()
+    assert f"\\texttt{{main}} at $H=8$ ({phrase}) over" in (grid_run / "results/table4.tex").read_text()
 
 
 def test_the_per_type_table_names_the_family_and_the_figures_are_built(grid_run):

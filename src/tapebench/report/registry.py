@@ -55,6 +55,7 @@ def _statistics(config) -> dict:
     return {"n_resamples": stats["n_resamples"], "ci": stats["ci"], "seed": stats["seed"]}
 
 
+_SPLIT_FILE = Option("split_file", "split JSON: the caption names its rule family", required=False)
 _STATISTICS = (_value("n_resamples", f"bootstrap resamples (default {defaults.N_RESAMPLES})", int, required=False,
                       default=defaults.N_RESAMPLES),
                _value("ci", f"confidence level (default {defaults.CI})", float, required=False, default=defaults.CI),
@@ -66,13 +67,12 @@ _STATISTICS = (_value("n_resamples", f"bootstrap resamples (default {defaults.N_
 def _result_table(table: str) -> Callable[[dict], list[Job]]:
     def jobs(config):
         split = _main(config)
-        values = {"aggregate": layout.aggregate(split), "split": split}
+        values = {"aggregate": layout.aggregate(split), "split": split, "split_file": layout.split_file(split)}
         if table == "table2":
             values["H"] = list(config["evaluation"]["horizons"])
         else:
             values["H"] = config["env"]["H"]
         if table == "table3":
-            values["split_file"] = layout.split_file(split)
             values["random_per_rule"] = (layout.per_rule(split, "random", config["env"]["H"])
                                          if "random" in config["methods"] else None)
             values["min_headroom"] = config["health"]["rule_headroom"]["warn"]
@@ -140,14 +140,15 @@ _TABLES: list[Output] = [
     Output("table2", TABLE, "Table 2: holdout length, success and final distance, ID/OOD x H",
            "tapebench.report.tables:render_table2", (
                _AGGREGATE, _SPLIT, _value("H", "evaluation horizons (default: all in the table)", int, many=True,
-                                          required=False), _L, _AGENTS),
+                                          required=False), _L, _AGENTS, _SPLIT_FILE),
            _result_table("table2")),
     Output("table3", TABLE,
            "Table 3: ID vs OOD success, drop, OOD return, ON(p), floor-normalised score, with bootstrap CIs",
            "tapebench.report.tables:render_table3", (
                _AGGREGATE, _SPLIT, _value("H", f"evaluation horizon (default {defaults.H})", int, required=False, default=defaults.H),
                _L, _AGENTS,
-               Option("split_file", "split JSON: the caption counts test rules solved by any action", required=False),
+               Option("split_file", "split JSON: the caption names its rule family and counts test rules solved by "
+                                    "any action", required=False),
                Option("random_per_rule", "the random policy's per-rule Parquet: the caption counts test rules it "
                                          "solves in >= 90% of episodes", required=False),
                _value("min_headroom", "the Score column is shown only where the OOD rule-dependent headroom is at least "
@@ -158,7 +159,7 @@ _TABLES: list[Output] = [
     Output("table4", TABLE, "Table 4: final distance, AUC, soft success@0.1 by family",
            "tapebench.report.tables:render_table4", (
                _AGGREGATE, _SPLIT, _value("H", f"evaluation horizon (default {defaults.H})", int, required=False, default=defaults.H),
-               _L, _AGENTS),
+               _L, _AGENTS, _SPLIT_FILE),
            _result_table("table4")),
     Output("table7", TABLE, "Table 7: true-dynamics MPC strict success by rule type",
            "tapebench.report.oracle_tables:render_table7", (

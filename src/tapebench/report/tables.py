@@ -176,7 +176,7 @@ def table3_context(agg: pd.DataFrame, split: str, H: int, L: int | None = None, 
 
 
 def family_caption(family, L: int) -> dict:
-    """A caption's family parts (Table 3, the per-type table): `family`, the rules it reports on in LaTeX
+    """A caption's family parts (Tables 2-4, the per-type table): `family`, the rules it reports on in LaTeX
     (`rule_family.family_phrase`; None for the elementary family), and `grid`, whether they are 2D grids (whose
     caption gives the torus instead of L)."""
     phrase = family_phrase(family, L)
@@ -214,9 +214,10 @@ def _rank_styles(values: list, higher_is_better: bool, digits: int) -> list[str]
 
 
 def table2_context(agg: pd.DataFrame, split: str, horizons: list[int] | None = None, L: int | None = None,
-                   agents=None, meta: dict | None = None, digits: int = 3) -> dict:
+                   agents=None, meta: dict | None = None, digits: int = 3, rule_family=None) -> dict:
     """Paper Table 2: holdout length, success / final distance for ID and OOD at each evaluation H.
-    Best and second best per column are marked among the learned methods (reference rows excluded)."""
+    Best and second best per column are marked among the learned methods (reference rows excluded).
+    `rule_family`: the split's, named in the caption where it is not the elementary family."""
     if horizons is None:
         if split not in set(agg["split"].astype(str)):
             raise ValueError(f"split {split!r} is not in the aggregate table; "
@@ -243,14 +244,16 @@ def table2_context(agg: pd.DataFrame, split: str, horizons: list[int] | None = N
                       for k, H in enumerate(list(horizons) * 2)]
     groups = _groups_of_rows(order, lambda a: {"agent": a, "name": display_name(a), "cells": grid[a]})
     ns = [c["n"] for a in order for c in grid[a]]
-    return {"split": split, "L": int(data["L"].iloc[0]), "horizons": list(horizons), "groups": groups,
+    L = int(data["L"].iloc[0])
+    return {"split": split, "L": L, "horizons": list(horizons), "groups": groups, **family_caption(rule_family, L),
             "side_groups": side_groups, "horizon_groups": horizon_groups, "n_columns": 1 + len(columns),
             "digits": digits, "seeds": _seeds_text(ns), **_statistics(data, meta or {})}
 
 
 def table4_context(agg: pd.DataFrame, split: str, H: int, L: int | None = None, agents=None,
-                   meta: dict | None = None) -> dict:
-    """Paper Table 4: final distance, AUC distance, soft success@0.1 (ID / OOD), grouped by family."""
+                   meta: dict | None = None, rule_family=None) -> dict:
+    """Paper Table 4: final distance, AUC distance, soft success@0.1 (ID / OOD), grouped by architecture family;
+    `rule_family`: the split's, named in the caption where it is not the elementary family."""
     data = _select(agg, split, [H], L)
     cells = _cells(data)
     metrics = ("final_dist", "auc_dist", "soft_success@0.1")
@@ -258,7 +261,8 @@ def table4_context(agg: pd.DataFrame, split: str, H: int, L: int | None = None, 
         "agent": a, "name": display_name(a),
         "cells": [_cell(cells, a, H, side, m) for m in metrics for side in SPLIT_SIDES]})
     ns = [c["n"] for g in groups for r in g["rows"] for c in r["cells"]]
-    return {"split": split, "L": int(data["L"].iloc[0]), "H": H, "groups": groups,
+    L = int(data["L"].iloc[0])
+    return {"split": split, "L": L, "H": H, "groups": groups, **family_caption(rule_family, L),
             "seeds": _seeds_text(ns), **_statistics(data, meta or {})}
 
 
@@ -266,23 +270,23 @@ def render_result_table(table: str, aggregate, out, *, split: str, H=None, L=Non
                         split_file=None, random_per_rule=None, min_headroom=None, goal=ZEROS_GOAL) -> str:
     """Render table2/table3/table4 from an aggregate Parquet to `out`; returns the LaTeX text.
 
-    Table 3 only: `split_file` (the split JSON) and `random_per_rule` (the random policy's per-rule
-    Parquet) give the caption's floor (`goal`: the protocol's env.goal, which decides the rules any action solves);
-    `min_headroom` hides the Score column below that OOD headroom."""
+    `split_file` (the split JSON): the captions name its rule family where it is not the elementary one.
+    Table 3 only: the split's test rules and `random_per_rule` (the random policy's per-rule Parquet) give the
+    caption's floor (`goal`: the protocol's env.goal, which decides the rules any action solves); `min_headroom`
+    hides the Score column below that OOD headroom."""
     agg, meta = load_aggregate(aggregate)
+    test_rules, family = None, None
+    if split_file is not None:
+        loaded = load_split(split_file)
+        test_rules, family = list(loaded.test), loaded.family
     if table == "table3":
-        test_rules, family = None, None
-        if split_file is not None:
-
-            loaded = load_split(split_file)
-            test_rules, family = list(loaded.test), loaded.family
         per_rule = pd.read_parquet(random_per_rule) if random_per_rule is not None else None
         context = table3_context(agg, split, _single_H(H), L, agents, meta, test_rules, per_rule, family,
                                  min_headroom=min_headroom, goal=goal)
     elif table == "table4":
-        context = table4_context(agg, split, _single_H(H), L, agents, meta)
+        context = table4_context(agg, split, _single_H(H), L, agents, meta, rule_family=family)
     elif table == "table2":
-        context = table2_context(agg, split, None if H is None else list(H), L, agents, meta)
+        context = table2_context(agg, split, None if H is None else list(H), L, agents, meta, rule_family=family)
     else:
         raise ValueError(f"unknown table {table!r}; choose one of table2, table3, table4")
     return render_table(f"{table}.tex.j2", out, **context)
@@ -298,8 +302,8 @@ def _single_H(H) -> int:
     return int(H)
 
 
-def render_table2(out, *, aggregate, split, H=None, L=None, agents=None) -> str:
-    return render_result_table("table2", aggregate, out, split=split, H=H, L=L, agents=agents)
+def render_table2(out, *, aggregate, split, H=None, L=None, agents=None, split_file=None) -> str:
+    return render_result_table("table2", aggregate, out, split=split, H=H, L=L, agents=agents, split_file=split_file)
 
 
 def render_table3(out, *, aggregate, split, H=32, L=None, agents=None, split_file=None, random_per_rule=None,
@@ -308,5 +312,5 @@ def render_table3(out, *, aggregate, split, H=32, L=None, agents=None, split_fil
                                random_per_rule=random_per_rule, min_headroom=min_headroom, goal=goal)
 
 
-def render_table4(out, *, aggregate, split, H=32, L=None, agents=None) -> str:
-    return render_result_table("table4", aggregate, out, split=split, H=H, L=L, agents=agents)
+def render_table4(out, *, aggregate, split, H=32, L=None, agents=None, split_file=None) -> str:
+    return render_result_table("table4", aggregate, out, split=split, H=H, L=L, agents=agents, split_file=split_file)
