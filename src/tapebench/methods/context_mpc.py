@@ -37,7 +37,7 @@ from tapebench.methods.common import adam
 from tapebench.methods.context_model import (ContextModel, cell_probs, context_counts, increment, most_likely, rollout,
                                              windows)
 from tapebench.methods.mpc import _plan_actions, _plan_actions_family
-from tapebench.methods.worldtest import WorldTestContext, _plan_true_rule, _Tester
+from tapebench.methods.worldtest import TesterBase, WorldTestContext, plan_true_rule
 from tapebench.rule_family import ELEMENTARY, RuleFamily
 from tapebench.validation import check_goal
 
@@ -301,7 +301,7 @@ def make(config: Config, env_spec, total_steps: int, device) -> ContextMPCAgent:
 
 
 # --- the world test -----------------------------------------------------------------------------
-class ContextModelTester(_Tester):
+class ContextModelTester(TesterBase):
     """The in-context model answering the world test (module docstring): its context is every transition it has
     seen of the row's hidden rule, interaction and test alike."""
 
@@ -347,7 +347,7 @@ class ContextModelTester(_Tester):
         horizon, candidates, bonus = self._planner()
         with torch.no_grad():
             rules = table_rules(self.model.table(self.counts))
-        return _plan_true_rule(pack(tapes), rules, self.goal_words, self.planner_keys, self.active, t,
+        return plan_true_rule(pack(tapes), rules, self.goal_words, self.planner_keys, self.active, t,
                                self.planning.horizon, self.L, bonus, horizon, candidates)
 
     def plan_observe(self, tapes, actions, next_tapes) -> None:

@@ -102,8 +102,9 @@ def match_candidate(candidates: np.ndarray, mask: np.ndarray, tapes: np.ndarray)
     return np.where(hits.any(axis=1), np.argmax(hits, axis=1), -1)
 
 
-class _Tester:
-    """Shared bookkeeping: the rows, the seed, random cells per step."""
+class TesterBase:
+    """The bookkeeping every world tester shares (this module's and other methods', e.g. Context MPC's): the rows,
+    the seed, random cells per exploration step, the planning problems' keys, goals and active rows."""
 
     def __init__(self, context: WorldTestContext):
         self.context = context
@@ -132,7 +133,7 @@ class _Tester:
         return int(c.planner_horizon), int(c.planner_candidates), float(c.success_bonus) * self.L
 
 
-class ChanceTester(_Tester):
+class ChanceTester(TesterBase):
     """The chance row: random cells while exploring and planning, uniform answers, a uniform report step."""
 
     def predict(self, problems):
@@ -150,7 +151,9 @@ class ChanceTester(_Tester):
 
 
 @nb.njit(cache=True)
-def _plan_true_rule(states, rules, goals, keys, active, t, H, L, score_bonus, horizon, candidates):
+def plan_true_rule(states, rules, goals, keys, active, t, H, L, score_bonus, horizon, candidates):
+    """The true MPC's action for each active row at step t of a planning problem: random shooting with the row's
+    rule `rules[i]` (the hidden rule, or the one a tester has read out) towards its goal word `goals[i]`."""
     out = np.zeros(states.shape[0], dtype=np.int64)
     tapes = np.empty(candidates, dtype=np.uint64)
     score = np.empty(candidates, dtype=np.float64)
@@ -163,7 +166,7 @@ def _plan_true_rule(states, rules, goals, keys, active, t, H, L, score_bonus, ho
     return out
 
 
-class TrueRuleTester(_Tester):
+class TrueRuleTester(TesterBase):
     """The reference: knows each row's rule. Predicts the true next tape, plans with true-dynamics MPC, reports
     the first step the rule does not produce (exactly the earliest detectable step)."""
 
@@ -180,7 +183,7 @@ class TrueRuleTester(_Tester):
 
     def plan_act(self, tapes, t):
         horizon, candidates, bonus = self._planner()
-        return _plan_true_rule(pack(tapes), self.rules, self.goal_words, self.planner_keys, self.active, t,
+        return plan_true_rule(pack(tapes), self.rules, self.goal_words, self.planner_keys, self.active, t,
                                self.planning.horizon, self.L, bonus, horizon, candidates)
 
     def detect_begin(self, problems) -> None:
@@ -298,7 +301,7 @@ def _plan_consistent(states, known_mask, known_values, goals, keys, active, t, H
     return out
 
 
-class ExactReasoningTester(_Tester):
+class ExactReasoningTester(TesterBase):
     """Exact reasoning over the rule tables consistent with everything observed, in any rule family: each
     observed transition pins the table entries of the neighbourhoods its post-action tape shows, and the
     consistent tables are those that agree with every pin (all values of the unpinned entries). `active=False`:
@@ -388,7 +391,7 @@ def _candidate_plans(keys, t, candidates, horizon, L):
 JOIN_ACTION = 0   # the action a learned model is shown where the interaction context jumps to the test's tape
 
 
-class LearnedModelTester(_Tester):
+class LearnedModelTester(TesterBase):
     """A learned world model (an agent with `world_model_rollout`, agent contract) trained on the training
     rules, adapting to the hidden rule only through what it observes.
 
