@@ -217,3 +217,32 @@ def test_the_model_error_probe_steps_grids_as_the_grid_env_does():
         obs = env.step(torch.as_tensor(actions[:, t]))[0]
         assert np.array_equal(obs[:, :16].numpy().astype(np.uint8), tapes[:, t + 1])
     assert not np.array_equal(tapes[:, 1:], tapes[:, :-1])
+
+
+def test_the_equivariant_next_grid_models_commute_with_torus_translations():
+    # ensemble_mpc_equivariant on the grid: translating the three grids of its input by (dy, dx) translates every
+    # member's prediction by (dy, dx) (the 2D trunk, docs/methods.md#equivariant-grid); a flat roll does not
+    from tapebench.methods import augment
+    from tapebench.methods.contract import EnvSpec
+    from tapebench.methods.ensemble_mpc import EquivariantEnsemble
+
+    n, L = 4, 16
+    torch.manual_seed(0)
+    config = build_config("ensemble_mpc_equivariant", {"ensemble_size": 2, **SMALL_TRUNK})
+    model = EquivariantEnsemble(2, config, EnvSpec.for_grid(n, 8)).double()
+    x = torch.randint(0, 2, (L, 3 * L + 1)).double()          # [context grid, its successor, flag, grid]
+    x[:, 2 * L] = 1.0
+    shifts = torch.arange(L)                                   # row k translated by k = dy * n + dx
+
+    def moved(cells, grid):                                    # (L, L) cells, each row by its own shift
+        padded = torch.cat([cells, torch.zeros(L, 1, dtype=cells.dtype)], 1)
+        return augment.shift_tapes(padded, shifts, L, grid)[:, :L]
+
+    def inputs(grid):
+        return torch.cat([moved(x[:, :L], grid), moved(x[:, L:2 * L], grid), x[:, 2 * L:2 * L + 1],
+                          moved(x[:, 2 * L + 1:], grid)], 1)
+
+    expected = torch.stack([moved(member, n) for member in model.probs(x)])
+    torch.testing.assert_close(model.probs(inputs(n)), expected, atol=1e-10, rtol=0)
+    assert not torch.allclose(model.probs(inputs(None)), torch.stack([moved(m, None) for m in model.probs(x)]),
+                              atol=1e-6)
