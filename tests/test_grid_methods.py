@@ -181,7 +181,7 @@ GRID_TINY = {
 }
 
 
-def test_every_trained_method_on_the_grid_is_trained_and_evaluated_here():
+def test_every_trained_grid_method_is_trained_on_the_grid_in_this_file():
     trained = sorted(m for m, entry in registry().items() if entry.trains and entry.supports_grid)
     covered = set(GRID_TINY) | {"dqn", "ppo", "dqn_equivariant", "ppo_equivariant"}   # above
     assert sorted(covered) == trained
