@@ -5,6 +5,8 @@
   termination);
 * the replay-batch augmentation shifts obs / next_obs / action consistently, keeps t/H, reward and
   termination, and bit-flips only observation tape cells at the configured rate;
+* on the 2D grid family the shift is a translation of the n x n torus (a 2-D roll of the grid, not a roll of the
+  flattened vector), a symmetry of the grid env as well, and the agent built for a grid augments that way;
 * the agent learns rule 4 at L = H = 16 like DQN, resumes bit-identically after SIGKILL, and its
   evaluation policy is greedy on the raw observation.
 """
@@ -17,6 +19,8 @@ from agent_contract import assert_per_episode_policy, assert_sigkill_resume_bit_
 
 from tapebench.ca import reference
 from tapebench.envs.batched import BatchedTapeEnv
+from tapebench.envs.grid_batched import BatchedGridEnv
+from tapebench.grid_rules import MOORE, parse_rule
 from tapebench.methods import augment
 from tapebench.methods.contract import EnvSpec
 from tapebench.registry import build_config, get_method, make_agent
@@ -146,6 +150,73 @@ def test_the_agent_augments_its_minibatches_and_each_augmentation_can_be_switche
         assert (shifts != 0).float().mean().item() > 0.8 if shift else bool((shifts == 0).all())
         flipped = (b_obs[:, :L] != (torch.arange(L) == b_actions[:, None]).float()).float().mean().item()
         assert (flipped == 0.0) == (flip_prob == 0.0) and flipped < 2 * flip_prob + 1e-9
+
+
+# --- the torus: a 2-D translation --------------------------------------------------------------------
+
+def test_on_the_grid_the_shift_is_a_2d_torus_roll_not_a_flat_roll():
+    n = 4
+    L = n * n
+    labels = np.tile(np.arange(L), (L, 1))          # distinct cell values: the shift is read as a permutation
+    shifts = torch.arange(L)                        # every translation k = dy * n + dx
+    out = augment.shift_tapes(obs_of(labels, torch.rand(L)), shifts, L, grid=n)[:, :L].numpy()
+    for k in range(L):
+        dy, dx = divmod(k, n)
+        assert np.array_equal(out[k], np.roll(labels[k].reshape(n, n), (dy, dx), axis=(0, 1)).reshape(-1))
+        # a flat roll of the vector is the same permutation only for whole-row shifts (dx = 0)
+        assert np.array_equal(out[k], np.roll(labels[k], k)) == (dx == 0), k
+    actions = torch.tensor([0, 3, 12, 15, 5])
+    moved = augment.shift_actions(actions, torch.tensor([1, 1, 4, 5, 7]), L, grid=n)
+    assert moved.tolist() == [1, 0, 0, 0, 8]          # (0,3) + (0,1) wraps to (0,0), not to (1,0) = 4 as a flat roll
+    assert augment.shift_actions(torch.tensor(3), torch.tensor(1), L).item() == 4
+
+
+def test_the_torus_shift_of_state_and_action_commutes_with_the_grid_env():
+    n, H = 4, 4
+    L = n * n
+    rules = [parse_rule(r).id for r in ("B3/S23", "B36/S23", "B2/S", "B1/S012345678")]
+    z, k = (g.ravel() for g in np.meshgrid(rules, np.arange(L), indexing="ij"))
+    count = len(z)
+    grids = np.random.default_rng(5).integers(0, 2, (count, L)).astype(np.uint8)
+    shifts = torch.as_tensor(k)
+    plain = BatchedGridEnv(count, n=n, H=H, rules=rules, neighbourhood="moore", autoreset=False)
+    moved = BatchedGridEnv(count, n=n, H=H, rules=rules, neighbourhood="moore", autoreset=False)
+    plain.load(grids.reshape(-1, n, n), z)
+    moved.load(augment.shift_tapes(obs_of(grids, np.zeros(count)), shifts, L, n)[:, :L].to(torch.uint8).view(-1, n, n),
+               z)
+    flat = augment.shift_tapes(obs_of(grids, np.zeros(count)), shifts, L)
+    for step in range(3):
+        actions = torch.as_tensor(np.random.default_rng(step).integers(0, L, count))
+        obs, reward, terminated, truncated, _ = plain.step(actions)
+        obs_m, reward_m, terminated_m, truncated_m, _ = moved.step(augment.shift_actions(actions, shifts, L, n))
+        assert torch.equal(obs_m, augment.shift_tapes(obs, shifts, L, n))
+        assert torch.equal(reward_m, reward) and torch.equal(terminated_m, terminated)
+    flat_env = BatchedGridEnv(count, n=n, H=H, rules=rules, neighbourhood="moore", autoreset=False)
+    flat_env.load(flat[:, :L].to(torch.uint8).view(-1, n, n), z)
+    plain.load(grids.reshape(-1, n, n), z)
+    actions = augment.shift_actions(torch.zeros(count, dtype=torch.long), shifts, L)
+    obs_f = flat_env.step(actions)[0]
+    assert not torch.equal(obs_f, augment.shift_tapes(plain.step(torch.zeros(count, dtype=torch.long))[0], shifts, L))
+
+
+def test_the_agent_built_for_a_grid_translates_the_torus():
+    n, count = 4, 512
+    L = n * n
+    torch.manual_seed(6)
+    agent = make_agent(AGENT, build_config(AGENT, {"flip_prob": 0.0, "batch_size": count, "hidden_size": 16}),
+                       EnvSpec.for_grid(n, 8), 1000, "cpu")
+    actions = torch.randint(0, L, (count,))
+    right = (actions // n) * n + (actions % n + 1) % n                 # the torus neighbour right of the action
+    cells = torch.arange(L)
+    obs = obs_of((cells == actions[:, None]).numpy(), torch.arange(count) / count)
+    next_obs = obs_of((cells == right[:, None]).numpy(), torch.rand(count))
+    agent.observe(obs, actions, -torch.rand(count), next_obs, torch.zeros(count, dtype=torch.bool),
+                  torch.zeros(count, dtype=torch.bool))
+    b_obs, b_actions, _, b_next, _ = agent.sample_batch()
+    assert torch.equal(b_obs[:, :L].argmax(1), b_actions)
+    # a translation keeps "right of the action, same row"; a flat roll would carry it into the next row
+    assert torch.equal(b_next[:, :L].argmax(1), (b_actions // n) * n + (b_actions % n + 1) % n)
+    assert ((b_actions - actions[(b_obs[:, L] * count).round().long()]) % L != 0).float().mean() > 0.8
 
 
 # --- the agent ------------------------------------------------------------------------------------

@@ -154,6 +154,7 @@ def test_rows_are_their_base_method_with_the_equivariant_network(row):
     method, base_method = get_method(row), get_method(base)
     assert (method.display_name, method.family, method.trains) == (display, family, True)
     assert method.make_agent is base_method.make_agent and method.any_rule_family == base_method.any_rule_family
+    assert method.supports_grid == base_method.supports_grid     # the 2D trunk wherever the base reads grids
     config, base_config = build_config(row, {}), build_config(base, {})
     assert config.network == "equivariant" and base_config.network == "mlp"
     assert dataclasses.asdict(config) == {**dataclasses.asdict(base_config), "network": "equivariant"}

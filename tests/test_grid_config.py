@@ -103,9 +103,9 @@ def test_a_sampled_moore_rule_set_is_drawn_at_validation():
 def test_methods_that_do_not_run_on_grids_are_refused_by_the_registry_flag():
     grid_methods = sorted(m for m, entry in registry().items() if entry.supports_grid)
     assert {"dqn", "ppo", "bayes_filter", "live_leftmost", "live_random", "random", "mpc"} <= set(grid_methods)
-    for method in ("rad_dqn", "ppo_equivariant", "exact", "dreamer"):
-        if registry()[method].supports_grid:
-            continue       # a method that gained a grid network since (the flag is the one switch)
+    refused = sorted(m for m, entry in registry().items() if entry.plays_episodes and not entry.supports_grid)
+    assert {"ppo_dr", "ppo_context", "context_mpc", "identify_then_plan", "mpc_prior", "exact"} <= set(refused)
+    for method in refused:      # the flag is the one switch (docs/protocol.md#grid-pipeline says why each is off)
         rejected(grid_config(methods=["random", method]), "methods[1]", repr(method), "supports_grid")
 
 

@@ -19,23 +19,35 @@ import numpy as np
 import pandas as pd
 import torch
 
-from tapebench.defaults import MODEL_ERROR_CONTEXT, MODEL_ERROR_DEPTH
+from tapebench.ca import grid_packed
 from tapebench.ca.packed import pack, step_words_rules, unpack
+from tapebench.defaults import MODEL_ERROR_CONTEXT, MODEL_ERROR_DEPTH
 from tapebench.episodes.sets import EpisodeSet
 from tapebench.episodes.streams import step_keys, uniform_below
+from tapebench.grid_rules import GridFamily
 from tapebench.schemas import MODEL_ERROR_PROBE_COLUMNS
+from tapebench.validation import grid_side
 
 PROBE_DOMAIN = 0x50524F   # separates the probe actions from the other per-episode streams
 
 
 def probe_trajectories(episodes: EpisodeSet, steps: int, goal=None) -> tuple[np.ndarray, np.ndarray]:
-    """(N, steps+1, L) uint8 true tapes and (N, steps) int64 uniformly random actions of the probe."""
+    """(N, steps+1, L) uint8 true tapes and (N, steps) int64 uniformly random actions of the probe. Episodes of the
+    2D grid family step their n x n torus (cells row-major, L = n * n) under their grid rule."""
     L = episodes.tapes.shape[1]
-    words = pack(episodes.tapes)
     rules = episodes.rules.astype(np.int64)
     tapes = np.empty((len(episodes), steps + 1, L), dtype=np.uint8)
     actions = np.empty((len(episodes), steps), dtype=np.int64)
     tapes[:, 0] = episodes.tapes
+    if isinstance(episodes.family, GridFamily):
+        n, moore = grid_side(L), episodes.family.neighbours == 8
+        words = grid_packed.pack(episodes.tapes.reshape(-1, n, n))
+        for t in range(steps):
+            actions[:, t] = uniform_below(step_keys(episodes.keys, t, PROBE_DOMAIN), L)
+            words = grid_packed.transition_words(words, actions[:, t], rules, n, moore)
+            tapes[:, t + 1] = grid_packed.unpack(words, n).reshape(-1, L)
+        return tapes, actions
+    words = pack(episodes.tapes)
     for t in range(steps):
         actions[:, t] = uniform_below(step_keys(episodes.keys, t, PROBE_DOMAIN), L)
         flipped = words ^ (np.uint64(1) << actions[:, t].astype(np.uint64))

@@ -9,7 +9,8 @@ The target network is a periodic copy of the whole Q-network (query encoder + Q 
 
 Loss per gradient step, on one replay minibatch of observations o_1..o_B:
   TD loss (DQN's Huber loss) on the RAD-augmented minibatch (`augment_td`; as CURL, which trains the RL
-  loss on augmented observations: random circular shift of obs, next_obs and action, bit flips of obs)
+  loss on augmented observations: random circular shift of obs, next_obs and action, a 2-D translation of the
+  torus on the grid family, bit flips of obs)
   + `curl_weight` x InfoNCE between two independent augmentations of each o_i: the anchor, encoded by the
   query encoder, is the TD loss's own augmented observation (one forward pass serves both losses, as in
   CURL); the positive is a second, independent random shift + bit flips of o_i, encoded by the key
@@ -69,7 +70,7 @@ class CURLDQNAgent(dqn.DQNAgent):
 
     def __init__(self, config: Config, env_spec, total_steps: int, device):
         super().__init__(config, env_spec, total_steps, device)
-        self.L = env_spec.L
+        self.L, self.grid = env_spec.L, env_spec.grid
         self.query_encoder = self.q_network[:-1]     # shares its layers with the Q-network
         self.key_encoder = copy.deepcopy(self.query_encoder).requires_grad_(False)
         # zero: the untrained similarity is uniform (InfoNCE = log B) instead of saturated
@@ -85,9 +86,10 @@ class CURLDQNAgent(dqn.DQNAgent):
     def _gradient_step(self) -> dict:
         c = self.config
         batch = self.replay.sample(c.batch_size)
-        view = lambda: augment.augment_observations(batch[0], self.L, c.shift, c.flip_prob)
+        view = lambda: augment.augment_observations(batch[0], self.L, c.shift, c.flip_prob, self.grid)
         if c.augment_td:   # as in CURL, the anchor is the RL loss's own augmented observation
-            td_batch = augment.augment_transitions(*batch, L=self.L, shift=c.shift, flip_prob=c.flip_prob)
+            td_batch = augment.augment_transitions(*batch, L=self.L, shift=c.shift, flip_prob=c.flip_prob,
+                                                   grid=self.grid)
             anchor_features = self.query_encoder(td_batch[0])
             q_values = self.q_network[-1](anchor_features)
         else:

@@ -7,7 +7,8 @@ each sampled minibatch passes through two augmentations (`augment.py`) before th
   tape of the next observation and the action index (a -> (a + k) mod L). The CA is periodic and
   the goal (all zeros) and the initial distribution are shift-invariant, so this is an exact symmetry:
   the shifted transition is a real transition of the same rule with the same reward and termination.
-  The time feature t/H is not shifted.
+  The time feature t/H is not shifted. On the 2D grid family the shift is a translation of the n x n torus
+  (`augment.py`), the same exact symmetry.
 * bit-flip input noise: each tape cell of the observation flips with probability `flip_prob`; the
   next observation, and hence the TD target, is left alone.
 
@@ -40,11 +41,12 @@ class RADDQNAgent(dqn.DQNAgent):
 
     def __init__(self, config: Config, env_spec, total_steps: int, device):
         super().__init__(config, env_spec, total_steps, device)
-        self.L = env_spec.L
+        self.L, self.grid = env_spec.L, env_spec.grid
 
     def sample_batch(self):
         c = self.config
-        return augment.augment_transitions(*super().sample_batch(), L=self.L, shift=c.shift, flip_prob=c.flip_prob)
+        return augment.augment_transitions(*super().sample_batch(), L=self.L, shift=c.shift, flip_prob=c.flip_prob,
+                                           grid=self.grid)
 
 
 def make(config: Config, env_spec, total_steps: int, device) -> RADDQNAgent:
@@ -59,13 +61,13 @@ class RADDQNBlock(dqn.DQNBlock):
 
     def __init__(self, agents: list[RADDQNAgent], generators: list[torch.Generator]):
         super().__init__(agents, generators)
-        self.L = agents[0].L
+        self.L, self.grid = agents[0].L, agents[0].grid
 
     def sample_batch(self):
         c = self.config
         batch = super().sample_batch()
         views = [augment.augment_transitions(*(x[k] for x in batch), L=self.L, shift=c.shift, flip_prob=c.flip_prob,
-                                             generator=g) for k, g in enumerate(self.generators)]
+                                             generator=g, grid=self.grid) for k, g in enumerate(self.generators)]
         return tuple(torch.stack(parts) for parts in zip(*views))
 
 
