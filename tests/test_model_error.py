@@ -119,3 +119,20 @@ def test_a_model_returning_the_wrong_shape_is_reported():
 
     with pytest.raises(ValueError, match="returned shape"):
         rollout_errors(Broken(30), episode_set([30], 2, 8), H=8, context=1, depth=3)
+
+
+def test_probe_trajectories_of_a_k_colour_family_step_as_its_environment_does():
+    from tapebench.envs.batched import BatchedTapeEnv
+    from tapebench.rule_family import RuleFamily
+
+    family = RuleFamily(3, 1)
+    rules = [int(z) for z in np.random.default_rng(0).integers(0, family.num_rules, 3)]
+    eps = episode_set(rules, 2, 10, eval_seed=5, family=family)
+    assert eps.tapes.max() == 2
+    tapes, actions = probe_trajectories(eps, 5)
+    env = BatchedTapeEnv(len(eps), L=10, H=8, rules=rules, family=family, autoreset=False)
+    env.load(eps.tapes, eps.rules)
+    for t in range(5):
+        obs = env.step(torch.as_tensor(actions[:, t]))[0]
+        assert np.array_equal(obs[:, :10].numpy().astype(np.uint8), tapes[:, t + 1])
+    assert tapes.max() == 2 and not np.array_equal(tapes[:, 1:], tapes[:, :-1])

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from tapebench.ca import grid_packed
+from tapebench.ca import grid_packed, table_kernel
 from tapebench.ca.packed import pack, step_words_rules, unpack
 from tapebench.defaults import MODEL_ERROR_CONTEXT, MODEL_ERROR_DEPTH
 from tapebench.episodes.sets import EpisodeSet
@@ -33,7 +33,8 @@ PROBE_DOMAIN = 0x50524F   # separates the probe actions from the other per-episo
 
 def probe_trajectories(episodes: EpisodeSet, steps: int, goal=None) -> tuple[np.ndarray, np.ndarray]:
     """(N, steps+1, L) uint8 true tapes and (N, steps) int64 uniformly random actions of the probe. Episodes of the
-    2D grid family step their n x n torus (cells row-major, L = n * n) under their grid rule."""
+    2D grid family step their n x n torus (cells row-major, L = n * n) under their grid rule; tapes of a k-colour
+    family increment the acted cell mod k and update under their rule's table."""
     L = episodes.tapes.shape[1]
     rules = episodes.rules.astype(np.int64)
     tapes = np.empty((len(episodes), steps + 1, L), dtype=np.uint8)
@@ -46,6 +47,14 @@ def probe_trajectories(episodes: EpisodeSet, steps: int, goal=None) -> tuple[np.
             actions[:, t] = uniform_below(step_keys(episodes.keys, t, PROBE_DOMAIN), L)
             words = grid_packed.transition_words(words, actions[:, t], rules, n, moore)
             tapes[:, t + 1] = grid_packed.unpack(words, n).reshape(-1, L)
+        return tapes, actions
+    family = episodes.family
+    if not family.elementary:
+        distinct, index = np.unique(rules, return_inverse=True)
+        tables = family.tables(distinct)
+        for t in range(steps):
+            actions[:, t] = uniform_below(step_keys(episodes.keys, t, PROBE_DOMAIN), L)
+            tapes[:, t + 1] = table_kernel.transition(tapes[:, t], actions[:, t], tables, index, family.k, family.r)
         return tapes, actions
     words = pack(episodes.tapes)
     for t in range(steps):
