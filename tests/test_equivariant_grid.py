@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from agent_contract import tensors_equal
 
 from tapebench.envs.grid_batched import BatchedGridEnv
 from tapebench.methods import equivariant, ppo, stacked
@@ -119,6 +120,20 @@ def transition(env: BatchedGridEnv, actions: torch.Tensor):
     return obs, rewards, info["final_obs"], terminated, truncated
 
 
+def drive(agent, env: BatchedGridEnv, steps: int) -> tuple[torch.Tensor, list]:
+    """`steps` batched steps of the training loop's contract (act, observe the true successor, update); every action
+    a cell of the grid. Returns the last observation and each step's update metrics."""
+    obs, metrics = env.reset(), []
+    for _ in range(steps):
+        actions = agent.act(obs)
+        assert actions.shape == (env.num_envs,) and 0 <= int(actions.min()) and int(actions.max()) < env.L
+        next_obs, rewards, final_obs, terminated, truncated = transition(env, actions)
+        agent.observe(obs, actions, rewards, final_obs, terminated, truncated)
+        metrics.append(agent.update())
+        obs = next_obs
+    return obs, metrics
+
+
 def test_equivariant_ppo_trains_on_the_batched_grid_env():
     spec = EnvSpec.for_grid(8, 32)
     config = build_config("ppo_equivariant", {**SMALL, "num_envs": 8, "num_steps": 32})
@@ -126,14 +141,7 @@ def test_equivariant_ppo_trains_on_the_batched_grid_env():
     agent = ppo.make(config, spec, total_steps=768, device="cpu")
     before = [p.detach().clone() for p in agent.network.parameters()]
     env = BatchedGridEnv(config.num_envs, n=8, H=32, rules=RULES, seed=0)
-    obs, metrics = env.reset(), []
-    for _ in range(768 // config.num_envs):
-        actions = agent.act(obs)
-        assert actions.shape == (8,) and 0 <= int(actions.min()) and int(actions.max()) < 64
-        next_obs, rewards, final_obs, terminated, truncated = transition(env, actions)
-        agent.observe(obs, actions, rewards, final_obs, terminated, truncated)
-        metrics.append(agent.update())
-        obs = next_obs
+    obs, metrics = drive(agent, env, 768 // config.num_envs)
     updates = [m for m in metrics if m]
     assert len(updates) == 3 and all(torch.isfinite(torch.tensor(list(m.values()))).all() for m in updates)
     assert all(not torch.equal(a, b) for a, b in zip(before, agent.network.parameters()))
@@ -148,28 +156,9 @@ def test_the_other_equivariant_rows_act_observe_and_learn_on_the_batched_grid_en
     config = build_config(agent_id, {**SMALL, **overrides, "num_envs": 4})
     torch.manual_seed(0)
     agent = make_agent(agent_id, config, spec, 400, "cpu")
-    env = BatchedGridEnv(config.num_envs, n=6, H=8, rules=RULES, seed=0)
-    obs, learned = env.reset(), []
-    for _ in range(100 // config.num_envs):
-        actions = agent.act(obs)
-        assert actions.shape == (4,) and 0 <= int(actions.min()) and int(actions.max()) < 36
-        next_obs, rewards, final_obs, terminated, truncated = transition(env, actions)
-        agent.observe(obs, actions, rewards, final_obs, terminated, truncated)
-        learned.append(agent.update())
-        obs = next_obs
+    _, learned = drive(agent, BatchedGridEnv(config.num_envs, n=6, H=8, rules=RULES, seed=0), 100 // config.num_envs)
     losses = [value for metrics in learned for key, value in metrics.items() if "loss" in key]
     assert losses and all(torch.isfinite(torch.tensor(losses))), agent_id
-
-
-def assert_same(a, b, where="state"):
-    if isinstance(a, dict):
-        assert a.keys() == b.keys(), where
-        for key in a:
-            assert_same(a[key], b[key], f"{where}.{key}")
-    elif isinstance(a, torch.Tensor):
-        assert torch.equal(a, b), where
-    else:
-        assert a == b, where
 
 
 def test_a_ppo_block_on_the_grid_is_each_seeds_one_seed_run_bit_for_bit():
@@ -195,18 +184,12 @@ def test_a_ppo_block_on_the_grid_is_each_seeds_one_seed_run_bit_for_bit():
         block.update()
         obs = next_obs
     for k, seed in enumerate(seeds):
-        one, env = built(seed), BatchedGridEnv(config.num_envs, n=6, H=8, rules=RULES, seed=seed)
-        obs = env.reset()
-        for _ in range(steps):
-            actions = one.act(obs)
-            next_obs, rewards, final_obs, terminated, truncated = transition(env, actions)
-            one.observe(obs, actions, rewards, final_obs, terminated, truncated)
-            one.update()
-            obs = next_obs
+        one = built(seed)
+        drive(one, BatchedGridEnv(config.num_envs, n=6, H=8, rules=RULES, seed=seed), steps)
         exported = built(seed)
         block.export_seed(k, exported)
         assert one.updates_done == 2
-        assert_same(exported.state_dict(), one.state_dict(), f"seed {seed}")
+        assert tensors_equal(exported.state_dict(), one.state_dict()), f"seed {seed}"
 
 
 def test_dqns_stacked_per_cell_network_on_the_grid_is_its_one_seed_networks():
