@@ -71,10 +71,15 @@ def run_fields(config: dict) -> dict:
             "goal_steps": int(env["goal_steps"])}
 
 
+def goal_fields(config: dict) -> dict:
+    """The evaluation's goal arguments (`evaluate_run`, `side_protocols`) of the config's goal protocol."""
+    env = config["env"]
+    return {"goal_mode": env["goal"], "goal_steps": int(env["goal_steps"])}
+
+
 def protocol_fields(config: dict) -> dict:
     """The evaluation protocol's family and goal arguments (`side_protocols`) for a rule list of the config."""
-    env = config["env"]
-    return {"family": config_family(config), "goal_mode": env["goal"], "goal_steps": int(env["goal_steps"])}
+    return {"family": config_family(config), **goal_fields(config)}
 
 
 @dataclass
@@ -270,7 +275,7 @@ def measure(config: dict, methods, *, steps: int, count_evaluation_flops: bool =
     half = sample[: max(1, len(sample) // 2)]
     E = int(evaluation["episodes_per_rule"])
     eval_kwargs = dict(episodes_per_rule=E, eval_seed=int(evaluation["eval_seed"]))
-    goals = {"goal_mode": config["env"]["goal"], "goal_steps": int(config["env"]["goal_steps"])}
+    goals = goal_fields(config)
     model.H = H
 
     def protocols(rules_):

@@ -133,7 +133,7 @@ def _rows(groups: list[dict]) -> list[dict]:
 
 def table3_context(agg: pd.DataFrame, split: str, H: int, L: int | None = None, agents=None,
                    meta: dict | None = None, test_rules: list[int] | None = None,
-                   random_per_rule: pd.DataFrame | None = None, family=None, min_headroom: float | None = None,
+                   random_per_rule: pd.DataFrame | None = None, rule_family=None, min_headroom: float | None = None,
                    goal: str = ZEROS_GOAL) -> dict:
     """Paper Table 3: n, ID success, OOD success, drop (paired), OOD return, ON(p), the floor-normalised score
     (rule-agnostic floor = 0, reference = 100), each with a CI line; the caption gives the reference's
@@ -168,28 +168,28 @@ def table3_context(agg: pd.DataFrame, split: str, H: int, L: int | None = None, 
     narrow = (headroom is not None and min_headroom is not None
               and not headroom["test"]["mean"] >= float(min_headroom))
     L = int(data["L"].iloc[0])
-    return {"split": split, "L": L, "H": H, "groups": groups, **family_caption(family, L),
+    return {"split": split, "L": L, "H": H, "groups": groups, **family_caption(rule_family, L),
             "on_reference": display_name(REFERENCE) if has_reference else None,
             "headroom": headroom, "score_hidden_below": float(min_headroom) if narrow else None,
-            "floor": _floor(test_rules, random_per_rule, split, H, family, goal),
+            "floor": _floor(test_rules, random_per_rule, split, H, rule_family, goal),
             "seeds": _seeds_text([r["n"] for r in _rows(groups)]), **_statistics(data, meta or {})}
 
 
-def family_caption(family, L: int) -> dict:
+def family_caption(rule_family, L: int) -> dict:
     """A caption's family parts (Tables 2-4, the per-type table): `family`, the rules it reports on in LaTeX
     (`rule_family.family_phrase`; None for the elementary family), and `grid`, whether they are 2D grids (whose
     caption gives the torus instead of L)."""
-    phrase = family_phrase(family, L)
-    return {"family": None if phrase is None else tex_text(phrase), "grid": isinstance(family, GridFamily)}
+    phrase = family_phrase(rule_family, L)
+    return {"family": None if phrase is None else tex_text(phrase), "grid": isinstance(rule_family, GridFamily)}
 
 
-def _floor(test_rules, random_per_rule, split: str, H: int, family=None, goal: str = ZEROS_GOAL) -> dict | None:
+def _floor(test_rules, random_per_rule, split: str, H: int, rule_family=None, goal: str = ZEROS_GOAL) -> dict | None:
     """Test rules solved by any action (every action reaches the goal in one step from every tape) and,
     if the random policy's per-rule values are given, test rules it solves in >= 90% of episodes."""
     if test_rules is None:
         return None
 
-    any_action = [z for z in test_rules if solved_by_any_action(z, ELEMENTARY if family is None else family, goal)]
+    any_action = [z for z in test_rules if solved_by_any_action(z, ELEMENTARY if rule_family is None else rule_family, goal)]
     floor = {"n_test": len(test_rules), "any_action": any_action, "random_threshold": RANDOM_SOLVED,
              "random_solved": None}
     if random_per_rule is not None:
@@ -275,18 +275,18 @@ def render_result_table(table: str, aggregate, out, *, split: str, H=None, L=Non
     caption's floor (`goal`: the protocol's env.goal, which decides the rules any action solves); `min_headroom`
     hides the Score column below that OOD headroom."""
     agg, meta = load_aggregate(aggregate)
-    test_rules, family = None, None
+    test_rules, rule_family = None, None
     if split_file is not None:
         loaded = load_split(split_file)
-        test_rules, family = list(loaded.test), loaded.family
+        test_rules, rule_family = list(loaded.test), loaded.family
     if table == "table3":
         per_rule = pd.read_parquet(random_per_rule) if random_per_rule is not None else None
-        context = table3_context(agg, split, _single_H(H), L, agents, meta, test_rules, per_rule, family,
+        context = table3_context(agg, split, _single_H(H), L, agents, meta, test_rules, per_rule, rule_family,
                                  min_headroom=min_headroom, goal=goal)
     elif table == "table4":
-        context = table4_context(agg, split, _single_H(H), L, agents, meta, rule_family=family)
+        context = table4_context(agg, split, _single_H(H), L, agents, meta, rule_family=rule_family)
     elif table == "table2":
-        context = table2_context(agg, split, None if H is None else list(H), L, agents, meta, rule_family=family)
+        context = table2_context(agg, split, None if H is None else list(H), L, agents, meta, rule_family=rule_family)
     else:
         raise ValueError(f"unknown table {table!r}; choose one of table2, table3, table4")
     return render_table(f"{table}.tex.j2", out, **context)
