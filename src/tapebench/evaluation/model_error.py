@@ -36,32 +36,29 @@ def probe_trajectories(episodes: EpisodeSet, steps: int, goal=None) -> tuple[np.
     2D grid family step their n x n torus (cells row-major, L = n * n) under their grid rule; tapes of a k-colour
     family increment the acted cell mod k and update under their rule's table."""
     L = episodes.tapes.shape[1]
-    rules = episodes.rules.astype(np.int64)
+    rules, family = episodes.rules.astype(np.int64), episodes.family
     tapes = np.empty((len(episodes), steps + 1, L), dtype=np.uint8)
-    actions = np.empty((len(episodes), steps), dtype=np.int64)
     tapes[:, 0] = episodes.tapes
-    if isinstance(episodes.family, GridFamily):
-        n, moore = grid_side(L), episodes.family.neighbours == 8
+    actions = np.empty((len(episodes), steps), dtype=np.int64)
+    for t in range(steps):                      # the probe's actions do not depend on the tapes
+        actions[:, t] = uniform_below(step_keys(episodes.keys, t, PROBE_DOMAIN), L)
+    if isinstance(family, GridFamily):
+        n, moore = grid_side(L), family.neighbours == 8
         words = grid_packed.pack(episodes.tapes.reshape(-1, n, n))
         for t in range(steps):
-            actions[:, t] = uniform_below(step_keys(episodes.keys, t, PROBE_DOMAIN), L)
             words = grid_packed.transition_words(words, actions[:, t], rules, n, moore)
             tapes[:, t + 1] = grid_packed.unpack(words, n).reshape(-1, L)
-        return tapes, actions
-    family = episodes.family
-    if not family.elementary:
+    elif not family.elementary:
         distinct, index = np.unique(rules, return_inverse=True)
         tables = family.tables(distinct)
         for t in range(steps):
-            actions[:, t] = uniform_below(step_keys(episodes.keys, t, PROBE_DOMAIN), L)
             tapes[:, t + 1] = table_kernel.transition(tapes[:, t], actions[:, t], tables, index, family.k, family.r)
-        return tapes, actions
-    words = pack(episodes.tapes)
-    for t in range(steps):
-        actions[:, t] = uniform_below(step_keys(episodes.keys, t, PROBE_DOMAIN), L)
-        flipped = words ^ (np.uint64(1) << actions[:, t].astype(np.uint64))
-        words = step_words_rules(flipped, rules, L)
-        tapes[:, t + 1] = unpack(words, L)
+    else:
+        words = pack(episodes.tapes)
+        for t in range(steps):
+            flipped = words ^ (np.uint64(1) << actions[:, t].astype(np.uint64))
+            words = step_words_rules(flipped, rules, L)
+            tapes[:, t + 1] = unpack(words, L)
     return tapes, actions
 
 
