@@ -237,5 +237,6 @@ def per_cell_network(config, env_spec, extra: int = 0, activation: type[nn.Modul
     return PerCellNetwork(trunk(config, env_spec, extra, activation, in_channels), config.conv_channels)
 
 
-def pooled_network(config, env_spec, extra: int = 0, activation: type[nn.Module] = nn.ReLU) -> PooledNetwork:
-    return PooledNetwork(trunk(config, env_spec, extra, activation), config.conv_channels)
+def pooled_network(config, env_spec, extra: int = 0, activation: type[nn.Module] = nn.ReLU,
+                   in_channels: int | None = None) -> PooledNetwork:
+    return PooledNetwork(trunk(config, env_spec, extra, activation, in_channels), config.conv_channels)

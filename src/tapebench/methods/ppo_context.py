@@ -27,7 +27,7 @@ from torch import nn
 from tapebench.methods import equivariant
 from tapebench.methods.common import adam
 from tapebench.methods.context_model import context_counts, increment, windows
-from tapebench.methods.ppo import ActorCritic, EquivariantConfig, PPOAgent, Rollout, layer_init
+from tapebench.methods.ppo import ActorCritic, EquivariantConfig, PPOAgent, Rollout, equivariant_network
 from tapebench.rule_family import RuleFamily
 
 
@@ -80,12 +80,11 @@ class ContextNetwork(nn.Module):
         super().__init__()
         self.obs_dim, self.L, self.channels, self.pooled = env_spec.obs_dim, env_spec.L, channels, pooled
         own = 3 if env_spec.obs_dim == 2 * env_spec.L + 1 else 2
-        self.trunk = equivariant.trunk(config, env_spec, activation=nn.Tanh, in_channels=own + channels)
-        self.head = nn.Linear(config.conv_channels, 1) if pooled else nn.Conv1d(config.conv_channels, 1, 1)
-        for module in self.trunk.modules():
-            if isinstance(module, (nn.Linear, nn.Conv1d)):
-                layer_init(module)
-        layer_init(self.head, std=out_std)
+        builder = equivariant.pooled_network if pooled else equivariant.per_cell_network
+        network = equivariant_network(lambda c, spec, activation: builder(c, spec, activation=activation,
+                                                                          in_channels=own + channels),
+                                      config, env_spec, out_std)
+        self.trunk, self.head = network.trunk, network.head
 
     def forward(self, augmented: torch.Tensor) -> torch.Tensor:
         obs = augmented[..., :self.obs_dim]
