@@ -167,6 +167,19 @@ def test_table2_holdout_length_with_best_and_second(aggregate_path, tmp_path):
     assert_well_formed(text, 9)
 
 
+def test_table2_marks_no_rule_agnostic_row_best(tmp_path):
+    # the rule-agnostic rows do not learn: like the references, they are never ranked among the learned methods
+    table = aggregate_table()
+    live = table[table["agent"] == "dqn"].assign(agent="live_leftmost")
+    live["mean"] = live["metric"].map({"success": 0.9}).fillna(0.01)
+    write_parquet(tmp_path / "a.parquet", pd.concat([table, live]), meta={"last_k": 3})
+    text = render_result_table("table2", tmp_path / "a.parquet", tmp_path / "t2.tex", split="main")
+    rows = {row.split(" & ")[0]: row for row in body_rows(text)}
+    assert rows["Flip lowest live cell"].split(" & ")[1:3] == ["0.900", "0.010"]
+    assert "\\textbf" not in rows["Flip lowest live cell"] and "\\underline" not in rows["Flip lowest live cell"]
+    assert rows["my\\_agent"].split(" & ")[1:3] == ["\\textbf{0.500}", "\\textbf{0.500}"]
+
+
 def test_table4_groups_by_family(aggregate_path, tmp_path):
     text = render_result_table("table4", aggregate_path, tmp_path / "t4.tex", split="main", H=32)
     assert "DQN & 0.927 & 0.952 & 0.934 & 0.959 & 0.073 & 0.048 \\\\" in text

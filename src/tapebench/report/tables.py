@@ -229,7 +229,7 @@ def table2_context(agg: pd.DataFrame, split: str, horizons: list[int] | None = N
     columns = [(side, H, metric) for side in SPLIT_SIDES for H in horizons
                for metric in ("success", "final_dist")]
     grid = {agent: [_cell(cells, agent, H, side, metric) for side, H, metric in columns] for agent in order}
-    learned = [a for a in order if family(a) != REFERENCE_FAMILY]
+    learned = [a for a in order if family(a) not in NOT_LEARNED]
     for agent in order:
         for c in grid[agent]:
             c["style"] = ""
