@@ -48,6 +48,18 @@ include: "workflow/rules/worldtest.smk"
 include: "workflow/rules/fewshot.smk"
 
 
+onstart:
+    start_job_server()
+
+
+onsuccess:
+    stop_job_server()
+
+
+onerror:
+    stop_job_server()
+
+
 rule all:
     default_target: True
     input:

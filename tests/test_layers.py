@@ -25,7 +25,7 @@ LAYERS = (
     ("statistics and health", ("tapebench.stats", "tapebench.health")),
     ("report", ("tapebench.report",)),
     ("pipeline and command line", ("tapebench.pipeline", "tapebench.cli", "tapebench.__main__", "tapebench.commands",
-                                   "tapebench.bench")),
+                                   "tapebench.bench", "tapebench.jobserver")),
 )
 
 

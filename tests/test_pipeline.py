@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -136,6 +137,15 @@ def test_tiny_pipeline_produces_tables_and_data(tiny_run):
     assert set(ident["side"]) == {"train", "test"} and ident["steps"].between(1, 9).all()
     assert "Identifiability of the rule" in (results / "identifiability/main.tex").read_text()
 
+
+
+def test_local_jobs_run_through_the_job_server(tiny_run):
+    """The local run forked its jobs from one job server (docs/compute.md#job-server; what a fork writes is what its own
+    process writes: tests/test_jobserver.py), which it stopped at the end."""
+    output = (tiny_run / "snakemake.out").read_text()
+    started = re.search(r"tapebench job server: jobs fork from process (\d+) \((.*)\)", output)
+    assert started, output[-2000:]
+    assert not Path(started.group(2)).parent.exists()
 
 def test_rerun_is_a_no_op(tiny_run):
     proc = snakemake(tiny_run, "--dry-run")

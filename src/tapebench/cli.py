@@ -7,6 +7,7 @@ import importlib
 import sys
 
 from tapebench import __version__
+from tapebench.utils import job_client
 
 DESCRIPTION = """\
 The commands behind the TAPE benchmark pipeline. Snakemake normally runs them for you:
@@ -100,6 +101,9 @@ def requested_command(argv: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    status = job_client.forward(argv)             # a pipeline's job server runs it in a fork, when there is one
+    if status is not None:
+        return status
     parser = build_parser(requested_command(argv))
     args = parser.parse_args(argv)
     try:

@@ -4,6 +4,7 @@
 from pathlib import Path
 
 from tapebench import layout
+from tapebench import jobserver
 from tapebench.pipeline.config import (
     checkpoint_eval_slice,
     dumps,
@@ -49,6 +50,20 @@ wildcard_constraints:
     agent="[a-z][a-z0-9_]*",
     seed=r"\d+",
     H=r"\d+",
+
+
+JOB_SERVERS = []  # the job server of this run, once started (docs/compute.md#job-server)
+
+
+def start_job_server():
+    """A local run's jobs fork from one process that did their imports; a cluster executor's jobs start their own."""
+    if config["execution"]["job_server"] and workflow.local_exec and not workflow.remote_exec:
+        JOB_SERVERS.append(jobserver.start(log=logger.info))
+
+
+def stop_job_server():
+    while JOB_SERVERS:
+        jobserver.stop(JOB_SERVERS.pop())
 
 
 def for_report(path, **options):

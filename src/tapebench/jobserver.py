@@ -1,0 +1,205 @@
+"""The job server (docs/compute.md#job-server): a local pipeline run forks every `tapebench` job from one process
+that has already imported what the commands import, instead of starting a new Python process per job. This module
+is the server and the pipeline's start and stop of it; `tapebench.utils.job_client` is the command's side.
+
+`python -m tapebench.jobserver --socket PATH --parent PID` imports what `tapebench` commands import (torch,
+numba with its compiled-kernel cache loaded, pandas, every command's module), then listens on the Unix socket PATH.
+Each connection (`job_client.forward`) brings a command line, a working directory, an environment and three file
+descriptors; the server forks, and the fork takes them as its own (the descriptors become 0, 1 and 2) and runs
+`tapebench.cli.main` on the command line, as a new `tapebench` process would, and sends its exit status. A fork
+whose client disconnects first (the job was killed) terminates itself. The server exits when PID (the pipeline) is
+gone, or on SIGTERM.
+
+A fork starts from the server's state: modules imported, nothing else. Every command seeds its own random
+streams, sets its own thread counts and reads no state a previous job left (jobs run in forks, never in the
+server), so a job's outputs are those of the same command run on its own (tested).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+from tapebench import cli
+from tapebench.utils.job_client import LENGTH, SOCKET_VARIABLE, STARTED, STATUS, STREAMS, receive_exactly
+
+READY_TIMEOUT_S = 120.0   # how long the pipeline waits for the server's imports before running jobs without it
+POLL_S = 1.0              # how often the server checks that the pipeline is still there
+
+
+def preload() -> None:
+    """Import what the commands import and load numba's compiled kernels once, so that forks skip both."""
+    # lazy: the heavy imports are the server's work; the Snakefile imports this module for start and stop only
+    import numpy as np
+    import pandas  # noqa: F401
+    import pyarrow.parquet  # noqa: F401
+    import torch  # noqa: F401
+    from tapebench.ca.packed import popcount  # lazy: imports numba (heavy), as the forks' kernels do
+
+    cli.build_parser()                        # every command's module
+    popcount(np.uint64(1))                    # numba's CPU target and its cache: paid once, not per job
+
+
+def _run_fork(connection: socket.socket, request: dict, streams: list[int]) -> None:
+    """In the fork: become the requesting command and run it; never returns."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update({k: v for k, v in request["env"].items() if k != SOCKET_VARIABLE})
+    if "numba" in sys.modules:                # numba reads NUMBA_* variables at import: read the job's
+        sys.modules["numba"].config.reload_config()
+    for target, descriptor in zip(STREAMS, streams):
+        os.dup2(descriptor, target)
+        os.close(descriptor)
+    sys.argv = ["tapebench", *request["argv"]]
+    connection.sendall(STARTED)
+
+    def end_with_client() -> None:            # the client closes the connection only when it is killed
+        connection.recv(1)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=end_with_client, daemon=True).start()
+    try:
+        status = cli.main(request["argv"])
+    except SystemExit as exc:
+        status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if not isinstance(exc.code, int) and exc.code is not None:
+            print(exc.code, file=sys.stderr)
+    except BaseException:                     # noqa: BLE001 - a fork reports every failure as a new process would
+        traceback.print_exc()
+        status = 1
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        connection.sendall(STATUS.pack(int(status)))
+    finally:
+        os._exit(int(status) & 0xFF)
+
+
+def _accept(listener: socket.socket) -> None:
+    connection, _ = listener.accept()
+    streams: list[int] = []
+    try:
+        head, streams, _, _ = socket.recv_fds(connection, LENGTH.size, len(STREAMS))
+        rest = receive_exactly(connection, LENGTH.size - len(head)) if len(head) < LENGTH.size else b""
+        if rest is None or len(streams) != len(STREAMS):
+            return
+        body = receive_exactly(connection, LENGTH.unpack(head + rest)[0])
+        if body is None:
+            return
+        request = json.loads(body)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if os.fork() == 0:
+            listener.close()
+            _run_fork(connection, request, streams)
+    finally:
+        connection.close()
+        for descriptor in streams:
+            os.close(descriptor)
+
+
+def _reap() -> None:
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:
+            pass
+    except ChildProcessError:
+        pass
+
+
+def serve(path: Path, parent: int) -> None:
+    """Preload, then run forks for connections on `path` until `parent` is gone or SIGTERM."""
+    preload()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    pending = path.with_name(path.name + ".binding")
+    listener.bind(str(pending))
+    listener.listen(128)
+    os.replace(pending, path)                 # the socket appears only once the server accepts
+    try:
+        while os.getppid() == parent:
+            readable, _, _ = select.select([listener], [], [], POLL_S)
+            _reap()
+            if readable:
+                _accept(listener)
+    finally:
+        listener.close()
+        path.unlink(missing_ok=True)
+
+
+@dataclass
+class Handle:
+    """A started server: its process and the folder of its socket."""
+
+    process: subprocess.Popen
+    folder: Path
+
+    @property
+    def socket(self) -> Path:
+        return self.folder / "socket"
+
+
+def start(log=print) -> Handle | None:
+    """Start a server for this process's jobs and point them at it (`SOCKET_VARIABLE` in this environment); None
+    when it is not ready within READY_TIMEOUT_S (jobs then start their own processes, as without a server)."""
+    folder = Path(tempfile.mkdtemp(prefix="tapebench-jobserver-"))
+    with open(folder / "server.log", "wb") as server_log:
+        handle = Handle(subprocess.Popen([sys.executable, "-m", "tapebench.jobserver", "--socket",
+                                          str(folder / "socket"), "--parent", str(os.getpid())],
+                                         stdin=subprocess.DEVNULL, stdout=server_log, stderr=server_log,
+                                         start_new_session=True), folder)
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while not handle.socket.exists():
+        if handle.process.poll() is not None or time.monotonic() > deadline:
+            log(f"tapebench job server did not start (see {folder / 'server.log'}); every job starts its own process")
+            stop(handle, keep_log=True)
+            return None
+        time.sleep(0.05)
+    os.environ[SOCKET_VARIABLE] = str(handle.socket)
+    log(f"tapebench job server: jobs fork from process {handle.process.pid} ({handle.socket})")
+    return handle
+
+
+def stop(handle: Handle | None, keep_log: bool = False) -> None:
+    """Stop the server; jobs started later run in their own processes."""
+    if handle is None:
+        return
+    if os.environ.get(SOCKET_VARIABLE) == str(handle.socket):
+        del os.environ[SOCKET_VARIABLE]
+    if handle.process.poll() is None:
+        handle.process.terminate()
+        try:
+            handle.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            handle.process.kill()
+            handle.process.wait()
+    if not keep_log:
+        shutil.rmtree(handle.folder, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tapebench.jobserver", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--socket", required=True, type=Path, help="the Unix socket to listen on (must not exist)")
+    parser.add_argument("--parent", required=True, type=int, help="serve while this process id is the parent")
+    args = parser.parse_args(argv)
+    serve(args.socket, args.parent)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
