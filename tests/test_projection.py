@@ -162,8 +162,8 @@ def test_the_projection_trains_and_evaluates_on_the_configs_family_and_goals(mon
 
     repo = Path(__file__).resolve().parents[1]
     config = validate_config(load_config([repo / preset], root=repo), repo / "workflow/schemas/config.schema.yaml")
-    monkeypatch.setattr(projection, "calibrate_jobs", lambda: {"evaluate": 1.0, "train": 1.0, "light": 0.5,
-                                                               "figure": 1.0})
+    monkeypatch.setattr(projection, "calibrate_jobs", lambda **_: {"evaluate": 1.0, "train": 1.0, "light": 0.5,
+                                                                   "figure": 1.0, "server": 0.0})
     trained = []
     from tapebench.training import loop
 

@@ -3,7 +3,8 @@ that has already imported what the commands import, instead of starting a new Py
 is the server and the pipeline's start and stop of it; `tapebench.utils.job_client` is the command's side.
 
 `python -m tapebench.jobserver --socket PATH --parent PID` imports what `tapebench` commands import (torch,
-numba with its compiled-kernel cache loaded, pandas, every command's module), then listens on the Unix socket PATH.
+numba with its compiled-kernel cache loaded, pandas, pyarrow, scipy, matplotlib on Agg, jinja2, every command's
+module), then listens on the Unix socket PATH.
 Each connection (`job_client.forward`) brings a command line, a working directory, an environment and three file
 descriptors; the server forks, and the fork takes them as its own (the descriptors become 0, 1 and 2) and runs
 `tapebench.cli.main` on the command line, as a new `tapebench` process would, and sends its exit status. A fork
@@ -42,12 +43,17 @@ POLL_S = 1.0              # how often the server checks that the pipeline is sti
 def preload() -> None:
     """Import what the commands import and load numba's compiled kernels once, so that forks skip both."""
     # lazy: the heavy imports are the server's work; the Snakefile imports this module for start and stop only
+    import jinja2  # noqa: F401
+    import matplotlib
     import numpy as np
     import pandas  # noqa: F401
     import pyarrow.parquet  # noqa: F401
+    import scipy.stats  # noqa: F401
     import torch  # noqa: F401
     from tapebench.ca.packed import popcount  # lazy: imports numba (heavy), as the forks' kernels do
 
+    matplotlib.use("Agg")                     # what every figure builder selects; rcParams stay matplotlib's own
+    import matplotlib.pyplot  # noqa: F401  # lazy: heavy, and only after the backend is chosen
     cli.build_parser()                        # every command's module
     popcount(np.uint64(1))                    # numba's CPU target and its cache: paid once, not per job
 

@@ -7,7 +7,9 @@ One run measures what the config's jobs cost on this machine and combines it wit
 2. per method the config uses, short timed runs at the config's hyperparameters and tape length: training
    env steps/s (`--steps` steps, one torch thread), and the evaluation cost per episode step on a sample of
    the split's episode set (a trained method: its short run's last checkpoint);
-3. the start-up of a light job (pandas and pyarrow), of a figure job (matplotlib) and of a torch job;
+3. the start-up of a light job (pandas and pyarrow), of a figure job (matplotlib) and of a torch job, as the
+   pipeline will start them: forks of a job server when the config's `execution.job_server` is on (its imports
+   counted once), else a process each;
 4. each job's CPU-seconds from its rule and wildcards (`job_seconds`: a training job's steps over the method's
    steps/s, an evaluation's checkpoints x episodes x H x cost per episode step, plus its start-up; every other
    job a start-up), then the wall time on N cores by list scheduling of the dependency graph (longest job first
@@ -26,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
+import os
 import re
 import resource
 import subprocess
@@ -39,6 +42,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from tapebench import jobserver
 from tapebench.pipeline.config import (dumps, fixed_z_train_slice, load_config, split_rule_space, sweep_train_slice,
                                        train_slice, validate_config)
 from tapebench.layout import BLOCK_RULE
@@ -176,44 +180,67 @@ def schedule_wall(jobs: list[DagJob], seconds: dict[int, float], deps: dict[int,
 
 
 # --- what the jobs cost -----------------------------------------------------------------------------------------
-def _children_cpu(cmd: list[str], cwd=None) -> float:
-    """CPU-seconds (user + system) of a command run to completion."""
+def _server_cpu(server) -> tuple[float, float]:
+    """(its own, its reaped forks') CPU-seconds of a job server, once it has reaped every fork."""
+    pid = server.process.pid
+    while Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        time.sleep(0.05)
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks, (int(fields[13]) + int(fields[14])) / ticks
+
+
+def _children_cpu(cmd: list[str], cwd=None, server=None) -> float:
+    """CPU-seconds (user + system) of a command run to completion; through a job server, the command's own and its
+    fork's."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    forks_before = _server_cpu(server)[1] if server else 0.0
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise RuntimeError(f"calibration command failed: {' '.join(cmd)}\n{(proc.stdout + proc.stderr)[-1500:]}")
-    return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    forks = _server_cpu(server)[1] - forks_before if server else 0.0
+    return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime + forks
 
 
-def _median_cpu(cmd: list[str], cwd=None, repeats: int = 3) -> float:
-    return sorted(_children_cpu(cmd, cwd) for _ in range(repeats))[repeats // 2]
+def _median_cpu(cmd: list[str], cwd=None, repeats: int = 3, server=None) -> float:
+    return sorted(_children_cpu(cmd, cwd, server) for _ in range(repeats))[repeats // 2]
 
 
-def calibrate_jobs() -> dict:
+def calibrate_jobs(job_server: bool = False) -> dict:
     """CPU-seconds of the smallest real jobs, what every job of the kind pays whatever its size: an evaluation
     (`tapebench evaluate --method random`, 1 episode), a training run (`tapebench train`, 64 steps), a light job
-    (`tapebench aggregate-seed`) and a figure job (`tapebench render figure_worldtest`)."""
+    (`tapebench aggregate-seed`) and a figure job (`tapebench render figure_worldtest`). With `job_server` (a local
+    run's `execution.job_server`) they run as a pipeline runs them, forks of a job server (docs/compute.md#job-server),
+    and `server` is the server's own CPU-seconds (its imports, once per pipeline run); else `server` is 0."""
     tapebench = [sys.executable, "-m", "tapebench.cli"]
+    server = jobserver.start(log=lambda message: None) if job_server else None
+    try:
+        return _calibrate(tapebench, server) | {"server": _server_cpu(server)[0] if server else 0.0}
+    finally:
+        jobserver.stop(server)
+
+
+def _calibrate(tapebench: list[str], server) -> dict:
     with tempfile.TemporaryDirectory(prefix="tapebench-calibrate-") as tmp:
         save_split(f"{tmp}/s.json", {"name": "calibration", "train": [4, 12], "test": [0], "unit": "rule",
                                       "types": {"4": "periodic", "12": "periodic", "0": "stable"},
                                       "params": {"method": "hand"}})
         params = '{"env": {"L": 8, "H": 4}, "evaluation": {"episodes_per_rule": 1}}'
         evaluate = _median_cpu([*tapebench, "evaluate", "--method", "random", "--split", f"{tmp}/s.json", "--H", "4",
-                                "--params", params, "--out", f"{tmp}/e.parquet"])
+                                "--params", params, "--out", f"{tmp}/e.parquet"], server=server)
         train = _median_cpu([*tapebench, "train", "--agent", "dqn", "--split", f"{tmp}/s.json", "--seed", "0",
                              "--params", '{"env": {"L": 8, "H": 4}, "training": {"total_steps": 64, "eval_every": 64}}',
-                             "--out", f"{tmp}/run", "--quiet"], repeats=1)
+                             "--out", f"{tmp}/run", "--quiet"], repeats=1, server=server)
         light = _median_cpu([*tapebench, "aggregate-seed", "--episodes", f"{tmp}/e.parquet", "--last-k", "1",
-                             "--out", f"{tmp}/p.parquet"])
+                             "--out", f"{tmp}/p.parquet"], server=server)
         rows = [{"agent": "random", "family": "eca", "task": "prediction", "side": s, "budget": b, "n_seeds": 1, "problems": 1,
                  "mean": 0.2, "ci_low": 0.1, "ci_high": 0.3, "ci": 0.95, "n_resamples": 10, "chance": 1 / 6}
                 for s in ("train", "test") for b in (0, 8)]
         write_parquet(f"{tmp}/a.parquet", pd.DataFrame(rows, columns=WORLDTEST_AGGREGATE_COLUMNS).astype(
             {"chance": np.float64}), meta={"table": "worldtest_aggregate"})
         figure = _median_cpu([*tapebench, "render", "figure_worldtest", "--aggregate", f"{tmp}/a.parquet", "--split",
-                              "calibration", "--out", f"{tmp}/f"], repeats=1)
+                              "calibration", "--out", f"{tmp}/f"], repeats=1, server=server)
     return {"evaluate": evaluate, "train": train, "light": light, "figure": figure}
 
 
@@ -223,6 +250,7 @@ class CostModel:
     figure_s: float                      # a figure or table job (matplotlib, jinja2)
     torch_s: float                       # the smallest evaluation job (torch, the registry, numba caches)
     train_s: float = 0.0                 # the smallest training job
+    server_s: float = 0.0                # a job server's imports, once per pipeline run (0: a process per job)
     H: int = 32                          # the horizon evaluation costs were measured at
     train_steps_per_s: dict = field(default_factory=dict)     # method -> env steps/s in training
     block_steps_per_s: dict = field(default_factory=dict)     # (method, seeds) -> env steps/s per seed, stacked block
@@ -263,11 +291,13 @@ def measure(config: dict, methods, *, steps: int, count_evaluation_flops: bool =
     from tapebench.registry import build_config
     from tapebench.training.loop import TrainSpec, train
 
-    fixed = calibrate_jobs()
+    fixed = calibrate_jobs(job_server=bool(config["execution"]["job_server"]))
     model = CostModel(light_s=fixed["light"], figure_s=fixed["figure"], torch_s=fixed["evaluate"],
-                      train_s=fixed["train"])
+                      train_s=fixed["train"], server_s=fixed["server"])
     log(f"smallest real jobs (CPU-s): light {model.light_s:.2f}, figure {model.figure_s:.2f}, evaluation "
-        f"{model.torch_s:.2f}, training {model.train_s:.2f}", flush=True)
+        f"{model.torch_s:.2f}, training {model.train_s:.2f}"
+        + (f" (forks of a job server, whose imports cost {model.server_s:.2f} once)" if model.server_s else
+           " (a process per job)"), flush=True)
     env, evaluation = config["env"], config["evaluation"]
     L, H = int(env["L"]), int(env["H"])
     rules = split_rule_space(config, config["main_split"])
@@ -656,7 +686,7 @@ def bench_pipeline(args) -> dict:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     jobs = dag_jobs(configfiles, args.target or ())
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    # Snakemake's own DAG building, paid once per invocation
+    # Snakemake's own DAG building, paid once per invocation (and, below, the job server's imports)
     snakemake_s = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     deps = dependencies(jobs)
     methods = methods_of(jobs, config)
@@ -666,6 +696,7 @@ def bench_pipeline(args) -> dict:
     blocks = block_sizes(jobs)
     model = measure(config, methods, steps=args.steps, count_evaluation_flops=bool(args.floor), blocks=blocks,
                     log=print)
+    once_s = snakemake_s + model.server_s
     gpus = 0
     if args.device == "cuda":
         gpus = int(args.gpus)
@@ -681,13 +712,13 @@ def bench_pipeline(args) -> dict:
     seconds, centre = {}, {}
     for job in jobs:
         seconds[job.jobid], centre[job.jobid] = job_seconds(job, config, model)
-    cpu = sum(s for jid, s in seconds.items() if jid not in gpu_jobs) + snakemake_s
+    cpu = sum(s for jid, s in seconds.items() if jid not in gpu_jobs) + once_s
     gpu_hours = sum(seconds[jid] for jid in gpu_jobs) / 3600
-    wall = schedule_wall(jobs, seconds, deps, cores, gpu_jobs, gpus) + snakemake_s
+    wall = schedule_wall(jobs, seconds, deps, cores, gpu_jobs, gpus) + once_s
     one_seed = None
     if config["training"]["seeds_per_job"] > 1 and not gpus:
-        one_seed = project_one_seed_per_job(configfiles, args.target or (), config, model, cores, snakemake_s)
-    by_centre = Counter({"snakemake (DAG)": snakemake_s})
+        one_seed = project_one_seed_per_job(configfiles, args.target or (), config, model, cores, once_s)
+    by_centre = Counter({"snakemake (DAG)": snakemake_s, "job server (imports, once)": model.server_s})
     for jid, c in centre.items():
         by_centre[c] += seconds[jid]
     rules = Counter(j.rule for j in jobs)
@@ -698,8 +729,8 @@ def bench_pipeline(args) -> dict:
               f"per GPU), {cpu / 3600:.2f} CPU-hours of every other job on the cores (list scheduling of the DAG)")
         cpu_model = dataclasses.replace(model, gpu_blocks={})
         alone = {job.jobid: job_seconds(job, config, cpu_model)[0] for job in jobs}
-        cores_alone = {"cpu_hours": (sum(alone.values()) + snakemake_s) / 3600,
-                       "wall_hours": (schedule_wall(jobs, alone, deps, cores) + snakemake_s) / 3600}
+        cores_alone = {"cpu_hours": (sum(alone.values()) + once_s) / 3600,
+                       "wall_hours": (schedule_wall(jobs, alone, deps, cores) + once_s) / 3600}
         print(f"  the same DAG on the {cores} cores alone, same measurements: {cores_alone['cpu_hours']:.2f} "
               f"CPU-hours, {cores_alone['wall_hours']:.2f} h wall")
     else:
@@ -748,7 +779,7 @@ def bench_pipeline(args) -> dict:
             "seeds_per_job": config["training"]["seeds_per_job"], "one_seed_per_job": one_seed,
             "jobs_per_rule": dict(rules), "cost_centres_cpu_hours": {k: v / 3600 for k, v in by_centre.items()},
             "measured": {"light_s": model.light_s, "figure_s": model.figure_s, "evaluation_s": model.torch_s,
-                         "train_s": model.train_s,
+                         "train_s": model.train_s, "job_server_s": model.server_s,
                          "H": model.H, "train_steps_per_s": model.train_steps_per_s,
                          "block_steps_per_s": {f"{m} x{n}": v for (m, n), v in model.block_steps_per_s.items()},
                          "eval_seconds_per_episode": model.episode_s, "eval_seconds_per_batch": model.batch_s,
