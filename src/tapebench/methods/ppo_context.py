@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -37,18 +38,30 @@ class Config(EquivariantConfig):
     """k of the rule family the context is read in (cells 0..k-1); must be the split's family (2: elementary)"""
     radius: int = 1
     """r of the rule family the context is read in (windows of 2r + 1 cells); must be the split's family"""
+    lookahead: int = 2
+    """rule steps of the context table's lookahead channels (docs/methods.md#ppo-context): 0 none, 1 the value of
+    acting on the cell one rule step ahead, 2 that and the value of acting on it, then on the best cell, two steps
+    ahead"""
 
     def check(self) -> None:
         super().check()
         RuleFamily(self.colours, self.radius)
         if self.network != "equivariant":
             raise ValueError(f"PPO (context) hyperparameter network must be 'equivariant', got {self.network!r}")
+        if isinstance(self.lookahead, bool) or self.lookahead not in LOOKAHEADS:
+            raise ValueError(f"PPO (context) hyperparameter lookahead must be one of {list(LOOKAHEADS)}, got "
+                             f"{self.lookahead!r}")
 
 
-def feature_channels(family: RuleFamily) -> int:
+LOOKAHEADS = (0, 1, 2)
+CHUNK = 1024   # rows per lookahead batch: its (rows, L, L, k^(2r+1)) window probabilities stay a few hundred MB
+
+
+def feature_channels(family: RuleFamily, lookahead: int) -> int:
     """Context channels per cell: k per looked-up window (shown, then the frequencies of next values 1..k-1), for
-    the cell's own window and for the 2r + 1 windows the increment of the cell changes: k·(2r + 2)."""
-    return family.k * (2 * family.r + 2)
+    the cell's own window and for the 2r + 1 windows the increment of the cell changes: k·(2r + 2); then one
+    lookahead value per step of `lookahead`."""
+    return family.k * (2 * family.r + 2) + lookahead
 
 
 def window_features(counts: torch.Tensor) -> torch.Tensor:
@@ -69,6 +82,67 @@ def cell_features(tapes: torch.Tensor, counts: torch.Tensor, k: int, r: int) -> 
     n, w, L = rows.shape
     picked = features.gather(1, rows.reshape(n, w * L, 1).expand(-1, -1, k))  # (N, (2r+2)·L, k)
     return picked.view(n, w, L, k).permute(0, 1, 3, 2).reshape(n, w * k, L)
+
+
+def table_probabilities(counts: torch.Tensor) -> torch.Tensor:
+    """(N, E, k) counts -> (N, E, k) next-value probabilities: the context's frequencies, uniform (1/k) where it has
+    not shown the window."""
+    total = counts.sum(-1, keepdim=True)
+    return torch.where(total > 0, counts / total.clamp_min(1.0), torch.full_like(counts, 1.0 / counts.shape[-1]))
+
+
+def window_probabilities(marginals: torch.Tensor, r: int, offset: int | None = None,
+                         incremented: torch.Tensor | None = None) -> torch.Tensor:
+    """(..., L, k) independent cell marginals -> (..., L, k^(2r+1)): every cell's window distribution, window
+    indices as `context_model.windows` (cell i-r most significant). With `offset` j the window of cell i reads cell
+    i + j from `incremented` (the marginals of every cell incremented): the window cell i has when i + j is acted
+    on."""
+    out = None
+    for j in range(-r, r + 1):
+        cell = torch.roll(incremented if j == offset else marginals, -j, dims=-2)
+        out = cell if out is None else (out.unsqueeze(-1) * cell.unsqueeze(-2)).flatten(-2)
+    return out
+
+
+def lookahead_values(tapes: torch.Tensor, goals: torch.Tensor, table: torch.Tensor, r: int, steps: int
+                     ) -> torch.Tensor:
+    """(N, steps, L) values of acting on every cell a, in the episode's reward (per L cells: -mismatches / L, +1 on
+    reaching the goal, nothing after it) through the next-value probabilities `table` (N, E, k), cells treated as
+    independent after the first rule step:
+
+    * v1(a) = -E[d1] / L + P(goal after one step), d1 the mismatches after acting on a and one rule step;
+    * v2(a) = v1(a) + (1 - P(goal after one step)) · max_b [-E[d2] / L + P(goal)] after acting on b, one more step.
+
+    Exact for a table that is 0/1 on the windows it needs (a pinned rule): v1 the reward of the transition, v2 the
+    best two-step return. Rolling tapes and goals by s rolls the values by s."""
+    n, L = tapes.shape
+    k = table.shape[-1]
+    cells = torch.arange(L, device=tapes.device)
+    post = tapes.long()[:, None, :].repeat(1, L, 1)                               # (N, A, L): acted on a
+    post[:, cells, cells] = (post[:, cells, cells] + 1) % k
+    index = windows(post, k, r)
+    first = table[:, None].expand(n, L, -1, k).gather(2, index.unsqueeze(-1).expand(n, L, L, k))   # (N, A, L, k)
+    goal = goals.long()[:, None, :, None].expand(n, L, L, 1)
+
+    def at_goal(marginals):
+        return marginals.gather(-1, goal).squeeze(-1)                              # (N, A, L) P(cell = goal's)
+
+    hit1 = at_goal(first)
+    reached1 = torch.log(hit1.clamp_min(1e-30)).sum(-1).exp()
+    v1 = -(1 - hit1).sum(-1) / L + reached1
+    if steps == 1:
+        return v1[:, None]
+    step = table[:, None]                                                          # (N, 1, E, k)
+    hit2 = at_goal(window_probabilities(first, r) @ step)                          # no second action's change
+    log_hit2 = torch.log(hit2.clamp_min(1e-30))
+    misses, log_reached = (1 - hit2).sum(-1, keepdim=True), log_hit2.sum(-1, keepdim=True)
+    incremented = torch.roll(first, 1, dims=-1)                                    # P(c) <- P(c - 1 mod k)
+    for j in range(-r, r + 1):                                                     # cell i's window when b = i + j
+        changed = at_goal(window_probabilities(first, r, j, incremented) @ step)
+        misses = misses + torch.roll(hit2 - changed, j, dims=-1)                   # indexed by b
+        log_reached = log_reached + torch.roll(torch.log(changed.clamp_min(1e-30)) - log_hit2, j, dims=-1)
+    best = (-misses / L + log_reached.exp()).max(-1).values                        # (N, A)
+    return torch.stack([v1, v1 + (1 - reached1) * best], dim=1)
 
 
 class ContextNetwork(nn.Module):
@@ -103,9 +177,10 @@ class ContextActorCritic(ActorCritic):
 class ContextReader:
     """Per-row contexts (counts) and the augmented observations they give."""
 
-    def __init__(self, family: RuleFamily, L: int, rows: int, device: torch.device):
-        self.family, self.L, self.device = family, L, device
+    def __init__(self, family: RuleFamily, L: int, rows: int, device: torch.device, lookahead: int):
+        self.family, self.L, self.device, self.lookahead = family, L, device, lookahead
         self.counts = torch.zeros(rows, family.neighbourhoods, family.k, device=device)
+        self.fixed_goals = None   # (rows, L) the episodes' goals where the observation does not show them
 
     def tapes(self, obs: torch.Tensor) -> torch.Tensor:
         tapes = obs[:, :self.L].to(self.device).round().long()
@@ -115,11 +190,28 @@ class ContextReader:
                              f"family")
         return tapes
 
+    def goals(self, obs: torch.Tensor) -> torch.Tensor:
+        """(N, L) each row's goal: the observation's goal cells [s, g, t/H], else `fixed_goals`, else the all-zero
+        tape (training's goal when the observation shows none)."""
+        L = self.L
+        if obs.shape[-1] == 2 * L + 1:
+            return obs[:, L:2 * L].to(self.device).round().long()
+        if self.fixed_goals is not None:
+            return self.fixed_goals
+        return torch.zeros(len(obs), L, dtype=torch.long, device=self.device)
+
     def augment(self, obs: torch.Tensor, counts: torch.Tensor | None = None) -> torch.Tensor:
         """[observation, the context channels of every cell (flattened)]."""
         counts = self.counts if counts is None else counts
-        channels = cell_features(self.tapes(obs), counts, self.family.k, self.family.r)
-        return torch.cat([obs.to(self.device), channels.flatten(1)], dim=-1)
+        tapes = self.tapes(obs)
+        channels = [cell_features(tapes, counts, self.family.k, self.family.r)]
+        if self.lookahead:
+            goals, table = self.goals(obs), table_probabilities(counts)
+            channels.append(torch.cat([lookahead_values(tapes[i:i + CHUNK], goals[i:i + CHUNK],
+                                                        table[i:i + CHUNK], self.family.r, self.lookahead)
+                                       for i in range(0, len(tapes), CHUNK)]) if len(tapes) else
+                            torch.zeros(0, self.lookahead, self.L, device=self.device))
+        return torch.cat([obs.to(self.device), torch.cat(channels, dim=1).flatten(1)], dim=-1)
 
     def after(self, obs, actions, next_obs, rows=None) -> torch.Tensor:
         """The counts with each row's transition added (only `rows`, (N,) bool, when given)."""
@@ -135,7 +227,7 @@ class PPOContextAgent(PPOAgent):
             raise ValueError("PPO (context) reads 1D tapes (windows of 2r + 1 cells), not the 2D grid family")
         self.config, self.device = config, torch.device(device)
         self.family = RuleFamily(config.colours, config.radius)
-        channels = feature_channels(self.family)
+        channels = feature_channels(self.family, config.lookahead)
         extra = channels * env_spec.L
         self.network = ContextActorCritic(config, env_spec, channels).to(self.device)
         self.optimizer = adam(self.network.parameters(), lr=config.learning_rate, eps=1e-5)
@@ -143,7 +235,7 @@ class PPOContextAgent(PPOAgent):
         self.num_updates = max(1, math.ceil(total_steps / (config.num_envs * config.num_steps)))
         self.updates_done = 0
         self._pending = None
-        self.context = ContextReader(self.family, env_spec.L, config.num_envs, self.device)
+        self.context = ContextReader(self.family, env_spec.L, config.num_envs, self.device, config.lookahead)
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor, greedy: bool = False) -> torch.Tensor:
@@ -162,7 +254,7 @@ class PPOContextAgent(PPOAgent):
         self.context.counts = following
 
     def evaluation_policy(self) -> "ContextPolicy":
-        return ContextPolicy(self.network.actor, self.family, self.device)
+        return ContextPolicy(self.network.actor, self.family, self.device, self.config.lookahead)
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "counts": self.context.counts.cpu().clone()}
@@ -175,8 +267,8 @@ class PPOContextAgent(PPOAgent):
 class ContextPolicy:
     """The greedy actor on [observation, the episode's rule features] (an EvalPolicy)."""
 
-    def __init__(self, actor: nn.Module, family: RuleFamily, device):
-        self.actor, self.family, self.device = actor, family, torch.device(device)
+    def __init__(self, actor: nn.Module, family: RuleFamily, device, lookahead: int):
+        self.actor, self.family, self.device, self.lookahead = actor, family, torch.device(device), lookahead
 
     def begin(self, batch) -> None:
         family = batch.family or RuleFamily()
@@ -184,7 +276,8 @@ class ContextPolicy:
             what = family.describe() if hasattr(family, "describe") else repr(family)
             raise ValueError(f"PPO (context) evaluation: the context is read in k = {self.family.k}, r = "
                              f"{self.family.r} (hyperparameters colours, radius), not {what}")
-        self.context = ContextReader(self.family, batch.L, len(batch), self.device)
+        self.context = ContextReader(self.family, batch.L, len(batch), self.device, self.lookahead)
+        self.context.fixed_goals = torch.as_tensor(np.asarray(batch.row_goals()), dtype=torch.long, device=self.device)
         self.active = torch.ones(len(batch), dtype=torch.bool, device=self.device)
 
     @torch.no_grad()
