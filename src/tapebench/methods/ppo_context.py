@@ -6,9 +6,12 @@ transition the episode has shown writes its cells' next values under their windo
 numbers: whether the context showed it and the frequencies of next values 1..k-1 (0 where it did not). Cell a gets
 k·(2r + 2) channels (8 for the elementary family): the lookup of its own window in the tape (what a step without
 acting near it does), then of the windows of cells a-r..a+r once a is incremented (what acting on a does to its
-neighbourhood, as far as the context has seen). The lookups commute with shifts of the tape and the table does not
-depend on the transitions' order, so the actor stays shift-equivariant: cell a's logit is read from cell a's
-features, and those see a's own channels.
+neighbourhood, as far as the context has seen). With `lookahead` (default 2) cell a also gets the value of acting on
+it one and two rule steps ahead through the context's table (its frequencies, uniform 1/k where it has not shown the
+window; `lookahead_values`): the expected reward of the transition, then that plus the best second step's, the
+episode's return over two steps when the context pins the rule. The lookups and the lookahead commute with shifts
+of the tape (and goal) and the table does not depend on the transitions' order, so the actor stays
+shift-equivariant: cell a's logit is read from cell a's features, and those see a's own channels.
 
 Everything else is `ppo_equivariant`'s (`ppo.py`: its Config fields and defaults, rollouts, GAE, clipped loss). The
 training agent keeps each environment row's context (emptied when the row's episode ends) and stores the augmented
@@ -277,7 +280,7 @@ class ContextPolicy:
             raise ValueError(f"PPO (context) evaluation: the context is read in k = {self.family.k}, r = "
                              f"{self.family.r} (hyperparameters colours, radius), not {what}")
         self.context = ContextReader(self.family, batch.L, len(batch), self.device, self.lookahead)
-        self.context.fixed_goals = torch.as_tensor(np.asarray(batch.row_goals()), dtype=torch.long, device=self.device)
+        self.context.fixed_goals = torch.as_tensor(np.array(batch.row_goals()), dtype=torch.long, device=self.device)
         self.active = torch.ones(len(batch), dtype=torch.bool, device=self.device)
 
     @torch.no_grad()
