@@ -180,7 +180,23 @@ def test_lookahead_channels_roll_with_the_tape_and_goal_and_ignore_the_contexts_
 def test_lookahead_is_a_checked_hyperparameter_that_sets_the_channels():
     with pytest.raises(ValueError, match="lookahead must be one of"):
         build_config("ppo_context", {"lookahead": 3})
+    with pytest.raises(ValueError, match="lookahead_gain = 32.0 needs lookahead"):
+        build_config("ppo_context", {"lookahead": 0})
     for steps in (0, 1, 2):
-        agent = fresh(lookahead=steps)
+        agent = fresh(lookahead=steps, lookahead_gain=32.0 if steps else 0.0)
         assert agent.network.actor.trunk.inp.in_channels == 2 + feature_channels(RuleFamily(), steps)
         assert agent.rollout.obs.shape[-1] == 9 + 8 * feature_channels(RuleFamily(), steps)
+
+
+def test_the_lookahead_gain_adds_the_last_lookahead_value_to_the_logits():
+    """With the trunk's head zeroed, the actor's logits are the gain times the last lookahead channel; gain 0 has no
+    such path."""
+    agent = fresh(lookahead=2, lookahead_gain=5.0)
+    actor = agent.network.actor
+    torch.nn.init.zeros_(actor.head.weight), torch.nn.init.zeros_(actor.head.bias)
+    obs = torch.cat([torch.as_tensor(np.random.default_rng(4).integers(0, 2, (3, 8))).float(), torch.zeros(3, 1)], 1)
+    augmented = agent.context.augment(obs, torch.zeros(3, 8, 2))
+    channels = augmented[:, 9:].view(3, feature_channels(RuleFamily(), 2), 8)
+    with torch.no_grad():
+        assert torch.allclose(actor(augmented), 5.0 * channels[:, -1], atol=1e-6)
+    assert fresh(lookahead=2, lookahead_gain=0.0).network.actor.gain is None

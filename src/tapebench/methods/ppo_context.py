@@ -45,6 +45,10 @@ class Config(EquivariantConfig):
     """rule steps of the context table's lookahead channels (docs/methods.md#ppo-context): 0 none, 1 the value of
     acting on the cell one rule step ahead, 2 that and the value of acting on it, then on the best cell, two steps
     ahead"""
+    lookahead_gain: float = 32.0
+    """the actor's logit of cell a adds g times a's last lookahead value, g a learned scalar that starts here (0: no
+    such path, the logit read from the trunk alone); a large start makes the untrained policy's argmax the lookahead's
+    best cell (32: one nat per cell of expected mismatch at L = 32)"""
 
     def check(self) -> None:
         super().check()
@@ -54,6 +58,11 @@ class Config(EquivariantConfig):
         if isinstance(self.lookahead, bool) or self.lookahead not in LOOKAHEADS:
             raise ValueError(f"PPO (context) hyperparameter lookahead must be one of {list(LOOKAHEADS)}, got "
                              f"{self.lookahead!r}")
+        if self.lookahead_gain != 0 and not self.lookahead:
+            raise ValueError(f"PPO (context) hyperparameter lookahead_gain = {self.lookahead_gain} needs lookahead "
+                             f"channels (lookahead 1 or 2), got lookahead = 0")
+        if not math.isfinite(self.lookahead_gain):
+            raise ValueError(f"PPO (context) hyperparameter lookahead_gain must be finite, got {self.lookahead_gain}")
 
 
 LOOKAHEADS = (0, 1, 2)
@@ -153,7 +162,7 @@ class ContextNetwork(nn.Module):
     actor: cell a's logit from cell a's features) or a pooled head (the critic), tanh and orthogonal init as PPO's.
     Input: augmented observations [observation (obs_dim), context channels (C·L, channel-major)]."""
 
-    def __init__(self, config, env_spec, channels: int, pooled: bool, out_std: float):
+    def __init__(self, config, env_spec, channels: int, pooled: bool, out_std: float, gain: float = 0.0):
         super().__init__()
         self.obs_dim, self.L, self.channels, self.pooled = env_spec.obs_dim, env_spec.L, channels, pooled
         own = 3 if env_spec.obs_dim == 2 * env_spec.L + 1 else 2
@@ -162,18 +171,24 @@ class ContextNetwork(nn.Module):
                                                                           in_channels=own + channels),
                                       config, env_spec, out_std)
         self.trunk, self.head = network.trunk, network.head
+        # the actor's path from the last lookahead channel to the logit (Config.lookahead_gain)
+        self.gain = nn.Parameter(torch.tensor(float(gain))) if gain else None
 
     def forward(self, augmented: torch.Tensor) -> torch.Tensor:
         obs = augmented[..., :self.obs_dim]
         context = augmented[..., self.obs_dim:].reshape(*augmented.shape[:-1], self.channels, self.L)
         h = self.trunk.cells(torch.cat([self.trunk.observation_channels(obs), context], dim=-2))
-        return self.head(h.mean(dim=-1)) if self.pooled else self.head(h).squeeze(-2)
+        if self.pooled:
+            return self.head(h.mean(dim=-1))
+        logits = self.head(h).squeeze(-2)
+        return logits if self.gain is None else logits + self.gain * context[..., -1, :]
 
 
 class ContextActorCritic(ActorCritic):
     def __init__(self, config: Config, env_spec, channels: int):
         nn.Module.__init__(self)
-        self.actor = ContextNetwork(config, env_spec, channels, pooled=False, out_std=0.01)
+        self.actor = ContextNetwork(config, env_spec, channels, pooled=False, out_std=0.01,
+                                    gain=config.lookahead_gain)
         self.critic = ContextNetwork(config, env_spec, channels, pooled=True, out_std=1.0)
 
 
