@@ -200,3 +200,14 @@ def test_the_lookahead_gain_adds_the_last_lookahead_value_to_the_logits():
     with torch.no_grad():
         assert torch.allclose(actor(augmented), 5.0 * channels[:, -1], atol=1e-6)
     assert fresh(lookahead=2, lookahead_gain=0.0).network.actor.gain is None
+
+
+def test_the_lookahead_is_batched_without_changing_the_channels(monkeypatch):
+    from tapebench.methods import ppo_context
+    agent = fresh()
+    rng = np.random.default_rng(5)
+    obs = torch.cat([torch.as_tensor(rng.integers(0, 2, (5, 8))).float(), torch.zeros(5, 1)], 1)
+    counts = torch.as_tensor(rng.integers(0, 3, (5, 8, 2))).float()
+    whole = agent.context.augment(obs, counts)
+    monkeypatch.setattr(ppo_context, "LOOKAHEAD_ENTRIES", 2 * 8 * 8 * 8)      # two rows per batch
+    assert torch.allclose(agent.context.augment(obs, counts), whole, atol=1e-6)

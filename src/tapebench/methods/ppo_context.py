@@ -66,7 +66,9 @@ class Config(EquivariantConfig):
 
 
 LOOKAHEADS = (0, 1, 2)
-CHUNK = 1024   # rows per lookahead batch: its (rows, L, L, k^(2r+1)) window probabilities stay a few hundred MB
+# entries of one (rows, L, L, k^(2r+1)) window-probability tensor of the lookahead (32 MB of float32): rows are
+# batched to stay under it (1,024 rows at L = 32 in the elementary family)
+LOOKAHEAD_ENTRIES = 2 ** 23
 
 
 def feature_channels(family: RuleFamily, lookahead: int) -> int:
@@ -225,10 +227,10 @@ class ContextReader:
         channels = [cell_features(tapes, counts, self.family.k, self.family.r)]
         if self.lookahead:
             goals, table = self.goals(obs), table_probabilities(counts)
-            channels.append(torch.cat([lookahead_values(tapes[i:i + CHUNK], goals[i:i + CHUNK],
-                                                        table[i:i + CHUNK], self.family.r, self.lookahead)
-                                       for i in range(0, len(tapes), CHUNK)]) if len(tapes) else
-                            torch.zeros(0, self.lookahead, self.L, device=self.device))
+            rows = max(1, LOOKAHEAD_ENTRIES // (self.L * self.L * self.family.neighbourhoods))
+            values = [lookahead_values(tapes[i:i + rows], goals[i:i + rows], table[i:i + rows], self.family.r,
+                                       self.lookahead) for i in range(0, len(tapes), rows)]
+            channels.append(torch.cat(values) if values else torch.zeros(0, self.lookahead, self.L, device=self.device))
         return torch.cat([obs.to(self.device), torch.cat(channels, dim=1).flatten(1)], dim=-1)
 
     def after(self, obs, actions, next_obs, rows=None) -> torch.Tensor:
