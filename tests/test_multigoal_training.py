@@ -132,7 +132,7 @@ def test_the_context_policy_reads_the_goal_as_a_channel_beside_its_context_chann
 
     config = build_config("ppo_context", {"conv_channels": 8, "conv_layers": 2})
     env_spec = spec(agent="ppo_context").env_spec()
-    channels = ppo_context.feature_channels(RuleFamily())
+    channels = ppo_context.feature_channels(RuleFamily(), config.lookahead)
     network = ppo_context.ContextActorCritic(config, env_spec, channels)
     assert network.actor.trunk.inp.in_channels == 3 + channels
     torch.manual_seed(0)

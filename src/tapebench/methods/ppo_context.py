@@ -6,9 +6,12 @@ transition the episode has shown writes its cells' next values under their windo
 numbers: whether the context showed it and the frequencies of next values 1..k-1 (0 where it did not). Cell a gets
 k·(2r + 2) channels (8 for the elementary family): the lookup of its own window in the tape (what a step without
 acting near it does), then of the windows of cells a-r..a+r once a is incremented (what acting on a does to its
-neighbourhood, as far as the context has seen). The lookups commute with shifts of the tape and the table does not
-depend on the transitions' order, so the actor stays shift-equivariant: cell a's logit is read from cell a's
-features, and those see a's own channels.
+neighbourhood, as far as the context has seen). With `lookahead` (default 2) cell a also gets the value of acting on
+it one and two rule steps ahead through the context's table (its frequencies, uniform 1/k where it has not shown the
+window; `lookahead_values`): the expected reward of the transition, then that plus the best second step's, the
+episode's return over two steps when the context pins the rule. The lookups and the lookahead commute with shifts
+of the tape (and goal) and the table does not depend on the transitions' order, so the actor stays
+shift-equivariant: cell a's logit is read from cell a's features, and those see a's own channels.
 
 Everything else is `ppo_equivariant`'s (`ppo.py`: its Config fields and defaults, rollouts, GAE, clipped loss). The
 training agent keeps each environment row's context (emptied when the row's episode ends) and stores the augmented
@@ -21,6 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -37,18 +41,41 @@ class Config(EquivariantConfig):
     """k of the rule family the context is read in (cells 0..k-1); must be the split's family (2: elementary)"""
     radius: int = 1
     """r of the rule family the context is read in (windows of 2r + 1 cells); must be the split's family"""
+    lookahead: int = 2
+    """rule steps of the context table's lookahead channels (docs/methods.md#ppo-context): 0 none, 1 the value of
+    acting on the cell one rule step ahead, 2 that and the value of acting on it, then on the best cell, two steps
+    ahead"""
+    lookahead_gain: float = 32.0
+    """the actor's logit of cell a adds g times a's last lookahead value, g a learned scalar that starts here (0: no
+    such path, the logit read from the trunk alone); a large start makes the untrained policy's argmax the lookahead's
+    best cell (32: one nat per cell of expected mismatch at L = 32)"""
 
     def check(self) -> None:
         super().check()
         RuleFamily(self.colours, self.radius)
         if self.network != "equivariant":
             raise ValueError(f"PPO (context) hyperparameter network must be 'equivariant', got {self.network!r}")
+        if isinstance(self.lookahead, bool) or self.lookahead not in LOOKAHEADS:
+            raise ValueError(f"PPO (context) hyperparameter lookahead must be one of {list(LOOKAHEADS)}, got "
+                             f"{self.lookahead!r}")
+        if self.lookahead_gain != 0 and not self.lookahead:
+            raise ValueError(f"PPO (context) hyperparameter lookahead_gain = {self.lookahead_gain} needs lookahead "
+                             f"channels (lookahead 1 or 2), got lookahead = 0")
+        if not math.isfinite(self.lookahead_gain):
+            raise ValueError(f"PPO (context) hyperparameter lookahead_gain must be finite, got {self.lookahead_gain}")
 
 
-def feature_channels(family: RuleFamily) -> int:
+LOOKAHEADS = (0, 1, 2)
+# entries of one (rows, L, L, k^(2r+1)) window-probability tensor of the lookahead (32 MB of float32): rows are
+# batched to stay under it (1,024 rows at L = 32 in the elementary family)
+LOOKAHEAD_ENTRIES = 2 ** 23
+
+
+def feature_channels(family: RuleFamily, lookahead: int) -> int:
     """Context channels per cell: k per looked-up window (shown, then the frequencies of next values 1..k-1), for
-    the cell's own window and for the 2r + 1 windows the increment of the cell changes: k·(2r + 2)."""
-    return family.k * (2 * family.r + 2)
+    the cell's own window and for the 2r + 1 windows the increment of the cell changes: k·(2r + 2); then one
+    lookahead value per step of `lookahead`."""
+    return family.k * (2 * family.r + 2) + lookahead
 
 
 def window_features(counts: torch.Tensor) -> torch.Tensor:
@@ -71,12 +98,73 @@ def cell_features(tapes: torch.Tensor, counts: torch.Tensor, k: int, r: int) -> 
     return picked.view(n, w, L, k).permute(0, 1, 3, 2).reshape(n, w * k, L)
 
 
+def table_probabilities(counts: torch.Tensor) -> torch.Tensor:
+    """(N, E, k) counts -> (N, E, k) next-value probabilities: the context's frequencies, uniform (1/k) where it has
+    not shown the window."""
+    total = counts.sum(-1, keepdim=True)
+    return torch.where(total > 0, counts / total.clamp_min(1.0), torch.full_like(counts, 1.0 / counts.shape[-1]))
+
+
+def window_probabilities(marginals: torch.Tensor, r: int, offset: int | None = None,
+                         incremented: torch.Tensor | None = None) -> torch.Tensor:
+    """(..., L, k) independent cell marginals -> (..., L, k^(2r+1)): every cell's window distribution, window
+    indices as `context_model.windows` (cell i-r most significant). With `offset` j the window of cell i reads cell
+    i + j from `incremented` (the marginals of every cell incremented): the window cell i has when i + j is acted
+    on."""
+    out = None
+    for j in range(-r, r + 1):
+        cell = torch.roll(incremented if j == offset else marginals, -j, dims=-2)
+        out = cell if out is None else (out.unsqueeze(-1) * cell.unsqueeze(-2)).flatten(-2)
+    return out
+
+
+def lookahead_values(tapes: torch.Tensor, goals: torch.Tensor, table: torch.Tensor, r: int, steps: int
+                     ) -> torch.Tensor:
+    """(N, steps, L) values of acting on every cell a, in the episode's reward (per L cells: -mismatches / L, +1 on
+    reaching the goal, nothing after it) through the next-value probabilities `table` (N, E, k), cells treated as
+    independent after the first rule step:
+
+    * v1(a) = -E[d1] / L + P(goal after one step), d1 the mismatches after acting on a and one rule step;
+    * v2(a) = v1(a) + (1 - P(goal after one step)) · max_b [-E[d2] / L + P(goal)] after acting on b, one more step.
+
+    Exact for a table that is 0/1 on the windows it needs (a pinned rule): v1 the reward of the transition, v2 the
+    best two-step return. Rolling tapes and goals by s rolls the values by s."""
+    n, L = tapes.shape
+    k = table.shape[-1]
+    cells = torch.arange(L, device=tapes.device)
+    post = tapes.long()[:, None, :].repeat(1, L, 1)                               # (N, A, L): acted on a
+    post[:, cells, cells] = (post[:, cells, cells] + 1) % k
+    index = windows(post, k, r)
+    first = table[:, None].expand(n, L, -1, k).gather(2, index.unsqueeze(-1).expand(n, L, L, k))   # (N, A, L, k)
+    goal = goals.long()[:, None, :, None].expand(n, L, L, 1)
+
+    def at_goal(marginals):
+        return marginals.gather(-1, goal).squeeze(-1)                              # (N, A, L) P(cell = goal's)
+
+    hit1 = at_goal(first)
+    reached1 = torch.log(hit1.clamp_min(1e-30)).sum(-1).exp()
+    v1 = -(1 - hit1).sum(-1) / L + reached1
+    if steps == 1:
+        return v1[:, None]
+    step = table[:, None]                                                          # (N, 1, E, k)
+    hit2 = at_goal(window_probabilities(first, r) @ step)                          # no second action's change
+    log_hit2 = torch.log(hit2.clamp_min(1e-30))
+    misses, log_reached = (1 - hit2).sum(-1, keepdim=True), log_hit2.sum(-1, keepdim=True)
+    incremented = torch.roll(first, 1, dims=-1)                                    # P(c) <- P(c - 1 mod k)
+    for j in range(-r, r + 1):                                                     # cell i's window when b = i + j
+        changed = at_goal(window_probabilities(first, r, j, incremented) @ step)
+        misses = misses + torch.roll(hit2 - changed, j, dims=-1)                   # indexed by b
+        log_reached = log_reached + torch.roll(torch.log(changed.clamp_min(1e-30)) - log_hit2, j, dims=-1)
+    best = (-misses / L + log_reached.exp()).max(-1).values                        # (N, A)
+    return torch.stack([v1, v1 + (1 - reached1) * best], dim=1)
+
+
 class ContextNetwork(nn.Module):
     """The equivariant trunk on per-cell inputs [cell, (goal's cell,) t/H, context channels] and a per-cell head (the
     actor: cell a's logit from cell a's features) or a pooled head (the critic), tanh and orthogonal init as PPO's.
     Input: augmented observations [observation (obs_dim), context channels (C·L, channel-major)]."""
 
-    def __init__(self, config, env_spec, channels: int, pooled: bool, out_std: float):
+    def __init__(self, config, env_spec, channels: int, pooled: bool, out_std: float, gain: float = 0.0):
         super().__init__()
         self.obs_dim, self.L, self.channels, self.pooled = env_spec.obs_dim, env_spec.L, channels, pooled
         own = 3 if env_spec.obs_dim == 2 * env_spec.L + 1 else 2
@@ -85,27 +173,34 @@ class ContextNetwork(nn.Module):
                                                                           in_channels=own + channels),
                                       config, env_spec, out_std)
         self.trunk, self.head = network.trunk, network.head
+        # the actor's path from the last lookahead channel to the logit (Config.lookahead_gain)
+        self.gain = nn.Parameter(torch.tensor(float(gain))) if gain else None
 
     def forward(self, augmented: torch.Tensor) -> torch.Tensor:
         obs = augmented[..., :self.obs_dim]
         context = augmented[..., self.obs_dim:].reshape(*augmented.shape[:-1], self.channels, self.L)
         h = self.trunk.cells(torch.cat([self.trunk.observation_channels(obs), context], dim=-2))
-        return self.head(h.mean(dim=-1)) if self.pooled else self.head(h).squeeze(-2)
+        if self.pooled:
+            return self.head(h.mean(dim=-1))
+        logits = self.head(h).squeeze(-2)
+        return logits if self.gain is None else logits + self.gain * context[..., -1, :]
 
 
 class ContextActorCritic(ActorCritic):
     def __init__(self, config: Config, env_spec, channels: int):
         nn.Module.__init__(self)
-        self.actor = ContextNetwork(config, env_spec, channels, pooled=False, out_std=0.01)
+        self.actor = ContextNetwork(config, env_spec, channels, pooled=False, out_std=0.01,
+                                    gain=config.lookahead_gain)
         self.critic = ContextNetwork(config, env_spec, channels, pooled=True, out_std=1.0)
 
 
 class ContextReader:
     """Per-row contexts (counts) and the augmented observations they give."""
 
-    def __init__(self, family: RuleFamily, L: int, rows: int, device: torch.device):
-        self.family, self.L, self.device = family, L, device
+    def __init__(self, family: RuleFamily, L: int, rows: int, device: torch.device, lookahead: int):
+        self.family, self.L, self.device, self.lookahead = family, L, device, lookahead
         self.counts = torch.zeros(rows, family.neighbourhoods, family.k, device=device)
+        self.fixed_goals = None   # (rows, L) the episodes' goals where the observation does not show them
 
     def tapes(self, obs: torch.Tensor) -> torch.Tensor:
         tapes = obs[:, :self.L].to(self.device).round().long()
@@ -115,11 +210,28 @@ class ContextReader:
                              f"family")
         return tapes
 
+    def goals(self, obs: torch.Tensor) -> torch.Tensor:
+        """(N, L) each row's goal: the observation's goal cells [s, g, t/H], else `fixed_goals`, else the all-zero
+        tape (training's goal when the observation shows none)."""
+        L = self.L
+        if obs.shape[-1] == 2 * L + 1:
+            return obs[:, L:2 * L].to(self.device).round().long()
+        if self.fixed_goals is not None:
+            return self.fixed_goals
+        return torch.zeros(len(obs), L, dtype=torch.long, device=self.device)
+
     def augment(self, obs: torch.Tensor, counts: torch.Tensor | None = None) -> torch.Tensor:
         """[observation, the context channels of every cell (flattened)]."""
         counts = self.counts if counts is None else counts
-        channels = cell_features(self.tapes(obs), counts, self.family.k, self.family.r)
-        return torch.cat([obs.to(self.device), channels.flatten(1)], dim=-1)
+        tapes = self.tapes(obs)
+        channels = [cell_features(tapes, counts, self.family.k, self.family.r)]
+        if self.lookahead:
+            goals, table = self.goals(obs), table_probabilities(counts)
+            rows = max(1, LOOKAHEAD_ENTRIES // (self.L * self.L * self.family.neighbourhoods))
+            values = [lookahead_values(tapes[i:i + rows], goals[i:i + rows], table[i:i + rows], self.family.r,
+                                       self.lookahead) for i in range(0, len(tapes), rows)]
+            channels.append(torch.cat(values) if values else torch.zeros(0, self.lookahead, self.L, device=self.device))
+        return torch.cat([obs.to(self.device), torch.cat(channels, dim=1).flatten(1)], dim=-1)
 
     def after(self, obs, actions, next_obs, rows=None) -> torch.Tensor:
         """The counts with each row's transition added (only `rows`, (N,) bool, when given)."""
@@ -135,7 +247,7 @@ class PPOContextAgent(PPOAgent):
             raise ValueError("PPO (context) reads 1D tapes (windows of 2r + 1 cells), not the 2D grid family")
         self.config, self.device = config, torch.device(device)
         self.family = RuleFamily(config.colours, config.radius)
-        channels = feature_channels(self.family)
+        channels = feature_channels(self.family, config.lookahead)
         extra = channels * env_spec.L
         self.network = ContextActorCritic(config, env_spec, channels).to(self.device)
         self.optimizer = adam(self.network.parameters(), lr=config.learning_rate, eps=1e-5)
@@ -143,7 +255,7 @@ class PPOContextAgent(PPOAgent):
         self.num_updates = max(1, math.ceil(total_steps / (config.num_envs * config.num_steps)))
         self.updates_done = 0
         self._pending = None
-        self.context = ContextReader(self.family, env_spec.L, config.num_envs, self.device)
+        self.context = ContextReader(self.family, env_spec.L, config.num_envs, self.device, config.lookahead)
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor, greedy: bool = False) -> torch.Tensor:
@@ -162,7 +274,7 @@ class PPOContextAgent(PPOAgent):
         self.context.counts = following
 
     def evaluation_policy(self) -> "ContextPolicy":
-        return ContextPolicy(self.network.actor, self.family, self.device)
+        return ContextPolicy(self.network.actor, self.family, self.device, self.config.lookahead)
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "counts": self.context.counts.cpu().clone()}
@@ -175,8 +287,8 @@ class PPOContextAgent(PPOAgent):
 class ContextPolicy:
     """The greedy actor on [observation, the episode's rule features] (an EvalPolicy)."""
 
-    def __init__(self, actor: nn.Module, family: RuleFamily, device):
-        self.actor, self.family, self.device = actor, family, torch.device(device)
+    def __init__(self, actor: nn.Module, family: RuleFamily, device, lookahead: int):
+        self.actor, self.family, self.device, self.lookahead = actor, family, torch.device(device), lookahead
 
     def begin(self, batch) -> None:
         family = batch.family or RuleFamily()
@@ -184,7 +296,8 @@ class ContextPolicy:
             what = family.describe() if hasattr(family, "describe") else repr(family)
             raise ValueError(f"PPO (context) evaluation: the context is read in k = {self.family.k}, r = "
                              f"{self.family.r} (hyperparameters colours, radius), not {what}")
-        self.context = ContextReader(self.family, batch.L, len(batch), self.device)
+        self.context = ContextReader(self.family, batch.L, len(batch), self.device, self.lookahead)
+        self.context.fixed_goals = torch.as_tensor(np.array(batch.row_goals()), dtype=torch.long, device=self.device)
         self.active = torch.ones(len(batch), dtype=torch.bool, device=self.device)
 
     @torch.no_grad()
