@@ -81,10 +81,12 @@ def _run_fork(connection: socket.socket, request: dict, streams: list[int]) -> N
     threading.Thread(target=end_with_client, daemon=True).start()
     try:
         status = cli.main(request["argv"])
-    except SystemExit as exc:
-        status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        if not isinstance(exc.code, int) and exc.code is not None:
+    except SystemExit as exc:                 # argparse's errors, sys.exit(...): as the interpreter ends a process
+        if exc.code is None or isinstance(exc.code, int):
+            status = exc.code or 0
+        else:
             print(exc.code, file=sys.stderr)
+            status = 1
     except BaseException:                     # noqa: BLE001 - a fork reports every failure as a new process would
         traceback.print_exc()
         status = 1

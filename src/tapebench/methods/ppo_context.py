@@ -255,6 +255,7 @@ class PPOContextAgent(PPOAgent):
         self.num_updates = max(1, math.ceil(total_steps / (config.num_envs * config.num_steps)))
         self.updates_done = 0
         self._pending = None
+        self._augmented = None   # act()'s augmented observation, which observe() stores
         self.context = ContextReader(self.family, env_spec.L, config.num_envs, self.device, config.lookahead)
 
     @torch.no_grad()
@@ -262,13 +263,14 @@ class PPOContextAgent(PPOAgent):
         if greedy:
             raise ValueError("PPO (context) reads the episode so far: evaluate it through evaluation_policy(), not "
                              "act(obs, greedy=True)")
-        return super().act(self.context.augment(obs)).to(obs.device)
+        self._augmented = self.context.augment(obs)   # observe() stores it: PPO observes the obs it just acted on
+        return super().act(self._augmented).to(obs.device)
 
     @torch.no_grad()
     def observe(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
         following = self.context.after(obs, actions, next_obs)
         augmented_next = self.context.augment(next_obs, following)   # the successor as the episode has shown it
-        super().observe(self.context.augment(obs), actions.to(self.device), rewards.to(self.device), augmented_next,
+        super().observe(self._augmented, actions.to(self.device), rewards.to(self.device), augmented_next,
                         terminated.to(self.device), truncated.to(self.device))
         following[(terminated | truncated).to(self.device)] = 0.0     # a row whose episode ended starts afresh
         self.context.counts = following
