@@ -56,8 +56,10 @@ JOB_SERVERS = []  # the job server of this run, once started (docs/compute.md#jo
 
 
 def start_job_server():
-    """A local run's jobs fork from one process that did their imports; a cluster executor's jobs start their own."""
-    if config["execution"]["job_server"] and workflow.local_exec and not workflow.remote_exec:
+    """A local run's jobs fork from one process that did their imports; a cluster executor's jobs, and a run of
+    fewer than jobserver.MIN_JOBS jobs, start their own."""
+    local = workflow.local_exec and not workflow.remote_exec
+    if config["execution"]["job_server"] and local and len(workflow.dag) >= jobserver.MIN_JOBS:
         JOB_SERVERS.append(jobserver.start(log=logger.info))
 
 
