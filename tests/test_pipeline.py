@@ -13,6 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+
+from tapebench.jobserver import MIN_JOBS
 from pipeline_helpers import REPO, copy_workdir, make_workdir, scheduled_jobs, snakemake
 
 pytestmark = pytest.mark.xdist_group("tiny_build")   # with the other users of the session's tiny build
@@ -146,6 +148,19 @@ def test_local_jobs_run_through_the_job_server(tiny_run):
     started = re.search(r"tapebench job server: jobs fork from process (\d+) \((.*)\)", output)
     assert started, output[-2000:]
     assert not Path(started.group(2)).parent.exists()
+
+
+def test_a_rerun_of_few_jobs_starts_no_job_server(tiny_run):
+    """Fewer jobs to run than jobserver.MIN_JOBS, however many are finished: each starts its own process."""
+    table = tiny_run / "results/table3.tex"
+    before = table.read_text()
+    table.unlink()
+    assert len(scheduled_jobs(snakemake(tiny_run, "--dry-run").stdout)) < MIN_JOBS
+    proc = snakemake(tiny_run)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "job server" not in proc.stdout + proc.stderr
+    assert table.read_text() == before
+
 
 def test_rerun_is_a_no_op(tiny_run):
     proc = snakemake(tiny_run, "--dry-run")

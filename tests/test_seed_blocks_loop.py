@@ -180,6 +180,31 @@ def test_bench_seeds_times_one_process_beside_separate_processes(tmp_path, capsy
     assert row["env_steps"] == 256
     assert row["speedup"] == pytest.approx(row["one_process"] / row["separate"], rel=1e-2)
     assert row["separate_startup_s"] > row["one_process_startup_s"] > 0   # two start-ups against one
+    assert "at_most" not in row
+
+
+def test_bench_seeds_floor_bounds_the_block_by_its_counted_flops(tmp_path):
+    from tapebench.bench.flops import counted_run_flops
+    from tapebench.bench.seeds import at_most
+    from tapebench.cli import main
+
+    out = tmp_path / "seeds.json"
+    assert main(["bench", "seeds", "--agents", "dqn", "--seeds", "2", "--steps", "128", "--L", "8", "--H", "8",
+                 "--rules", "30,90", "--floor", "--json", str(out)]) == 0
+    figures = read_json(out, "bench figures")["figures"]
+    row, floor = figures["agents"]["dqn"]["2"], figures["floor"]["dqn"]
+    _, flops = counted_run_flops(TrainSpec(agent="dqn", rules=(30, 90), seed=0, L=8, H=8, total_steps=128,
+                                           eval_every=128))
+    assert floor["flops_per_seed"] == flops > 0
+    rate = figures["gemm_flops_per_s"]["best"]
+    assert floor["loop_s_per_seed"] == pytest.approx(flops / rate)
+    # the closed form: N x steps over (measured start-up + N x FLOP time), over the separate processes' rate
+    best = 256 / (row["one_process_startup_s"] + 2 * flops / rate)
+    assert row["at_most"] == pytest.approx(best / row["separate"], rel=1e-2)
+    assert at_most({"env_steps": 100, "seeds": 4, "one_process_startup_s": 1.0, "separate": 10.0},
+                   {"loop_s_per_seed": 0.5}) == {"floor_one_process": 33.3, "at_most": 3.333}
+    assert main(["bench", "seeds", "--floor", "8192"]) == 2
+    assert main(["bench", "seeds", "--floor", "--device", "cuda"]) == 2
     assert main(["bench", "seeds", "--seeds", "0"]) == 2
     assert main(["bench", "sb3", "--seeds", "2", "3"]) == 2
 

@@ -53,7 +53,9 @@ Each figure is the median of --repeats timed runs of --seconds each.
   seeds  seed blocks (docs/protocol.md#seed-blocks): for each --agents (default dqn ppo dreamer) and each N of
          --seeds (default 1 4 20), N seeds trained for --steps env steps each in ONE process (`tapebench train
          --seeds`, on --device) beside N one-seed processes one after another on the same core (on the CPU);
-         whole processes, start-up included; env steps/s per core and their ratio (speedup)
+         whole processes, start-up included; env steps/s per core and their ratio (speedup); --floor adds the
+         most a block could give (at most): its loop nothing but each seed's counted FLOPs at this core's best
+         GEMM rate, its start-up as measured
   grid   the 2D grid kernels (docs/protocol.md#grid): grid-steps/s on 8 x 8 torus grids of the NumPy reference,
          the bit-packed numba kernel (goal: >= 20x the reference) and the torch kernel, for Moore and von Neumann
          rules
@@ -157,7 +159,8 @@ def register(sub) -> None:
     p.add_argument("--floor", type=int, nargs="?", const=FLOOR_STEPS, default=None, metavar="STEPS",
                    help="pipeline: also the arithmetic floor of the training and evaluation jobs, from counted runs "
                         f"of STEPS / 2 and STEPS env steps per distinct training run (default {FLOOR_STEPS}) and "
-                        "each method's evaluation played again under the FLOP counter")
+                        "each method's evaluation played again under the FLOP counter; seeds (no STEPS): the most a "
+                        "block could give, from one seed's --steps run under the FLOP counter")
     p.set_defaults(func=run)
 
 
@@ -200,8 +203,11 @@ def check_options(args) -> None:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
     if args.steps < 1:
         raise ValueError(f"--steps must be >= 1 (environment steps), got {args.steps}")
-    if args.floor is not None and args.what != "pipeline":
-        raise ValueError(f"--floor is an option of bench pipeline, not of bench {args.what}")
+    if args.floor is not None and args.what not in ("pipeline", "seeds"):
+        raise ValueError(f"--floor is an option of bench pipeline and bench seeds, not of bench {args.what}")
+    if args.what == "seeds" and args.floor not in (None, FLOOR_STEPS):
+        raise ValueError(f"bench seeds --floor counts the FLOPs of the --steps run itself and takes no STEPS, "
+                         f"got {args.floor}")
     if args.floor is not None and args.device == "cuda":
         raise ValueError("--floor is the CPU's arithmetic floor: leave out --device cuda")
     if args.floor is not None and (args.floor < FLOOR_STEPS or args.floor & (args.floor - 1)):

@@ -12,6 +12,11 @@ Both are whole processes, start-up included, each `--steps` env steps per seed w
 at the agent's default hyperparameters, on `--rules` at `--L`/`--H`. Env steps/s per core = N x steps / wall
 seconds of the one core. `startup_s` is a process's wall time outside the training loop (imports, building,
 writing), read from the runs' train.json.
+
+With `--floor`, each agent's one-seed run is trained once more under torch's FLOP counter (`bench flops`): its
+matrix-product FLOPs at this core's best GEMM rate are the least time any implementation of the same
+hyperparameters spends per seed. `at_most` is then the speedup a block of N would have if its training loop were
+nothing but those FLOPs, its measured start-up kept: the most stacking could give over the measured `separate`.
 """
 from __future__ import annotations
 
@@ -23,7 +28,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from tapebench.bench.flops import counted_run_flops, gemm_rate
 from tapebench.bench.training import select_agents
+from tapebench.training.loop import TrainSpec
 from tapebench.utils.artifacts import read_json
 from tapebench.validation import parse_rule_list
 
@@ -82,6 +89,22 @@ def measure_block(agent: str, n: int, params: dict, rules: str, device: str, roo
             "separate_startup_s": round(separate_wall - separate_loop, 2)}
 
 
+def floor_loop_s(agent: str, params: dict, rules: str, flops_per_s: float) -> dict:
+    """Seconds one seed's training run of `params` takes doing only its counted FLOPs at `flops_per_s`."""
+    env, training = params["env"], params["training"]
+    spec = TrainSpec(agent=agent, rules=tuple(parse_rule_list(rules)), seed=0, L=env["L"], H=env["H"],
+                     total_steps=training["total_steps"], eval_every=training["eval_every"])
+    _, flops = counted_run_flops(spec)
+    return {"flops_per_seed": flops, "loop_s_per_seed": flops / flops_per_s}
+
+
+def at_most(row: dict, floor: dict) -> dict:
+    """The block of `row` with its loop at the arithmetic floor and its measured start-up: env steps/s per core and
+    that over the measured separate processes' rate."""
+    best = row["env_steps"] / (row["one_process_startup_s"] + row["seeds"] * floor["loop_s_per_seed"])
+    return {"floor_one_process": round(best, 1), "at_most": round(best / row["separate"], 3)}
+
+
 def bench_seeds(args) -> dict:
     agents = select_agents(args.agents or DEFAULT_AGENTS, command="bench seeds")
     parse_rule_list(args.rules)
@@ -93,16 +116,27 @@ def bench_seeds(args) -> dict:
         f"{args.jobs} at a time on their own CPU cores, their wall times summed"
     print(f"seed blocks: {args.steps} env steps per seed, L = {args.L}, H = {args.H}, rules {args.rules}; one "
           f"process on {device} beside one-seed processes {side} (whole processes, one torch thread each)")
+    floor = args.floor is not None
     print(f"{'agent':<14}{'N':>4}{'one process':>14}{'separate':>12}{'speedup':>9}"
-          f"{'start-up one / separate (s)':>30}   env steps/s per core")
+          f"{'start-up one / separate (s)':>30}" + (f"{'at most':>9}" if floor else "") + "   env steps/s per core"
+          + ("; at most: the block's loop at the arithmetic floor (this core's best GEMM rate), its start-up as "
+             "measured" if floor else ""))
     figures: dict = {"device": device, "separate_jobs": args.jobs, "steps": args.steps, "L": args.L, "H": args.H,
                      "rules": args.rules, "agents": {}}
+    if floor:
+        figures["gemm_flops_per_s"] = gemm_rate(seconds=args.seconds / 3, repeats=args.repeats)
     with tempfile.TemporaryDirectory(prefix="tapebench-seeds-") as tmp:
         for agent in agents:
             rows = figures["agents"][agent] = {}
+            agent_floor = floor_loop_s(agent, params, args.rules, figures["gemm_flops_per_s"]["best"]) if floor else None
+            if agent_floor:
+                figures.setdefault("floor", {})[agent] = agent_floor
             for n in args.seeds:
                 row = rows[str(n)] = measure_block(agent, n, params, args.rules, device, Path(tmp), args.jobs)
+                if agent_floor:
+                    row.update(at_most(row, agent_floor))
                 print(f"{agent:<14}{n:>4}{row['one_process']:>14,.0f}{row['separate']:>12,.0f}"
                       f"{row['speedup']:>8.2f}x{row['one_process_startup_s']:>16.1f} / "
-                      f"{row['separate_startup_s']:.1f}", flush=True)
+                      f"{row['separate_startup_s']:.1f}" + (f"{row['at_most']:>10.2f}x" if floor else ""),
+                      flush=True)
     return figures
