@@ -9,7 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from tapebench.bench.flops import ceiling_steps_per_s, count_flops, counted_run_flops, steady_flops_per_step
+from tapebench.bench import flops
+from tapebench.bench.flops import ceiling_steps_per_s, count_flops, counted_run_flops, gemm_rate, steady_flops_per_step
 from tapebench.cli import main
 from tapebench.training.loop import TrainSpec
 
@@ -59,9 +60,25 @@ def test_steady_flops_per_step_is_the_learning_phase_rate_in_closed_form():
     assert flops / steps < per_batched_step / 4
 
 
-def test_bench_floor_is_an_option_of_bench_pipeline_only_and_a_power_of_two(capsys):
+def test_bench_floor_is_an_option_of_bench_pipeline_and_seeds_only_and_a_power_of_two(capsys):
     assert main(["bench", "flops", "--agents", "dqn", "--floor", "4096"]) == 2
     assert "--floor is an option of bench pipeline" in capsys.readouterr().err
     for steps in ("2048", "6000"):
         assert main(["bench", "pipeline", "--floor", steps]) == 2
         assert "power of two >= 4096" in capsys.readouterr().err
+
+
+def test_gemm_rate_is_measured_on_the_threads_asked_for_and_restores_torchs(monkeypatch):
+    """The ceiling is one core's: a process whose torch uses every core would otherwise time its products on all."""
+    seen = []
+    monkeypatch.setattr(flops, "measure", lambda fn, work, seconds, repeats: seen.append(torch.get_num_threads()) or 1.0)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert gemm_rate()["best"] == 1.0 and set(seen) == {1}
+        assert torch.get_num_threads() == 2
+        seen.clear()
+        gemm_rate(threads=2)
+        assert set(seen) == {2}
+    finally:
+        torch.set_num_threads(before)

@@ -36,12 +36,17 @@ def count_flops(fn) -> int:
     return int(counter.get_total_flops())
 
 
-def gemm_rate(shapes=GEMM_SHAPES, seconds: float = 0.3, repeats: int = 3) -> dict:
-    """FLOP/s of `x @ w.T` per shape (median of `repeats` timed runs) and the best of them."""
-    rates = {}
-    for rows, inner, outer in shapes:
-        x, w = torch.randn(rows, inner), torch.randn(outer, inner)
-        rates[f"{rows}x{inner}x{outer}"] = measure(lambda: x @ w.t(), 2 * rows * inner * outer, seconds, repeats)
+def gemm_rate(shapes=GEMM_SHAPES, seconds: float = 0.3, repeats: int = 3, threads: int = 1) -> dict:
+    """FLOP/s of `x @ w.T` on `threads` torch threads per shape (median of `repeats` timed runs) and the best of
+    them."""
+    rates, before = {}, torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for rows, inner, outer in shapes:
+            x, w = torch.randn(rows, inner), torch.randn(outer, inner)
+            rates[f"{rows}x{inner}x{outer}"] = measure(lambda: x @ w.t(), 2 * rows * inner * outer, seconds, repeats)
+    finally:
+        torch.set_num_threads(before)
     return {"per_shape": rates, "best": max(rates.values())}
 
 
@@ -93,7 +98,7 @@ def bench_flops(args) -> dict:
     threads = args.threads or 1
     agents = select_agents(args.agents or list(DEFAULT_AGENTS), command="bench flops")
     torch.set_num_threads(threads)
-    rate = gemm_rate(seconds=args.seconds / 3, repeats=args.repeats)
+    rate = gemm_rate(seconds=args.seconds / 3, repeats=args.repeats, threads=threads)
     print(f"tapebench bench flops: L={L}, H={H}, {len(rules)} training rules, {steps} env steps per run, "
           f"{threads} torch thread(s)")
     print("GEMM rate of this core (x @ w.T, GFLOP/s): "
