@@ -71,7 +71,8 @@ def test_bench_floor_is_an_option_of_bench_pipeline_and_seeds_only_and_a_power_o
 def test_gemm_rate_is_measured_on_the_threads_asked_for_and_restores_torchs(monkeypatch):
     """The ceiling is one core's: a process whose torch uses every core would otherwise time its products on all."""
     seen = []
-    monkeypatch.setattr(flops, "measure", lambda fn, work, seconds, repeats: seen.append(torch.get_num_threads()) or 1.0)
+    monkeypatch.setattr(flops, "measure",
+                        lambda fn, work, seconds, repeats: seen.append(torch.get_num_threads()) or 1.0)
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:

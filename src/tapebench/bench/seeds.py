@@ -125,10 +125,11 @@ def bench_seeds(args) -> dict:
                      "rules": args.rules, "agents": {}}
     if floor:
         figures["gemm_flops_per_s"] = gemm_rate(seconds=args.seconds / 3, repeats=args.repeats)
+        rate = figures["gemm_flops_per_s"]["best"]
     with tempfile.TemporaryDirectory(prefix="tapebench-seeds-") as tmp:
         for agent in agents:
             rows = figures["agents"][agent] = {}
-            agent_floor = floor_loop_s(agent, params, args.rules, figures["gemm_flops_per_s"]["best"]) if floor else None
+            agent_floor = floor_loop_s(agent, params, args.rules, rate) if floor else None
             if agent_floor:
                 figures.setdefault("floor", {})[agent] = agent_floor
             for n in args.seeds:
