@@ -36,7 +36,7 @@ from pathlib import Path
 from tapebench import cli
 from tapebench.utils.job_client import LENGTH, SOCKET_VARIABLE, STARTED, STATUS, STREAMS, receive_exactly
 
-MIN_JOBS = 8   # a run of fewer jobs starts a process per job: the server's imports (~3 CPU-s) would cost more than they save
+MIN_JOBS = 8   # fewer jobs to run: a process per job, as the server's imports (~3 CPU-s) would cost more than they save
 READY_TIMEOUT_S = 120.0   # how long the pipeline waits for the server's imports before running jobs without it
 POLL_S = 1.0              # how often the server checks that the pipeline is still there
 

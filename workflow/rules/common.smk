@@ -56,8 +56,8 @@ JOB_SERVERS = []  # the job server of this run, once started (docs/compute.md#jo
 
 
 def start_job_server():
-    """A local run's jobs fork from one process that did their imports; a cluster executor's jobs, and a run of
-    fewer than jobserver.MIN_JOBS jobs, start their own."""
+    """A local run's jobs fork from one process that did their imports; a cluster executor's jobs, and a run with
+    fewer than jobserver.MIN_JOBS jobs to run, start their own."""
     local = workflow.local_exec and not workflow.remote_exec
     to_run = sum(1 for _ in workflow.dag.needrun_jobs())  # len(workflow.dag) counts the finished jobs too
     if config["execution"]["job_server"] and local and to_run >= jobserver.MIN_JOBS:

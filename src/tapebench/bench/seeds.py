@@ -125,17 +125,16 @@ def bench_seeds(args) -> dict:
                      "rules": args.rules, "agents": {}}
     if floor:
         figures["gemm_flops_per_s"] = gemm_rate(seconds=args.seconds / 3, repeats=args.repeats)
-        rate = figures["gemm_flops_per_s"]["best"]
+        figures["floor"] = {}
     with tempfile.TemporaryDirectory(prefix="tapebench-seeds-") as tmp:
         for agent in agents:
             rows = figures["agents"][agent] = {}
-            agent_floor = floor_loop_s(agent, params, args.rules, rate) if floor else None
-            if agent_floor:
-                figures.setdefault("floor", {})[agent] = agent_floor
+            if floor:
+                figures["floor"][agent] = floor_loop_s(agent, params, args.rules, figures["gemm_flops_per_s"]["best"])
             for n in args.seeds:
                 row = rows[str(n)] = measure_block(agent, n, params, args.rules, device, Path(tmp), args.jobs)
-                if agent_floor:
-                    row.update(at_most(row, agent_floor))
+                if floor:
+                    row.update(at_most(row, figures["floor"][agent]))
                 print(f"{agent:<14}{n:>4}{row['one_process']:>14,.0f}{row['separate']:>12,.0f}"
                       f"{row['speedup']:>8.2f}x{row['one_process_startup_s']:>16.1f} / "
                       f"{row['separate_startup_s']:.1f}" + (f"{row['at_most']:>10.2f}x" if floor else ""),
