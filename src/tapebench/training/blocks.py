@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from tapebench.envs.batched import BatchedTapeEnv
+from tapebench.envs.stacked import StackedEnvs
 from tapebench.methods.contract import BlockUnsupported
 from tapebench.registry import get_method
 from tapebench.settings import training_device
@@ -197,6 +198,7 @@ class _StackedBlock:
                     block.import_seed(k, m.agent)
                     obs[k] = m.env.observation()
             obs = obs.to(self.device)
+            envs = StackedEnvs.of([m.env for m in members])   # None: the envs step one by one
             if not iteration:
                 self._say(f"training {len(members)} seeds of {self.specs[0].agent} as one stacked block on "
                           f"{len(self.specs[0].rules)} rules, L={self.specs[0].L} H={self.specs[0].H}, "
@@ -207,13 +209,16 @@ class _StackedBlock:
             while iteration < total_iterations:
                 actions = block.act(obs)
                 host_actions = actions.cpu()
-                steps = [m.env.step(host_actions[k]) for k, m in enumerate(members)]
-                rewards, terminated, truncated = (torch.stack([s[i] for s in steps]) for i in range(1, 4))
+                if envs is not None:
+                    next_obs, rewards, terminated, truncated, final_obs = envs.step(host_actions)
+                else:
+                    steps = [m.env.step(host_actions[k]) for k, m in enumerate(members)]
+                    next_obs, rewards, terminated, truncated = (torch.stack([s[i] for s in steps]) for i in range(4))
+                    final_obs = torch.stack([s[4]["final_obs"] for s in steps])
                 for k, m in enumerate(members):
                     m.stats.record(rewards[k], terminated[k], terminated[k] | truncated[k])
                 next_obs, final_obs, rewards, terminated, truncated = (t.to(self.device) for t in (
-                    torch.stack([s[0] for s in steps]), torch.stack([s[4]["final_obs"] for s in steps]), rewards,
-                    terminated, truncated))
+                    next_obs, final_obs, rewards, terminated, truncated))
                 block.observe(obs, actions, rewards, final_obs, terminated, truncated)
                 metrics = [new or old for new, old in zip(block.update() or [{}] * len(members), metrics)]
                 obs = next_obs
