@@ -55,7 +55,8 @@ Each figure is the median of --repeats timed runs of --seconds each.
          --seeds`, on --device) beside N one-seed processes one after another on the same core (on the CPU);
          whole processes, start-up included; env steps/s per core and their ratio (speedup); --floor adds the
          most a block could give (at most): its loop nothing but each seed's counted FLOPs at this core's best
-         GEMM rate, its start-up as measured
+         GEMM rate, its start-up as measured; --share K ... adds K blocks of the largest N at once on --device
+         (blocks sharing one GPU): their aggregate env steps/s beside one block alone
   grid   the 2D grid kernels (docs/protocol.md#grid): grid-steps/s on 8 x 8 torus grids of the NumPy reference,
          the bit-packed numba kernel (goal: >= 20x the reference) and the torch kernel, for Moore and von Neumann
          rules
@@ -152,6 +153,9 @@ def register(sub) -> None:
     p.add_argument("--cores", type=int, default=8, help="pipeline: cores the wall time is projected on (default 8)")
     p.add_argument("--target", nargs="+", default=None, metavar="PATH",
                    help="pipeline: project only what these targets need (default: the whole DAG)")
+    p.add_argument("--share", type=int, nargs="+", default=None, metavar="K",
+                   help="seeds: also K blocks of the largest --seeds at once on --device, each K (blocks sharing one "
+                        "GPU): their aggregate env steps/s beside one block alone")
     p.add_argument("--gpus", type=int, default=1, help="pipeline --device cuda: GPUs of the machine (default 1)")
     p.add_argument("--gpu-figures", nargs="+", default=None, metavar="PATH",
                    help="pipeline --device cuda: the stacked blocks' GPU rates from `bench seeds --device cuda --json` "
@@ -203,6 +207,9 @@ def check_options(args) -> None:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
     if args.steps < 1:
         raise ValueError(f"--steps must be >= 1 (environment steps), got {args.steps}")
+    if args.share is not None and (args.what != "seeds" or min(args.share) < 1):
+        raise ValueError(f"--share K (blocks at once, K >= 1) is an option of bench seeds, got {args.share} for "
+                         f"bench {args.what}")
     if args.floor is not None and args.what not in ("pipeline", "seeds"):
         raise ValueError(f"--floor is an option of bench pipeline and bench seeds, not of bench {args.what}")
     if args.what == "seeds" and args.floor not in (None, FLOOR_STEPS):

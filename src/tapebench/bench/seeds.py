@@ -17,6 +17,11 @@ With `--floor`, each agent's one-seed run is trained once more under torch's FLO
 matrix-product FLOPs at this core's best GEMM rate are the least time any implementation of the same
 hyperparameters spends per seed. `at_most` is then the speedup a block of N would have if its training loop were
 nothing but those FLOPs, its measured start-up kept: the most stacking could give over the measured `separate`.
+
+With `--share K ...`, K processes, each a block of the largest N, start together on `--device` (K blocks sharing one
+GPU, as `--resources gpu=K` lets the pipeline run them): their aggregate env steps/s, `gain` = that over one block
+alone (the same run's `one_process`), and `slowdown` = a block's wall time sharing over alone (what `bench pipeline
+--blocks-per-gpu K` scales the GPU jobs by).
 """
 from __future__ import annotations
 
@@ -89,6 +94,24 @@ def measure_block(agent: str, n: int, params: dict, rules: str, device: str, roo
             "separate_startup_s": round(separate_wall - separate_loop, 2)}
 
 
+def shared_device(agent: str, n: int, k: int, params: dict, rules: str, device: str, root: Path, alone: dict) -> dict:
+    """k processes, each a block of n seeds, started together on `device` (k blocks sharing it), beside `alone`
+    (measure_block's row of the same n: one such block by itself in the same run)."""
+    steps = params["training"]["total_steps"]
+    dirs = [root / f"{agent}_share{k}x{n}_{j}" for j in range(k)]
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=k) as pool:
+        list(pool.map(lambda folder: timed_process(train_command(agent, list(range(n)), str(folder / "seed{seed}"),
+                                                                 params, ["--rules", rules], device)), dirs))
+    wall = time.perf_counter() - start
+    slowest_loop = max(loop_seconds(folder / f"seed{seed}" for seed in range(n)) for folder in dirs)
+    aggregate = k * n * steps / wall
+    return {"blocks": k, "seeds": n, "env_steps": k * n * steps, "wall_s": round(wall, 2),
+            "aggregate": round(aggregate, 1), "gain": round(aggregate / alone["one_process"], 3),
+            "slowdown": round(wall / alone["one_process_wall_s"], 3),
+            "loop_slowdown": round(slowest_loop / alone["one_process_loop_s"], 3)}
+
+
 def floor_loop_s(agent: str, params: dict, rules: str, flops_per_s: float) -> dict:
     """Seconds one seed's training run of `params` takes doing only its counted FLOPs at `flops_per_s`."""
     env, training = params["env"], params["training"]
@@ -139,4 +162,11 @@ def bench_seeds(args) -> dict:
                       f"{row['speedup']:>8.2f}x{row['one_process_startup_s']:>16.1f} / "
                       f"{row['separate_startup_s']:.1f}" + (f"{row['at_most']:>10.2f}x" if floor else ""),
                       flush=True)
+            largest = max(args.seeds)
+            for k in args.share or ():
+                share = figures.setdefault("share", {}).setdefault(agent, {})[str(k)] = shared_device(
+                    agent, largest, k, params, args.rules, device, Path(tmp), rows[str(largest)])
+                print(f"{agent:<14}{largest:>4}  {k} blocks at once on {device}: {share['aggregate']:,.0f} env "
+                      f"steps/s together, {share['gain']:.2f}x one block alone; each block's wall "
+                      f"{share['slowdown']:.2f}x (its training loop {share['loop_slowdown']:.2f}x)", flush=True)
     return figures
