@@ -6,7 +6,8 @@ import pytest
 
 from tapebench.pipeline.projection import (CostModel, DagJob, arithmetic_shape, dependencies, floor_seconds,
                                            gpu_block, job_seconds, linear_fit, on_gpu, parse_dry_run,
-                                           read_gpu_figures, schedule_wall, training_job)
+                                           read_gpu_figures, read_gpu_sharing, schedule_wall,
+                                           slow_shared_gpu_jobs, training_job)
 from tapebench.utils.io import write_json
 
 DRY_RUN = """\
@@ -94,6 +95,38 @@ def test_gpu_blocks_from_bench_seeds_figures(tmp_path):
     assert not on_gpu(single, model) and job_seconds(single, config, model)[1] == "train dqn"
     with pytest.raises(ValueError, match="L = 32, H = 32; the config has L = 16"):
         read_gpu_figures([tmp_path / "dqn.json"], {**config, "env": {"L": 16, "H": 32}})
+
+
+def test_blocks_sharing_a_gpu_are_slowed_as_bench_seeds_share_measured(tmp_path):
+    write_json(tmp_path / "dqn.json", {"benchmark": "seeds", "figures": {"device": "cuda", "share": {
+        "dqn": {"4": {"slowdown": 1.5}, "8": {"slowdown": 2.0}}, "dreamer": {"4": {"slowdown": 1.1}}}}})
+    assert read_gpu_sharing([tmp_path / "dqn.json"], 4) == {"dqn": 1.5, "dreamer": 1.1}
+    assert read_gpu_sharing([tmp_path / "dqn.json"], 8) == {"dqn": 2.0}
+    assert read_gpu_sharing([tmp_path / "dqn.json"], 2) == {}
+    jobs = [DagJob(0, "train_block", {"agent": "dqn"}), DagJob(1, "train_block", {"agent": "ppo"}),
+            DagJob(2, "train_block", {"agent": "dreamer"}), DagJob(3, "evaluate", {"agent": "dqn"})]
+    seconds = {0: 10.0, 1: 10.0, 2: 10.0, 3: 10.0}
+    guessed = slow_shared_gpu_jobs(seconds, jobs, frozenset({0, 1, 2}), {"dqn": 1.5, "dreamer": 1.1})
+    # ppo has no figure: slowed as the slowest measured method; the CPU job is untouched
+    assert guessed == ["ppo"] and seconds == {0: 15.0, 1: 15.0, 2: pytest.approx(11.0), 3: 10.0}
+    # three blocks share one GPU (3 slots) beside a CPU job: all run at once on 4 cores
+    deps = {i: set() for i in range(4)}
+    assert schedule_wall(jobs, seconds, deps, 4, frozenset({0, 1, 2}), 3) == pytest.approx(15.0)
+
+
+def test_blocks_per_gpu_needs_share_figures(tmp_path, capsys):
+    from tapebench.cli import main
+
+    assert main(["bench", "seeds", "--blocks-per-gpu", "4"]) == 2
+    assert "--blocks-per-gpu is an option of bench pipeline" in capsys.readouterr().err
+    assert main(["bench", "pipeline", "--blocks-per-gpu", "4"]) == 2
+    assert "--device cuda --gpu-figures" in capsys.readouterr().err
+    assert main(["bench", "pipeline", "--blocks-per-gpu", "0"]) == 2
+    assert "--blocks-per-gpu must be >= 1, got 0" in capsys.readouterr().err
+    write_json(tmp_path / "seeds.json", {"benchmark": "seeds", "figures": {"device": "cuda", "share": {}}})
+    assert main(["bench", "pipeline", "--blocks-per-gpu", "4", "--device", "cuda", "--gpu-figures",
+                 str(tmp_path / "seeds.json")]) == 2     # refused before any DAG is built or measured
+    assert "no `bench seeds --share 4` figure" in capsys.readouterr().err
 
 
 def test_job_costs_from_the_config():

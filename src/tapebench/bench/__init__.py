@@ -43,7 +43,8 @@ Each figure is the median of --repeats timed runs of --seconds each.
          --target): each method the config uses timed in short runs (--steps), combined with the DAG's
          jobs; the top cost centres; --json PATH keeps cpu_hours, wall_hours and the measurements;
          --device cuda: on one machine of --cores cores and --gpus GPUs, the stacked seed blocks trained on the
-         GPU (measured here, or read from --gpu-figures files of `bench seeds --device cuda --json`);
+         GPU (measured here, or read from --gpu-figures files of `bench seeds --device cuda --json`), with
+         --blocks-per-gpu K that many at a time per GPU, each slowed as `bench seeds --share K` measured;
          --floor [STEPS] adds the arithmetic floor of the training and evaluation jobs: each distinct
          training run's FLOPs per env step counted (runs of STEPS / 2 and STEPS, default 4096) and each
          method's FLOPs per evaluated episode, at this core's best GEMM rate; per method and per main-study row
@@ -157,6 +158,10 @@ def register(sub) -> None:
                    help="seeds: also K blocks of the largest --seeds at once on --device, each K (blocks sharing one "
                         "GPU): their aggregate env steps/s beside one block alone")
     p.add_argument("--gpus", type=int, default=1, help="pipeline --device cuda: GPUs of the machine (default 1)")
+    p.add_argument("--blocks-per-gpu", type=int, default=1, metavar="K",
+                   help="pipeline --device cuda: stacked blocks sharing each GPU at a time (`snakemake --resources "
+                        "gpu=K` on a one-GPU machine), each slowed as `bench seeds --share K` measured it in the "
+                        "--gpu-figures files (default 1)")
     p.add_argument("--gpu-figures", nargs="+", default=None, metavar="PATH",
                    help="pipeline --device cuda: the stacked blocks' GPU rates from `bench seeds --device cuda --json` "
                         "files instead of measuring them here (a machine without a GPU can project for one)")
@@ -225,6 +230,14 @@ def check_options(args) -> None:
     check_length(args.L)
     check_horizon(args.H)
     parse_rule_list(args.rules)
+    if args.blocks_per_gpu != 1 and args.what != "pipeline":
+        raise ValueError(f"--blocks-per-gpu is an option of bench pipeline, not of bench {args.what}")
+    if args.blocks_per_gpu < 1:
+        raise ValueError(f"--blocks-per-gpu must be >= 1, got {args.blocks_per_gpu}")
+    if args.blocks_per_gpu > 1 and (args.device != "cuda" or not args.gpu_figures):
+        raise ValueError(f"--blocks-per-gpu {args.blocks_per_gpu} reads each block's slowdown on a shared GPU from "
+                         f"`tapebench bench seeds --device cuda --share {args.blocks_per_gpu} --json` files: give "
+                         f"them with --device cuda --gpu-figures")
     if args.gpu_figures is not None and (args.what != "pipeline" or args.device != "cuda"):
         raise ValueError("--gpu-figures is an option of bench pipeline --device cuda")
     if args.device == "cuda" and args.gpu_figures is None:

@@ -579,6 +579,34 @@ def read_gpu_figures(paths, config: dict) -> dict:
     return dict(blocks)
 
 
+def read_gpu_sharing(paths, blocks_per_gpu: int) -> dict[str, float]:
+    """method -> how many times longer a block's process takes when `blocks_per_gpu` blocks share one GPU (`slowdown`
+    of `tapebench bench seeds --device cuda --share K --json` files; the last file naming a method wins)."""
+    from tapebench.utils.artifacts import read_json   # only when GPU figures are read
+
+    slowdowns: dict[str, float] = {}
+    for path in paths:
+        figures = read_json(path, "bench seeds figures").get("figures", {})
+        for method, rows in figures.get("share", {}).items():
+            if str(blocks_per_gpu) in rows:
+                slowdowns[method] = float(rows[str(blocks_per_gpu)]["slowdown"])
+    return slowdowns
+
+
+def slow_shared_gpu_jobs(seconds: dict[int, float], jobs: list[DagJob], gpu_jobs: frozenset,
+                         slowdowns: dict[str, float]) -> list[str]:
+    """Scale each GPU job's seconds in place by its method's slowdown on a shared GPU (`read_gpu_sharing`); a
+    method without a figure is slowed as the slowest measured one. Returns those methods."""
+    guessed = set()
+    for job in jobs:
+        if job.jobid in gpu_jobs:
+            method = job.wildcards["agent"]
+            if method not in slowdowns:
+                guessed.add(method)
+            seconds[job.jobid] *= slowdowns.get(method, max(slowdowns.values()))
+    return sorted(guessed)
+
+
 def measure_gpu_blocks(config: dict, sizes: dict[str, set[int]], steps: int, log=print) -> dict:
     """method -> {seeds: (start-up s, steps/s)}: each stacked block size of the DAG trained once on the GPU, as
     `bench seeds --device cuda` does (a whole `tapebench train --seeds` process)."""
@@ -673,7 +701,7 @@ def methods_of(jobs: list[DagJob], config: dict) -> list[str]:
 
 def bench_pipeline(args) -> dict:
     """Entry point of `tapebench bench pipeline` (options: --configfile, --cores, --target, --steps, --json, --floor,
-    --device cuda with --gpus and --gpu-figures)."""
+    --device cuda with --gpus, --gpu-figures and --blocks-per-gpu)."""
     configfiles = list(args.configfile or [])
     cores = int(args.cores)
     if cores < 1:
@@ -682,6 +710,12 @@ def bench_pipeline(args) -> dict:
     if not schema.is_file():
         raise FileNotFoundError(f"{schema} not found: run `tapebench bench pipeline` from the repository root")
     config = validate_config(load_config(configfiles), schema)
+    share, slowdowns = int(args.blocks_per_gpu), {}
+    if share > 1:
+        slowdowns = read_gpu_sharing(args.gpu_figures, share)
+        if not slowdowns:
+            raise ValueError(f"--gpu-figures {' '.join(map(str, args.gpu_figures))}: no `bench seeds --share {share}` "
+                             f"figure")
     start = time.perf_counter()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     jobs = dag_jobs(configfiles, args.target or ())
@@ -712,9 +746,14 @@ def bench_pipeline(args) -> dict:
     seconds, centre = {}, {}
     for job in jobs:
         seconds[job.jobid], centre[job.jobid] = job_seconds(job, config, model)
+    if slowdowns:
+        guessed = slow_shared_gpu_jobs(seconds, jobs, gpu_jobs, slowdowns)
+        if guessed:
+            model.estimated.append(f"no `--share {share}` figure for {', '.join(guessed)}: their blocks slowed as the "
+                                   f"slowest measured method ({max(slowdowns.values()):.2f}x)")
     cpu = sum(s for jid, s in seconds.items() if jid not in gpu_jobs) + once_s
-    gpu_hours = sum(seconds[jid] for jid in gpu_jobs) / 3600
-    wall = schedule_wall(jobs, seconds, deps, cores, gpu_jobs, gpus) + once_s
+    gpu_hours = sum(seconds[jid] for jid in gpu_jobs) / share / 3600
+    wall = schedule_wall(jobs, seconds, deps, cores, gpu_jobs, gpus * share) + once_s
     one_seed = None
     if config["training"]["seeds_per_job"] > 1 and not gpus:
         one_seed = project_one_seed_per_job(configfiles, args.target or (), config, model, cores, once_s)
@@ -725,8 +764,11 @@ def bench_pipeline(args) -> dict:
     cores_alone = None
     if gpus:
         print(f"\nprojected: {wall / 3600:.2f} h wall on one machine of {cores} cores and {gpus} GPU(s): "
-              f"{len(gpu_jobs)} stacked training blocks on the GPU ({gpu_hours:.2f} GPU-hours, one block at a time "
-              f"per GPU), {cpu / 3600:.2f} CPU-hours of every other job on the cores (list scheduling of the DAG)")
+              f"{len(gpu_jobs)} stacked training blocks on the GPU ({gpu_hours:.2f} GPU-hours, "
+              + ("one block at a time per GPU" if share == 1 else
+                 f"{share} blocks at a time per GPU, each {min(slowdowns.values()):.2f}-{max(slowdowns.values()):.2f}x "
+                 f"its time alone") + f"), {cpu / 3600:.2f} CPU-hours of every other job on the cores (list "
+              f"scheduling of the DAG)")
         cpu_model = dataclasses.replace(model, gpu_blocks={})
         alone = {job.jobid: job_seconds(job, config, cpu_model)[0] for job in jobs}
         cores_alone = {"cpu_hours": (sum(alone.values()) + once_s) / 3600,
@@ -773,7 +815,7 @@ def bench_pipeline(args) -> dict:
                   f"row {f / 3600:8.3f} {p / 3600:8.3f}")
     print(f"estimated, not measured: {'; '.join(model.estimated)}; measurement took {time.perf_counter() - start:.0f} s")
     return {"cpu_hours": cpu / 3600, "wall_hours": wall / 3600, "cores": cores, "jobs": len(jobs), "floor": floor,
-            "gpus": gpus, "gpu_hours": gpu_hours, "gpu_jobs": len(gpu_jobs), "cores_alone": cores_alone,
+            "gpus": gpus, "blocks_per_gpu": share, "share_slowdowns": slowdowns, "gpu_hours": gpu_hours, "gpu_jobs": len(gpu_jobs), "cores_alone": cores_alone,
             "gpu_blocks": {f"{m} x{n}": {"startup_s": v[0], "env_steps_per_s": v[1]}
                            for m, sizes in model.gpu_blocks.items() for n, v in sizes.items()},
             "seeds_per_job": config["training"]["seeds_per_job"], "one_seed_per_job": one_seed,
