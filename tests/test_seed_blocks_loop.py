@@ -175,12 +175,20 @@ def test_bench_seeds_times_one_process_beside_separate_processes(tmp_path, capsy
 
     out = tmp_path / "seeds.json"
     assert main(["bench", "seeds", "--agents", "dqn", "--seeds", "2", "--steps", "128", "--L", "8", "--H", "8",
-                 "--rules", "30,90", "--json", str(out)]) == 0
-    row = read_json(out, "bench figures")["figures"]["agents"]["dqn"]["2"]
+                 "--rules", "30,90", "--share", "2", "--json", str(out)]) == 0
+    figures = read_json(out, "bench figures")["figures"]
+    row = figures["agents"]["dqn"]["2"]
     assert row["env_steps"] == 256
     assert row["speedup"] == pytest.approx(row["one_process"] / row["separate"], rel=1e-2)
     assert row["separate_startup_s"] > row["one_process_startup_s"] > 0   # two start-ups against one
     assert "at_most" not in row
+    # two blocks of 2 seeds at once, each against the same run's block alone
+    share = figures["share"]["dqn"]["2"]
+    assert share["blocks"] == 2 and share["env_steps"] == 512
+    assert share["aggregate"] == pytest.approx(512 / share["wall_s"], rel=1e-2)
+    assert share["gain"] == pytest.approx(share["aggregate"] / row["one_process"], rel=1e-2)
+    assert share["slowdown"] == pytest.approx(share["wall_s"] / row["one_process_wall_s"], rel=1e-2)
+    assert main(["bench", "seeds", "--share", "0"]) == 2
 
 
 def test_bench_seeds_floor_bounds_the_block_by_its_counted_flops(tmp_path):

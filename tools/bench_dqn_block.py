@@ -5,7 +5,8 @@
 DQN's default Config (2 x 256 MLP, batch 128, 4 envs, one gradient step per batched env step) at L = H = 32. Each
 run first fills the replay up to `learning_starts` (untimed), then times `--iterations` batched steps of
 act + env step + observe + update, split into those four parts. The env part of a block steps its S per-seed
-`BatchedTapeEnv`s one after another, as the single agents do, so it gains nothing here.
+`BatchedTapeEnv`s as one batch (`StackedEnvs`), as the training loop of a block does (one by one where the envs
+are on a GPU).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import time
 import torch
 
 from tapebench.envs.batched import BatchedTapeEnv
+from tapebench.envs.stacked import StackedEnvs
 from tapebench.methods import dqn
 from tapebench.methods.contract import EnvSpec
 from tapebench.training.loop import seed_everything
@@ -72,13 +74,17 @@ def run_block(config, seeds, iterations, device) -> dict:
     times = dict.fromkeys(PARTS, 0.0)
     warmup = config.learning_starts // config.num_envs
     obs = torch.stack([e.reset() for e in envs])
+    stacked = StackedEnvs.of(envs)
     for i in range(warmup + iterations):
         marks = [time.perf_counter()]
         actions = block.act(obs)
         _sync(device), marks.append(time.perf_counter())
-        out = [e.step(a) for e, a in zip(envs, actions)]
-        next_obs, rewards, terminated, truncated = (torch.stack([o[j] for o in out]) for j in range(4))
-        final_obs = torch.stack([o[4]["final_obs"] for o in out])
+        if stacked is not None:
+            next_obs, rewards, terminated, truncated, final_obs = stacked.step(actions.cpu())
+        else:   # envs on a GPU: StackedEnvs covers CPU envs only (the training loop's)
+            out = [e.step(a) for e, a in zip(envs, actions)]
+            next_obs, rewards, terminated, truncated = (torch.stack([o[j] for o in out]) for j in range(4))
+            final_obs = torch.stack([o[4]["final_obs"] for o in out])
         _sync(device), marks.append(time.perf_counter())
         block.observe(obs, actions, rewards, final_obs, terminated, truncated)
         _sync(device), marks.append(time.perf_counter())
