@@ -1,12 +1,11 @@
-"""A seed block's environments stepped as one (`envs.stacked.StackedEnvs`): every seed's slice of every step is what
+"""A seed block's environments stepped as one (`envs.batched.StackedEnvs`): every seed's slice of every step is what
 its own env stepped alone returns, bit for bit, and its env object keeps the state a one-seed run checkpoints."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from tapebench.envs.batched import BatchedTapeEnv
-from tapebench.envs.stacked import StackedEnvs
+from tapebench.envs.batched import BatchedTapeEnv, StackedEnvs
 from tapebench.training.checkpoint import env_state
 
 SEEDS = (3, 11, 12, 40)

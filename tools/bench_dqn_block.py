@@ -16,8 +16,7 @@ import time
 
 import torch
 
-from tapebench.envs.batched import BatchedTapeEnv
-from tapebench.envs.stacked import StackedEnvs
+from tapebench.envs.batched import BatchedTapeEnv, StackedEnvs
 from tapebench.methods import dqn
 from tapebench.methods.contract import EnvSpec
 from tapebench.training.loop import seed_everything

@@ -26,8 +26,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from tapebench.envs.batched import BatchedTapeEnv
-from tapebench.envs.stacked import StackedEnvs
+from tapebench.envs.batched import BatchedTapeEnv, StackedEnvs
 from tapebench.methods.contract import BlockUnsupported
 from tapebench.registry import get_method
 from tapebench.settings import training_device
