@@ -414,7 +414,6 @@ class BatchedTapeEnv:
         return obs, reward, terminated, truncated, info
 
 
-
 class StackedEnvs:
     """S elementary `BatchedTapeEnv`s of n rows each (same L, H, goal, success bonus, CPU) stepped as one: a seed
     block's training environments (docs/protocol.md#seed-blocks).
@@ -521,6 +520,7 @@ class StackedEnvs:
         shape = (self.S, self.n)
         return (obs.view(*shape, -1), reward.view(shape), terminated.view(shape), truncated.view(shape),
                 final_obs.view(*shape, -1))
+
 
 def _constant_if_degenerate(value):
     if isinstance(value, tuple) and value[0] == value[1]:

@@ -815,7 +815,8 @@ def bench_pipeline(args) -> dict:
                   f"row {f / 3600:8.3f} {p / 3600:8.3f}")
     print(f"estimated, not measured: {'; '.join(model.estimated)}; measurement took {time.perf_counter() - start:.0f} s")
     return {"cpu_hours": cpu / 3600, "wall_hours": wall / 3600, "cores": cores, "jobs": len(jobs), "floor": floor,
-            "gpus": gpus, "blocks_per_gpu": share, "share_slowdowns": slowdowns, "gpu_hours": gpu_hours, "gpu_jobs": len(gpu_jobs), "cores_alone": cores_alone,
+            "gpus": gpus, "blocks_per_gpu": share, "share_slowdowns": slowdowns, "gpu_hours": gpu_hours,
+            "gpu_jobs": len(gpu_jobs), "cores_alone": cores_alone,
             "gpu_blocks": {f"{m} x{n}": {"startup_s": v[0], "env_steps_per_s": v[1]}
                            for m, sizes in model.gpu_blocks.items() for n, v in sizes.items()},
             "seeds_per_job": config["training"]["seeds_per_job"], "one_seed_per_job": one_seed,
