@@ -32,8 +32,10 @@ def one_torch_thread():
 def tiny_build(tmp_path_factory):
     """The tiny protocol's whole default DAG (tests/data/tiny.yaml), built once per test session and shared by
     the pipeline, figure, report and study tests. Read it; copy it (`pipeline_helpers.copy_workdir`) before
-    changing anything. pytest-xdist workers share one build through a lock (and `xdist_group("tiny_build")`
-    keeps its users on one worker, so the other worker is not left waiting)."""
+    changing anything. pytest-xdist workers share one build through a lock. Its users form two groups of about
+    equal length, `xdist_group("tiny_build")` and `xdist_group("tiny_build_2")`: each group stays on one worker,
+    and on a 2-core machine the two run side by side (the second waits for the build once), where one group would
+    be the whole suite's critical path."""
     root = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         root = root.parent
@@ -44,7 +46,8 @@ def tiny_build(tmp_path_factory):
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
     """Under `--dist loadgroup` a module's tests stay on one worker (its module-scoped fixtures, e.g. a trained
-    agent or a pipeline build, are made once), unless the module names a group itself (`tiny_build`)."""
+    agent or a pipeline build, are made once), unless the module names a group itself (`tiny_build`,
+    `tiny_build_2`)."""
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))

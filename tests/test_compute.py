@@ -29,7 +29,7 @@ def test_compute_table_by_hand():
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("tiny_build")
+@pytest.mark.xdist_group("tiny_build_2")
 def test_every_run_records_its_cost_and_the_table_sums_it(tiny_build):
     from tapebench.utils.artifacts import read_json
     from tapebench.utils.io import read_parquet_meta

@@ -8,7 +8,7 @@ import pytest
 from tapebench import layout
 from tapebench.utils.io import read_parquet_meta
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("tiny_build")]      # a tiny-DAG pipeline build
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("tiny_build_2")]      # a tiny-DAG pipeline build
 
 RECORD = ["success", "final_dist", "auc_dist", "return", "steps"]
 MODES = {"ppo": "gradient", "bayes_filter": "context", "random": "none"}   # tests/data/tiny.yaml's study

@@ -12,7 +12,7 @@ from pipeline_helpers import copy_workdir, make_workdir, scheduled_jobs, snakema
 from tapebench.rule_family import ELEMENTARY
 from tapebench.splits.ladder import distances_to
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("tiny_build")]      # a tiny-DAG pipeline build: `python3 -m pytest -m slow` (CI runs it)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("tiny_build_2")]      # a tiny-DAG pipeline build: `python3 -m pytest -m slow` (CI runs it)
 
 FIGURE = "results/figures/ladder.png"
 

@@ -11,7 +11,7 @@ from pipeline_helpers import copy_workdir, scheduled_jobs, snakemake
 
 from tapebench.utils.io import read_parquet_meta
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("tiny_build")]      # a tiny-DAG pipeline build: `python3 -m pytest -m slow` (CI runs it)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("tiny_build_2")]      # a tiny-DAG pipeline build: `python3 -m pytest -m slow` (CI runs it)
 
 TARGETS = ("results/noise.tex", "results/figures/noise.png")
 METHODS = ["dqn", "random", "exact"]        # a trained method, a stochastic and a deterministic reference

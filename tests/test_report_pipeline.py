@@ -21,7 +21,7 @@ from tapebench import layout
 from tapebench.pipeline.config import validate_config
 from tapebench.report import document, registry
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("tiny_build")]      # a tiny-DAG pipeline build: `python3 -m pytest -m slow` (CI runs it)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("tiny_build_2")]      # a tiny-DAG pipeline build: `python3 -m pytest -m slow` (CI runs it)
 
 HAS_LATEX = all(shutil.which(tool) for tool in ("latexmk", "pdftotext", "pdfinfo"))
 REQUIRE_LATEX = os.environ.get("TAPEBENCH_REQUIRE_LATEX") == "1"

@@ -8,7 +8,7 @@ import pytest
 import yaml
 from pipeline_helpers import copy_workdir, scheduled_jobs, snakemake
 
-pytestmark = pytest.mark.xdist_group("tiny_build")
+pytestmark = pytest.mark.xdist_group("tiny_build_2")
 TARGET = "results/table3.tex"
 
 

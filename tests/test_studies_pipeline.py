@@ -14,7 +14,7 @@ from scipy import stats as sps
 
 from tapebench.report.per_type import HEADROOM_ROW
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("tiny_build")]      # a tiny-DAG pipeline build: `python3 -m pytest -m slow` (CI runs it)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("tiny_build_2")]      # a tiny-DAG pipeline build: `python3 -m pytest -m slow` (CI runs it)
 
 TARGETS = ("results/table5.tex", "results/table6.tex", "results/table_types.tex", "results/figures/figure5.png",
            "results/protocols/comparison.tex", "results/figures/protocol_comparison.png")

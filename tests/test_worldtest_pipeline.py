@@ -92,7 +92,7 @@ TARGETS = ("results/worldtest.tex", "results/figures/worldtest.png")
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("tiny_build")
+@pytest.mark.xdist_group("tiny_build_2")
 def test_tiny_dag_builds_the_worldtest(tiny_build):
     aggregate = pd.read_parquet(tiny_build / "results/worldtest.parquet")
     assert sorted(aggregate["agent"].unique()) == sorted(METHODS)
@@ -110,7 +110,7 @@ def test_tiny_dag_builds_the_worldtest(tiny_build):
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("tiny_build")
+@pytest.mark.xdist_group("tiny_build_2")
 def test_adding_a_budget_schedules_only_its_jobs(tiny_build, tmp_path):
     workdir = copy_workdir(tiny_build, tmp_path / "work")
     proc = snakemake(workdir, "--dry-run", *TARGETS)
