@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from tapebench.envs.batched import BatchedTapeEnv, StackedEnvs
+from tapebench.envs.batched import BatchedTapeEnv, seed_block_step
 from tapebench.methods import dqn
 from tapebench.methods.contract import EnvSpec
 from tapebench.training.loop import seed_everything
@@ -73,17 +73,12 @@ def run_block(config, seeds, iterations, device) -> dict:
     times = dict.fromkeys(PARTS, 0.0)
     warmup = config.learning_starts // config.num_envs
     obs = torch.stack([e.reset() for e in envs])
-    stacked = StackedEnvs.of(envs)
+    step = seed_block_step(envs)
     for i in range(warmup + iterations):
         marks = [time.perf_counter()]
         actions = block.act(obs)
         _sync(device), marks.append(time.perf_counter())
-        if stacked is not None:
-            next_obs, rewards, terminated, truncated, final_obs = stacked.step(actions.cpu())
-        else:   # envs on a GPU: StackedEnvs covers CPU envs only (the training loop's)
-            out = [e.step(a) for e, a in zip(envs, actions)]
-            next_obs, rewards, terminated, truncated = (torch.stack([o[j] for o in out]) for j in range(4))
-            final_obs = torch.stack([o[4]["final_obs"] for o in out])
+        next_obs, rewards, terminated, truncated, final_obs = step(actions)
         _sync(device), marks.append(time.perf_counter())
         block.observe(obs, actions, rewards, final_obs, terminated, truncated)
         _sync(device), marks.append(time.perf_counter())

@@ -98,13 +98,12 @@ def shared_device(agent: str, n: int, k: int, params: dict, rules: str, device: 
     """k processes, each a block of n seeds, started together on `device` (k blocks sharing it), beside `alone`
     (measure_block's row of the same n: one such block by itself in the same run)."""
     steps = params["training"]["total_steps"]
-    dirs = [root / f"{agent}_share{k}x{n}_{j}" for j in range(k)]
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=k) as pool:
-        list(pool.map(lambda folder: timed_process(train_command(agent, list(range(n)), str(folder / "seed{seed}"),
-                                                                 params, ["--rules", rules], device)), dirs))
+        processes = list(pool.map(lambda j: one_process(agent, n, params, ["--rules", rules], device,
+                                                        root / f"share{k}_{j}"), range(k)))
     wall = time.perf_counter() - start
-    slowest_loop = max(loop_seconds(folder / f"seed{seed}" for seed in range(n)) for folder in dirs)
+    slowest_loop = max(loop for _, loop in processes)
     aggregate = k * n * steps / wall
     return {"blocks": k, "seeds": n, "env_steps": k * n * steps, "wall_s": round(wall, 2),
             "aggregate": round(aggregate, 1), "gain": round(aggregate / alone["one_process"], 3),

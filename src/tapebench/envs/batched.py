@@ -18,7 +18,8 @@ else the row's index into `rule_numbers` (a list of Python ints: the rule set, t
 brought in). `row_rules()` gives the rule numbers of the rows in every case. The elementary family (the
 default) keeps its own kernel, uint8 rules and the random stream of a binary tape.
 
-`StackedEnvs` steps the S envs of a seed block (one per seed, each with its own generator) as one batch of S x n rows.
+`StackedEnvs` steps the S envs of a seed block (one per seed, each with its own generator) as one batch of S x n rows;
+`seed_block_step` is a block's step, stacked where `StackedEnvs` covers the envs.
 """
 from __future__ import annotations
 
@@ -458,13 +459,12 @@ class StackedEnvs:
         self._plane = torch.cat([env._plane for env in envs])
         self._scratch = torch.empty(rows, self.L, dtype=torch.uint8)
         self._row_offsets = torch_kernel.flat_row_offsets(rows, self.L)
-        self.rules = torch.cat([env.rules for env in envs])
+        rules = torch.cat([env.rules for env in envs])
         self.t = torch.cat([env.t for env in envs])
         for k, env in enumerate(envs):   # from here on each env's state is its rows of the stacked buffers
             own = slice(k * self.n, (k + 1) * self.n)
-            env._padded, env._plane, env.rules, env.t = (self._padded[own], self._plane[own], self.rules[own],
-                                                         self.t[own])
-            env._scratch = self._scratch[own]
+            env._padded, env._plane, env._scratch = self._padded[own], self._plane[own], self._scratch[own]
+            env.rules, env.t = rules[own], self.t[own]
 
     @property
     def tapes(self) -> torch.Tensor:
@@ -520,6 +520,21 @@ class StackedEnvs:
         shape = (self.S, self.n)
         return (obs.view(*shape, -1), reward.view(shape), terminated.view(shape), truncated.view(shape),
                 final_obs.view(*shape, -1))
+
+
+def seed_block_step(envs: list):
+    """The step of a seed block's envs, one per seed: actions (S, n) -> (obs, reward, terminated, truncated,
+    final_obs), each (S, n, ...), seed k's slice what `envs[k].step(actions[k])` returns. `StackedEnvs` where it
+    covers the envs, else each env in turn (any env with the batched step contract, the grid's too)."""
+    stacked = StackedEnvs.of(envs)
+    if stacked is not None:
+        return stacked.step
+
+    def one_by_one(actions):
+        steps = [env.step(actions[k]) for k, env in enumerate(envs)]
+        return (*(torch.stack([s[i] for s in steps]) for i in range(4)),
+                torch.stack([s[4]["final_obs"] for s in steps]))
+    return one_by_one
 
 
 def _constant_if_degenerate(value):

@@ -26,7 +26,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from tapebench.envs.batched import BatchedTapeEnv, StackedEnvs
+from tapebench.envs.batched import BatchedTapeEnv, seed_block_step
 from tapebench.methods.contract import BlockUnsupported
 from tapebench.registry import get_method
 from tapebench.settings import training_device
@@ -197,7 +197,7 @@ class _StackedBlock:
                     block.import_seed(k, m.agent)
                     obs[k] = m.env.observation()
             obs = obs.to(self.device)
-            envs = StackedEnvs.of([m.env for m in members])   # None: the envs step one by one
+            step = seed_block_step([m.env for m in members])
             if not iteration:
                 self._say(f"training {len(members)} seeds of {self.specs[0].agent} as one stacked block on "
                           f"{len(self.specs[0].rules)} rules, L={self.specs[0].L} H={self.specs[0].H}, "
@@ -208,12 +208,7 @@ class _StackedBlock:
             while iteration < total_iterations:
                 actions = block.act(obs)
                 host_actions = actions.cpu()
-                if envs is not None:
-                    next_obs, rewards, terminated, truncated, final_obs = envs.step(host_actions)
-                else:
-                    steps = [m.env.step(host_actions[k]) for k, m in enumerate(members)]
-                    next_obs, rewards, terminated, truncated = (torch.stack([s[i] for s in steps]) for i in range(4))
-                    final_obs = torch.stack([s[4]["final_obs"] for s in steps])
+                next_obs, rewards, terminated, truncated, final_obs = step(host_actions)
                 for k, m in enumerate(members):
                     m.stats.record(rewards[k], terminated[k], terminated[k] | truncated[k])
                 next_obs, final_obs, rewards, terminated, truncated = (t.to(self.device) for t in (
