@@ -241,3 +241,37 @@ def test_where_stacking_only_rounds_alike_the_fingerprint_names_the_block(tmp_pa
         assert all(m["block"]["seeds"] == [0, 1] for m in again)
     finally:
         unregister("dqn_inexact")
+
+
+@pytest.mark.parametrize("agent, hyperparameters", [
+    ("dqn", HYPER), ("curl_dqn", HYPER), ("ppo", {"num_envs": 4, "num_steps": 16, "hidden_size": 16})])
+def test_a_real_methods_block_writes_each_seeds_one_seed_checkpoints(tmp_path, agent, hyperparameters):
+    """Through the trainer, with the method's own stacked block: each seed's checkpoints and fingerprint are its
+    one-seed run's, also after the block was killed and resumed (export_seed / import_seed of every seed)."""
+    seeds = [0, 2]
+    specs = [dataclasses.replace(spec(agent, s, total_steps=384), hyperparameters=hyperparameters) for s in seeds]
+    alone = [checkpoint_digests(tmp_path / f"alone{s.seed}") for s in specs
+             if train(s, tmp_path / f"alone{s.seed}", quiet=True)]
+    runs = [tmp_path / f"block{s}" for s in seeds]
+
+    class Killed(Exception):
+        pass
+
+    import tapebench.training.blocks as blocks
+    original, calls = blocks.write_run_checkpoint, []
+
+    def write_then_die(*args, **kwargs):
+        original(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == 2 * len(seeds):
+            raise Killed
+
+    blocks.write_run_checkpoint = write_then_die
+    try:
+        with pytest.raises(Killed):
+            train_block(specs, runs, quiet=True)
+    finally:
+        blocks.write_run_checkpoint = original
+    manifests = train_block(specs, runs, quiet=True)
+    assert all(m["block"]["stacked"] and m["resumes"] == 1 for m in manifests)
+    assert [checkpoint_digests(run) for run in runs] == alone

@@ -65,13 +65,13 @@ def flip_bits(obs: torch.Tensor, prob: float, L: int, generator: torch.Generator
     return out
 
 
-def augment_observations(obs: torch.Tensor, L: int, shift: bool, flip_prob: float,
-                         grid: int | None = None) -> torch.Tensor:
+def augment_observations(obs: torch.Tensor, L: int, shift: bool, flip_prob: float, grid: int | None = None,
+                         generator: torch.Generator | None = None) -> torch.Tensor:
     """One random view of each observation: a random circular shift (if `shift`; on the torus with `grid`), then
-    bit flips."""
+    bit flips. The draws come from `generator` (None: torch's global generator)."""
     if shift:
-        obs = shift_tapes(obs, random_shifts(obs.shape[0], L, obs.device), L, grid)
-    return flip_bits(obs, flip_prob, L)
+        obs = shift_tapes(obs, random_shifts(obs.shape[0], L, obs.device, generator), L, grid)
+    return flip_bits(obs, flip_prob, L, generator)
 
 
 def augment_transitions(obs, actions, rewards, next_obs, terminated, *, L: int, shift: bool, flip_prob: float,

@@ -99,8 +99,9 @@ The block has:
   metric dicts with the single agent's keys.
 * `export_seed(k, agent)`: writes seed k's complete training state into the single agent `agent`, so that its
   `state_dict()` and `policy_state_dict()` are what a one-seed run holds at the same step (checkpoints and
-  resume files are written through the single agent). `import_seed(k, agent)`: the reverse, for resume; every
-  seed must be at the block's step (ValueError otherwise).
+  resume files are written through the single agent). `import_seed(k, agent)`: the reverse; every seed must be at
+  the block's step (ValueError otherwise). To resume, the loop loads each seed's resume state into its agent and
+  generator and calls `make_block` on them again, so a block takes its step from its first agent.
 * `generators`: the S generators (the loop saves their states for resume).
 
 Nothing may mix seeds: each seed's loss is its own mean (the losses are summed over seeds for one backward

@@ -19,6 +19,9 @@ Loss per gradient step, on one replay minibatch of observations o_1..o_B:
   With `augment_td = False` the TD loss sees the raw minibatch and the anchor is its own augmentation.
 
 Evaluation is the greedy policy argmax_a Q(o, a) on the raw observation (no augmentation, no state).
+
+A seed block (`make_block`, methods/contract.py "Seed blocks") is DQN's block plus each seed's stacked key encoder and
+W; the augmentations draw from each seed's own generator in the one-seed order, InfoNCE is each seed's own.
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tapebench.methods import augment, dqn
+from tapebench.methods import augment, dqn, stacked
 from tapebench.methods.common import adam
 
 
@@ -63,6 +66,24 @@ def info_nce(query: torch.Tensor, key: torch.Tensor, W: torch.Tensor) -> torch.T
     """Bilinear InfoNCE: row i's positive is key i, the other keys of the batch are its negatives."""
     logits = query @ W @ key.T
     return F.cross_entropy(logits, torch.arange(len(query), device=query.device))
+
+
+def info_nce_per_seed(query: torch.Tensor, key: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+    """Each seed's `info_nce`: query, key (S, B, h), W (S, h, h) -> (S,). On a CPU seed by seed, the one-seed
+    products bit for bit; elsewhere as batched products."""
+    if query.device.type == "cpu":
+        return torch.stack([info_nce(q, k, w) for q, k, w in zip(query.unbind(0), key.unbind(0), W.unbind(0))])
+    logits = query @ W @ key.transpose(1, 2)
+    S, B = logits.shape[:2]
+    labels = torch.arange(B, device=query.device).repeat(S)
+    return F.cross_entropy(logits.flatten(0, 1), labels, reduction="none").view(S, B).mean(dim=1)
+
+
+def stacked_encoder(parameters: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """S encoders (the MLP's hidden layers, each Linear then ReLU) as one: x (S, B, in) -> features (S, B, h)."""
+    for weight, bias in zip(parameters[0::2], parameters[1::2]):
+        x = torch.relu(stacked.stacked_linear(x, weight, bias))
+    return x
 
 
 class CURLDQNAgent(dqn.DQNAgent):
@@ -125,3 +146,80 @@ class CURLDQNAgent(dqn.DQNAgent):
 
 def make(config: Config, env_spec, total_steps: int, device) -> CURLDQNAgent:
     return CURLDQNAgent(config, env_spec, total_steps, device)
+
+
+class CURLDQNBlock(dqn.DQNBlock):
+    """S seeds of CURL-DQN as one seed block (methods/contract.py, "Seed blocks"): DQN's block (stacked Q- and target
+    networks, replay, SeedAdam) plus each seed's key encoder and W stacked. Seed k's augmentations draw from
+    `generators[k]` after its replay indices, in its one-seed order; its loss is its own TD loss plus its own
+    InfoNCE, its gradient clip covers its Q-network and W, its key encoder follows its own query encoder."""
+
+    agent_type = CURLDQNAgent
+
+    def stack_extras(self, agents: list[CURLDQNAgent]) -> list[torch.Tensor]:
+        self.L, self.grid = agents[0].L, agents[0].grid
+        self.key_parameters = stacked.stack_parameters([a.key_encoder for a in agents], requires_grad=False)
+        self.W = torch.stack([a.W.detach() for a in agents]).clone().requires_grad_(True)
+        return [self.W]
+
+    @staticmethod
+    def agent_trained_parameters(agent: CURLDQNAgent) -> list[torch.Tensor]:
+        return [*agent.q_network.parameters(), agent.W]
+
+    def _gradient_step(self) -> list[dict]:
+        c = self.config
+        batch = self.sample_batch()
+        td_views, anchors, positives = [], [], []
+        for k, g in enumerate(self.generators):   # seed k's draws in its one-seed order
+            view = lambda: augment.augment_observations(batch[0][k], self.L, c.shift, c.flip_prob, self.grid, g)
+            if c.augment_td:
+                td_views.append(augment.augment_transitions(*(x[k] for x in batch), L=self.L, shift=c.shift,
+                                                            flip_prob=c.flip_prob, generator=g, grid=self.grid))
+            else:
+                anchors.append(view())
+            positives.append(view())
+        query_parameters = self.q_parameters[:-2]
+        if c.augment_td:
+            td_batch = tuple(torch.stack(parts) for parts in zip(*td_views))
+            anchor_features = stacked_encoder(query_parameters, td_batch[0])
+            q_values = stacked.stacked_linear(anchor_features, *self.q_parameters[-2:])
+        else:
+            td_batch, q_values = batch, None
+            anchor_features = stacked_encoder(query_parameters, torch.stack(anchors))
+        td_losses, q_taken = self.td_losses(*td_batch, q_values=q_values)
+        with torch.no_grad():
+            keys = stacked_encoder(self.key_parameters, torch.stack(positives))
+        curl_losses = info_nce_per_seed(anchor_features, keys, self.W)
+        self.step_optimizer(td_losses + c.curl_weight * curl_losses)
+        self._update_key_encoder()
+        td_loss, curl_loss, q_mean = td_losses.tolist(), curl_losses.tolist(), q_taken.detach().mean(dim=1).tolist()
+        return [{"td_loss": td, "curl_loss": curl, "q_mean": q} for td, curl, q in zip(td_loss, curl_loss, q_mean)]
+
+    @torch.no_grad()
+    def _update_key_encoder(self) -> None:
+        """key <- m * key + (1 - m) * query on each seed's slices, the one-seed operations tensor by tensor."""
+        m, S = self.config.key_momentum, self.num_seeds
+        keys = [key[k] for k in range(S) for key in self.key_parameters]
+        queries = [query[k] for k in range(S) for query in self.q_parameters[:len(self.key_parameters)]]
+        torch._foreach_mul_(keys, m)
+        torch._foreach_add_(keys, queries, alpha=1.0 - m)
+
+    def export_seed(self, k: int, agent: CURLDQNAgent) -> None:
+        super().export_seed(k, agent)
+        stacked.write_parameters(self.key_parameters, k, agent.key_encoder)
+        with torch.no_grad():
+            agent.W.copy_(self.W[k])
+
+    def import_seed(self, k: int, agent: CURLDQNAgent) -> None:
+        super().import_seed(k, agent)
+        stacked.read_parameters(self.key_parameters, k, agent.key_encoder)
+        with torch.no_grad():
+            self.W[k].copy_(agent.W)
+
+
+def make_block(agents: list[CURLDQNAgent], generators: list[torch.Generator]) -> CURLDQNBlock:
+    """S CURL-DQN agents (built as one-seed runs build them) trained as one seed block (methods/contract.py)."""
+    return CURLDQNBlock(agents, generators)
+
+
+make_block.bit_exact_devices = ("cpu",)   # where a block's seeds are bit for bit one-seed runs

@@ -293,7 +293,8 @@ class DQNBlock:
         self.target_parameters = stacked.stack_parameters([a.target_network for a in agents], requires_grad=False)
         self.q_network = stacked.stacked_network(self.q_parameters, first.q_network)
         self.target_network = stacked.stacked_network(self.target_parameters, first.target_network)
-        self.optimizer = stacked.SeedAdam(self.q_parameters, lr=self.config.learning_rate,
+        self.trained_parameters = self.q_parameters + self.stack_extras(agents)
+        self.optimizer = stacked.SeedAdam(self.trained_parameters, lr=self.config.learning_rate,
                                           eps=first.optimizer.param_groups[0]["eps"])
         S, capacity, obs_dim = self.num_seeds, self.config.buffer_size, first.replay.obs.shape[1]
         self.obs = torch.zeros(S, capacity, obs_dim, device=self.device)
@@ -308,6 +309,16 @@ class DQNBlock:
             self.import_seed(k, agent)
 
     epsilon = DQNAgent.epsilon
+
+    def stack_extras(self, agents: list[DQNAgent]) -> list[torch.Tensor]:
+        """A subclass's stacked state beside the Q- and target networks; returns the stacked tensors its agents'
+        optimiser trains after the Q-network's parameters (`agent_trained_parameters`' order)."""
+        return []
+
+    @staticmethod
+    def agent_trained_parameters(agent: DQNAgent) -> list[torch.Tensor]:
+        """What a single agent's optimiser trains, in its order (the block's `trained_parameters` seed by seed)."""
+        return list(agent.q_network.parameters())
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor, greedy: bool = False) -> torch.Tensor:
@@ -359,9 +370,10 @@ class DQNBlock:
         take = lambda x: x.view(S * capacity, *x.shape[2:]).index_select(0, rows).view(S, B, *x.shape[2:])
         return (take(self.obs), take(self.actions), take(self.rewards), take(self.next_obs), take(self.terminated))
 
-    def _gradient_step(self) -> list[dict]:
+    def td_losses(self, obs, actions, rewards, next_obs, terminated, q_values=None):
+        """Each seed's Huber TD loss of its minibatch, (S,), and Q(s, a) of its actions, (S, B) (`DQNAgent.td_loss`
+        seed by seed; `q_values`: Q(obs) if already computed)."""
         c = self.config
-        obs, actions, rewards, next_obs, terminated = self.sample_batch()
         with torch.no_grad():
             if c.double_dqn:
                 next_actions = self.q_network(next_obs).argmax(dim=2, keepdim=True)
@@ -369,13 +381,22 @@ class DQNBlock:
             else:
                 next_q = self.target_network(next_obs).max(dim=2).values
             td_target = rewards + c.gamma * (1.0 - terminated) * next_q
-        q_taken = self.q_network(obs).gather(2, actions.unsqueeze(2)).squeeze(2)
-        losses = F.smooth_l1_loss(q_taken, td_target, reduction="none").mean(dim=1)   # (S,): each seed's own mean
+        q_values = self.q_network(obs) if q_values is None else q_values
+        q_taken = q_values.gather(2, actions.unsqueeze(2)).squeeze(2)
+        return F.smooth_l1_loss(q_taken, td_target, reduction="none").mean(dim=1), q_taken   # each seed's own mean
+
+    def step_optimizer(self, losses: torch.Tensor) -> None:
+        """One gradient step on the (S,) per-seed losses: their sum's backward (seed k's gradient is d loss_k, never
+        an average over seeds), each seed's gradient-norm clip, Adam."""
         self.optimizer.zero_grad()
-        losses.sum().backward()   # a sum: seed k's gradient is d loss_k, never an average over seeds
-        stacked.clip_grad_norm_per_seed_(self.q_parameters, c.max_grad_norm)
+        losses.sum().backward()
+        stacked.clip_grad_norm_per_seed_(self.trained_parameters, self.config.max_grad_norm)
         self.optimizer.step()
         self.gradient_steps += 1
+
+    def _gradient_step(self) -> list[dict]:
+        losses, q_taken = self.td_losses(*self.sample_batch())
+        self.step_optimizer(losses)
         td_loss, q_mean = losses.tolist(), q_taken.detach().mean(dim=1).tolist()
         return [{"td_loss": loss, "q_mean": q} for loss, q in zip(td_loss, q_mean)]
 
@@ -384,8 +405,8 @@ class DQNBlock:
         """Write seed k's complete training state into `agent` (what a one-seed run holds at this step)."""
         stacked.write_parameters(self.q_parameters, k, agent.q_network)
         stacked.write_parameters(self.target_parameters, k, agent.target_network)
-        stacked.export_adam_state(self.optimizer, self.q_parameters, k, agent.optimizer,
-                                  list(agent.q_network.parameters()))
+        stacked.export_adam_state(self.optimizer, self.trained_parameters, k, agent.optimizer,
+                                  self.agent_trained_parameters(agent))
         replay, n = agent.replay, self.size
         for name in ReplayBuffer.FIELDS:
             getattr(replay, name)[:n] = getattr(self, name)[k, :n]
@@ -403,8 +424,8 @@ class DQNBlock:
                              f"{self.size}): a block's seeds must be at the same step")
         stacked.read_parameters(self.q_parameters, k, agent.q_network)
         stacked.read_parameters(self.target_parameters, k, agent.target_network)
-        stacked.import_adam_state(self.optimizer, self.q_parameters, k, agent.optimizer,
-                                  list(agent.q_network.parameters()))
+        stacked.import_adam_state(self.optimizer, self.trained_parameters, k, agent.optimizer,
+                                  self.agent_trained_parameters(agent))
         n = self.size
         for name in ReplayBuffer.FIELDS:
             getattr(self, name)[k, :n] = getattr(agent.replay, name)[:n]

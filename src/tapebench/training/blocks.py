@@ -192,9 +192,10 @@ class _StackedBlock:
         with torch_settings(self.device, self.threads):
             obs = torch.stack([m.env.reset() for m in members])
             iteration, wall_time, cpu_time, resumes = self._resume()
-            for k, m in enumerate(members):
-                if iteration:
-                    block.import_seed(k, m.agent)
+            if iteration:   # the seeds' agents and generators hold their resumed states: the block takes them in
+                block = self.block = self.method.make_block([m.agent for m in members],
+                                                            [m.generator for m in members])
+                for k, m in enumerate(members):
                     obs[k] = m.env.observation()
             obs = obs.to(self.device)
             step = seed_block_step([m.env for m in members])
