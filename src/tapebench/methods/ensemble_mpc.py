@@ -53,8 +53,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from tapebench.episodes.streams import candidate_action, episode_keys, step_key
-from tapebench.methods import equivariant
+from tapebench.methods import equivariant, stacked
 from tapebench.methods.common import adam
+from tapebench.methods.contract import BlockUnsupported
 
 
 @dataclass
@@ -496,3 +497,157 @@ class EnsemblePlanner:
 
 def make(config: Config, env_spec, total_steps: int, device) -> EnsembleMPCAgent:
     return EnsembleMPCAgent(config, env_spec, total_steps, device)
+
+
+# --- seed blocks --------------------------------------------------------------------------------
+COUNTERS = ("env_steps", "gradient_steps", "next_train_step")
+
+
+def ensemble_logits(parameters: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """`Ensemble.forward` on its parameters [W0, b0, W1, b1, ...]: x (E, B, in) -> logits (E, B, L); with a leading
+    seed dimension on every tensor, S ensembles at once (their S x E members as one batch of products)."""
+    lead, x = x.shape[:-2], x.flatten(0, -3)
+    layers = len(parameters) // 2
+    for i in range(layers):
+        weight, bias = parameters[2 * i], parameters[2 * i + 1]
+        x = torch.baddbmm(bias.flatten(0, -3), x, weight.flatten(0, -3))
+        if i < layers - 1:
+            x = torch.relu(x)
+    return x.view(*lead, *x.shape[-2:])
+
+
+class EnsembleMPCBlock:
+    """S seeds of ensemble MPC trained as one seed block (methods/contract.py, "Seed blocks"): the S ensembles'
+    parameters stacked (S, E, ...), one SeedAdam, a stacked replay and training contexts; seed k's random actions and
+    minibatch indices drawn from `generators[k]` in its one-seed order; each seed's loss its own (the sum over its
+    members of their mean cross-entropies).
+
+    On the CPU a seed's forward and loss run seed by seed (`ensemble_logits` on its own tensors: its one-seed
+    products, bit for bit); elsewhere the S x E members are one batch of products.
+    """
+
+    def __init__(self, agents: list[EnsembleMPCAgent], generators: list[torch.Generator]):
+        if not agents or len(agents) != len(generators):
+            raise ValueError(f"an ensemble MPC seed block needs one generator per agent, got {len(agents)} agents "
+                             f"and {len(generators)} generators")
+        if any(type(a) is not EnsembleMPCAgent for a in agents):
+            raise BlockUnsupported(f"EnsembleMPCBlock stacks EnsembleMPCAgent only, got "
+                                   f"{sorted({type(a).__name__ for a in agents})}")
+        first = agents[0]
+        if any(a.config != first.config or a.device != first.device or a.L != first.L for a in agents):
+            raise ValueError("an ensemble MPC seed block's agents must share config, tape length and device")
+        if first.config.network != "mlp":
+            raise BlockUnsupported("ensemble MPC stacks MLP members only: the equivariant members are separate "
+                                   "per-cell networks run one after another, with nothing to batch over seeds")
+        self.config, self.device, self.L = first.config, first.device, first.L
+        self.num_seeds, self.generators = len(agents), generators
+        self.batched = self.device.type != "cpu"
+        self.parameters = stacked.stack_parameters([a.ensemble for a in agents], requires_grad=True)
+        self.optimizer = stacked.SeedAdam(self.parameters, lr=self.config.learning_rate,
+                                          eps=first.optimizer.param_groups[0]["eps"])
+        S, replay = self.num_seeds, first.replay
+        self.replay = {name: torch.zeros((S,) + getattr(replay, name).shape, dtype=getattr(replay, name).dtype,
+                                         device=self.device) for name in Replay.FIELDS}
+        self.position, self.size = replay.position, replay.size
+        self.ctx_post = torch.stack([a.ctx_post for a in agents])
+        self.has_ctx = torch.stack([a.has_ctx for a in agents])
+        for name in COUNTERS:
+            setattr(self, name, getattr(first, name))
+        for k, agent in enumerate(agents):
+            self.import_seed(k, agent)
+
+    def act(self, obs: torch.Tensor, greedy: bool = False) -> torch.Tensor:
+        """obs (S, n, obs_dim) -> uniformly random cells (S, n), seed k's from generators[k]."""
+        if greedy:
+            raise ValueError("Ensemble MPC plans with a per-episode context: evaluate it through "
+                             "evaluation_policy(), not act(obs, greedy=True)")
+        n = obs.shape[1]
+        return torch.stack([torch.randint(0, self.L, (n,), generator=g) for g in self.generators]).to(obs.device)
+
+    @torch.no_grad()
+    def observe(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
+        L, n = self.L, actions.shape[1]
+        tape = obs[..., :L].to(self.device).to(torch.uint8)
+        actions = actions.to(self.device)
+        next_tape = next_obs[..., :L].to(self.device).to(torch.uint8)
+        slots = ((self.position + torch.arange(n)) % self.config.buffer_size).to(self.device)
+        for name, value in zip(Replay.FIELDS, (self.ctx_post, self.has_ctx, tape, actions, next_tape)):
+            self.replay[name][:, slots] = value
+        self.position = (self.position + n) % self.config.buffer_size
+        self.size = min(self.config.buffer_size, self.size + n)
+        self.env_steps += n
+        keep = (~(terminated | truncated)).to(self.device).to(torch.uint8)
+        self.ctx_post = flip_cells(tape, actions) * keep.unsqueeze(-1)
+        self.has_ctx = keep
+
+    def update(self) -> list[dict]:
+        metrics = [{} for _ in range(self.num_seeds)]
+        while self.env_steps >= self.next_train_step:
+            self.next_train_step += self.config.train_frequency
+            if self.env_steps >= self.config.learning_starts:
+                metrics = self._gradient_step()
+        return metrics
+
+    def _gradient_step(self) -> list[dict]:
+        c, S, E = self.config, self.num_seeds, self.config.ensemble_size
+        idx = torch.stack([torch.randint(0, self.size, (E, c.batch_size), generator=g) for g in self.generators])
+        seeds = torch.arange(S).view(S, 1, 1)
+        seeds, idx = seeds.to(self.device), idx.to(self.device)
+        r = self.replay
+        tape = r["tape"][seeds, idx]
+        inputs = model_inputs(r["ctx_post"][seeds, idx], tape, r["has_ctx"][seeds, idx],
+                              flip_cells(tape, r["action"][seeds, idx]))
+        targets = r["next_tape"][seeds, idx].float()
+        if self.batched:
+            logits = ensemble_logits(self.parameters, inputs)
+            losses = F.binary_cross_entropy_with_logits(logits, targets, reduction="none").mean(dim=(2, 3)).sum(1)
+        else:   # seed by seed: each seed's own products and sums
+            per_seed = zip(*(p.unbind(0) for p in self.parameters))
+            logits = [ensemble_logits(list(params), x) for params, x in zip(per_seed, inputs.unbind(0))]
+            losses = torch.stack([F.binary_cross_entropy_with_logits(seed_logits, seed_targets, reduction="none")
+                                  .mean(dim=(1, 2)).sum() for seed_logits, seed_targets in zip(logits, targets)])
+        self.optimizer.zero_grad()
+        losses.sum().backward()   # a sum: seed k's gradient is its own loss's
+        self.optimizer.step()
+        self.gradient_steps += 1
+        with torch.no_grad():
+            errors = [((logits[k] > 0).float() != targets[k]).float().mean().item() for k in range(S)]
+        return [{"model_loss": loss / E, "model_cell_error": error} for loss, error in zip(losses.tolist(), errors)]
+
+    # --- one seed in and out of the block ------------------------------------------------------------
+    def export_seed(self, k: int, agent: EnsembleMPCAgent) -> None:
+        """Write seed k's complete training state into `agent` (what a one-seed run holds at this step)."""
+        stacked.write_parameters(self.parameters, k, agent.ensemble)
+        stacked.export_adam_state(self.optimizer, self.parameters, k, agent.optimizer,
+                                  list(agent.ensemble.parameters()))
+        n = self.size
+        for name in Replay.FIELDS:
+            getattr(agent.replay, name)[:n] = self.replay[name][k, :n]
+        agent.replay.position, agent.replay.size = self.position, n
+        agent.ctx_post, agent.has_ctx = self.ctx_post[k].clone(), self.has_ctx[k].clone()
+        for name in COUNTERS:
+            setattr(agent, name, getattr(self, name))
+
+    def import_seed(self, k: int, agent: EnsembleMPCAgent) -> None:
+        """Write `agent`'s complete training state into seed k; its counters must be the block's."""
+        counters = {name: getattr(agent, name) for name in COUNTERS}
+        mine = {name: getattr(self, name) for name in COUNTERS}
+        if counters != mine or (agent.replay.position, agent.replay.size) != (self.position, self.size):
+            raise ValueError(f"seed {k} is at {counters} (replay position {agent.replay.position}, size "
+                             f"{agent.replay.size}), the block at {mine} (replay position {self.position}, size "
+                             f"{self.size}): a block's seeds must be at the same step")
+        stacked.read_parameters(self.parameters, k, agent.ensemble)
+        stacked.import_adam_state(self.optimizer, self.parameters, k, agent.optimizer,
+                                  list(agent.ensemble.parameters()))
+        n = self.size
+        for name in Replay.FIELDS:
+            self.replay[name][k, :n] = getattr(agent.replay, name)[:n]
+        self.ctx_post[k], self.has_ctx[k] = agent.ctx_post, agent.has_ctx
+
+
+def make_block(agents: list[EnsembleMPCAgent], generators: list[torch.Generator]) -> EnsembleMPCBlock:
+    """S ensemble MPC agents (built as one-seed runs build them) trained as one seed block (methods/contract.py)."""
+    return EnsembleMPCBlock(agents, generators)
+
+
+make_block.bit_exact_devices = ("cpu",)   # where a block's seeds are bit for bit one-seed runs
