@@ -1,5 +1,6 @@
-"""DreamerV3 seed blocks (methods/dreamer_block.py): a stacked block trains each seed as its one-seed run does,
-and a seed does not depend on its neighbours in the block."""
+"""World-model seed blocks (methods/world_model_block.py; DreamerV3's in methods/dreamer_block.py, PlaNet-MPC's in
+methods/planet.py): a stacked block trains each seed as its one-seed run does, and a seed does not depend on its
+neighbours in the block."""
 from __future__ import annotations
 
 import pytest
@@ -21,8 +22,12 @@ BOUND = 1e-3
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def spec(seed):
-    return TrainSpec(agent="dreamer", rules=(30, 90, 110), seed=seed, hyperparameters=HYPER, L=8, H=8,
+HYPERPARAMETERS = {"dreamer": HYPER, "planet": {k: v for k, v in HYPER.items() if not k.startswith("imagination")}}
+AGENTS = pytest.mark.parametrize("agent", list(HYPERPARAMETERS))
+
+
+def spec(seed, agent="dreamer"):
+    return TrainSpec(agent=agent, rules=(30, 90, 110), seed=seed, hyperparameters=HYPERPARAMETERS[agent], L=8, H=8,
                      total_steps=STEPS, eval_every=STEPS // 2)
 
 
@@ -56,39 +61,42 @@ def largest_difference(run_a, run_b) -> float:
     return worst
 
 
-def test_a_stacked_block_trains_each_seed_as_its_one_seed_run(tmp_path):
+@AGENTS
+def test_a_stacked_block_trains_each_seed_as_its_one_seed_run(tmp_path, agent):
     seeds = [0, 1, 2]
-    train_block([spec(s) for s in seeds], [tmp_path / f"block{s}" for s in seeds], quiet=True, keep_resume=True,
+    train_block([spec(s, agent) for s in seeds], [tmp_path / f"block{s}" for s in seeds], quiet=True, keep_resume=True,
                 stacking="always")
     differences = []
     for s in seeds:
-        train(spec(s), tmp_path / f"alone{s}", quiet=True, keep_resume=True)
+        train(spec(s, agent), tmp_path / f"alone{s}", quiet=True, keep_resume=True)
         differences.append(largest_difference(tmp_path / f"alone{s}", tmp_path / f"block{s}"))
-    print(f"DreamerV3 block of {len(seeds)} vs one-seed runs after {STEPS} env steps: largest state difference "
+    print(f"{agent} block of {len(seeds)} vs one-seed runs after {STEPS} env steps: largest state difference "
           f"{max(differences):.3g}")
     assert max(differences) <= BOUND
 
 
-def test_a_seed_does_not_depend_on_its_neighbours(tmp_path, monkeypatch):
+@AGENTS
+def test_a_seed_does_not_depend_on_its_neighbours(tmp_path, monkeypatch, agent):
     """Bit for bit: nothing in a block mixes seeds, not even in rounding (padding rows, sums, the unroll's graph),
     whatever the block's size and its groups of seeds in the update."""
-    from tapebench.methods import dreamer_block
+    from tapebench.methods import dreamer_block, world_model_block
 
-    defaults = dreamer_block.WORLD_MODEL_GROUP, dreamer_block.ACTOR_CRITIC_GROUP
+    defaults = world_model_block.WORLD_MODEL_GROUP, dreamer_block.ACTOR_CRITIC_GROUP
     for block in ((0, 1, 2), (0, 5, 7), (0, 9, 10, 11)):
         groups = (2, 2) if len(block) == 4 else defaults     # the update in two groups, [0, 9] and [10, 11]
-        monkeypatch.setattr(dreamer_block, "WORLD_MODEL_GROUP", groups[0])
+        monkeypatch.setattr(world_model_block, "WORLD_MODEL_GROUP", groups[0])
         monkeypatch.setattr(dreamer_block, "ACTOR_CRITIC_GROUP", groups[1])
-        train_block([spec(s) for s in block], [tmp_path / f"{block}" / f"s{s}" for s in block], quiet=True,
+        train_block([spec(s, agent) for s in block], [tmp_path / f"{block}" / f"s{s}" for s in block], quiet=True,
                     keep_resume=True, stacking="always")
     differences = [largest_difference(tmp_path / "(0, 1, 2)" / "s0", tmp_path / f"{block}" / "s0")
                    for block in ((0, 5, 7), (0, 9, 10, 11))]
-    print(f"DreamerV3 seed 0 in blocks [0, 1, 2], [0, 5, 7] and [0, 9, 10, 11] (groups of 2): largest state "
+    print(f"{agent} seed 0 in blocks [0, 1, 2], [0, 5, 7] and [0, 9, 10, 11] (groups of 2): largest state "
           f"differences {differences}")
     assert differences == [0.0, 0.0]
 
 
-def test_a_killed_block_resumes_to_the_checkpoints_of_an_uninterrupted_one(tmp_path, monkeypatch):
+@AGENTS
+def test_a_killed_block_resumes_to_the_checkpoints_of_an_uninterrupted_one(tmp_path, monkeypatch, agent):
     import tapebench.training.blocks as blocks
 
     class Killed(Exception):
@@ -105,9 +113,10 @@ def test_a_killed_block_resumes_to_the_checkpoints_of_an_uninterrupted_one(tmp_p
     seeds = (3, 4)
     monkeypatch.setattr(blocks, "write_run_checkpoint", write_then_die)
     with pytest.raises(Killed):
-        train_block([spec(s) for s in seeds], [tmp_path / f"k{s}" for s in seeds], quiet=True, stacking="always")
+        train_block([spec(s, agent) for s in seeds], [tmp_path / f"k{s}" for s in seeds], quiet=True, stacking="always")
     monkeypatch.setattr(blocks, "write_run_checkpoint", original)
-    resumed = train_block([spec(s) for s in seeds], [tmp_path / f"k{s}" for s in seeds], quiet=True, stacking="always")
-    fresh = train_block([spec(s) for s in seeds], [tmp_path / f"f{s}" for s in seeds], quiet=True, stacking="always")
+    specs = [spec(s, agent) for s in seeds]
+    resumed = train_block(specs, [tmp_path / f"k{s}" for s in seeds], quiet=True, stacking="always")
+    fresh = train_block(specs, [tmp_path / f"f{s}" for s in seeds], quiet=True, stacking="always")
     assert all(m["resumes"] == 1 for m in resumed)
     assert [m["checkpoints"] for m in resumed] == [m["checkpoints"] for m in fresh]   # bit for bit

@@ -25,6 +25,9 @@ Cost: one decision rolls `iterations * candidates * plan_horizon` latent steps (
 320). Faithful PlaNet uses 10 iterations of 1000 candidates over horizon 12 (120,000 latent steps per
 decision); one evaluation of the paper protocol (~5,120 episodes x 32 steps) would then take days on a
 CPU, so the defaults are the affordable budget measured in docs/methods.md (planet).
+
+A seed block (`make_block`) trains S seeds' world models as one stacked model (`world_model_block.py`), each seed's
+random actions drawn from its own generator.
 """
 from __future__ import annotations
 
@@ -37,6 +40,7 @@ import torch.nn.functional as F
 from tapebench.episodes.streams import step_keys
 from tapebench.methods.world_model import (RSSM, WorldModelConfig, WorldModelLearner, filter_mode, mode_one_hot,
                                            world_model_rollout)
+from tapebench.methods.world_model_block import WorldModelBlock
 
 PLAN_SALT = 0x504C414E45       # the planner's stream of per-episode random words
 PLAN_ROWS = 64                 # episodes planned together (memory bound; results do not depend on it)
@@ -194,3 +198,40 @@ class CEMPolicy:
 
 def make(config: Config, env_spec, total_steps: int, device) -> PlanetAgent:
     return PlanetAgent(config, env_spec, total_steps, device)
+
+
+class PlanetBlock(WorldModelBlock):
+    """S PlaNet-MPC agents of one configuration as one seed block (methods/contract.py, "Seed blocks"): the stacked
+    world model of `WorldModelBlock`, trained on uniformly random actions drawn from each seed's own generator."""
+
+    label = "PlaNet-MPC"
+    agent_type = PlanetAgent
+
+    def act(self, obs: torch.Tensor, greedy: bool = False) -> torch.Tensor:
+        if greedy:
+            raise ValueError("PlaNet-MPC plans with a per-episode latent state: evaluate it through "
+                             "evaluation_policy(), not act(obs, greedy=True)")
+        n = obs.shape[1]
+        return torch.stack([torch.randint(0, self.num_actions, (n,), generator=g)
+                            for g in self.generators]).to(obs.device)
+
+    @torch.no_grad()
+    def observe(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
+        self._store(obs, actions, rewards, next_obs, terminated, truncated)
+
+    def update(self) -> list[dict]:
+        metrics = [{} for _ in range(self.S)]
+        while self.env_steps >= self.next_update:
+            self.next_update += self.config.update_every
+            metrics, _ = self._world_model_update()
+        return metrics
+
+
+def make_block(agents: list[PlanetAgent], generators: list[torch.Generator]) -> PlanetBlock:
+    """S PlaNet-MPC agents (built as one-seed runs build them) trained as one seed block (methods/contract.py)."""
+    return PlanetBlock(agents, generators)
+
+
+# as DreamerV3's world model: a block's seeds agree with one-seed runs to rounding, and bit for bit whatever their
+# neighbours (a seed's run fingerprint names its block's seeds)
+make_block.bit_exact_devices = ()
