@@ -244,7 +244,9 @@ def test_where_stacking_only_rounds_alike_the_fingerprint_names_the_block(tmp_pa
 
 
 @pytest.mark.parametrize("agent, hyperparameters", [
-    ("dqn", HYPER), ("curl_dqn", HYPER), ("ppo", {"num_envs": 4, "num_steps": 16, "hidden_size": 16}),
+    ("dqn", HYPER), ("rad_dqn", HYPER), ("curl_dqn", HYPER),
+    ("ppo", {"num_envs": 4, "num_steps": 16, "hidden_size": 16}),
+    ("ppo_dr", {"num_envs": 4, "num_steps": 16, "hidden_size": 16}),
     ("ensemble_mpc", {"num_envs": 4, "ensemble_size": 2, "hidden_size": 16, "buffer_size": 200, "batch_size": 8,
                       "learning_starts": 32})])
 def test_a_real_methods_block_writes_each_seeds_one_seed_checkpoints(tmp_path, agent, hyperparameters):
