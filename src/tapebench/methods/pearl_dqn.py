@@ -149,6 +149,12 @@ def posterior_from_sums(precision_sum: torch.Tensor, weighted_mean_sum: torch.Te
     return weighted_mean_sum / total_precision, 1.0 / total_precision
 
 
+def factors_of(encoder_output: torch.Tensor, latent_dim: int):
+    """(μ_i, precision_i = 1/σ_i²) from the encoder's output (M, 2 * latent_dim) of M transitions."""
+    mu, raw = encoder_output[:, :latent_dim], encoder_output[:, latent_dim:].contiguous()  # softplus is slow on views
+    return mu, 1.0 / (F.softplus(raw) + MIN_FACTOR_VARIANCE)
+
+
 def kl_to_prior(mean: torch.Tensor, variance: torch.Tensor) -> torch.Tensor:
     """KL(N(mean, diag variance) ‖ N(0, I)) per row."""
     return 0.5 * (variance + mean.square() - 1.0 - variance.log()).sum(dim=-1)
@@ -172,9 +178,7 @@ class PearlNetwork(nn.Module):
 
     def factors(self, features: torch.Tensor):
         """(μ_i, precision_i = 1/σ_i²) of each transition's factor."""
-        out = self.encoder(features)
-        mu, raw = out[:, :self.latent_dim], out[:, self.latent_dim:].contiguous()  # softplus is slow on views
-        return mu, 1.0 / (F.softplus(raw) + MIN_FACTOR_VARIANCE)
+        return factors_of(self.encoder(features), self.latent_dim)
 
     def posterior(self, features: torch.Tensor, context: torch.Tensor, num_contexts: int):
         """q(z | context) for transitions `features` (M, feature_dim), each in context `context[i]`."""
@@ -211,22 +215,76 @@ class EpisodeReplay(ReplayBuffer):
         self.index[slots] = index
         super().add(obs, actions, rewards, next_obs, terminated)
 
-    def sample_episodes(self, num_episodes: int, max_length: int):
-        """Episodes drawn with probability proportional to their number of stored transitions: a uniform
-        draw of a stored transition, redrawn while its episode's first transition has been overwritten
-        (only the few oldest episodes, once the ring buffer has wrapped). Returns (slot of each episode's
-        first transition, number of its transitions stored so far), each (num_episodes,)."""
-        slots = torch.randint(0, self.size, (num_episodes,)).to(self.device)
-        while True:
-            first = (slots - self.index[slots] * self.num_envs) % self.capacity
-            lost = self.episode[first] != self.episode[slots]
-            if not bool(lost.any()):
-                break
-            slots[lost] = torch.randint(0, self.size, (int(lost.sum()),)).to(self.device)
-        later = (first.unsqueeze(1) + torch.arange(max_length, device=self.device) * self.num_envs) % self.capacity
-        written = (self.position - 1 - later) % self.capacity < self.size
-        stored = written & (self.episode[later] == self.episode[slots].unsqueeze(1))
-        return first, stored.sum(dim=1)
+    def sample_episodes(self, num_episodes: int, max_length: int, generator: torch.Generator | None = None):
+        return sample_episodes(self, num_episodes, max_length, generator)
+
+
+def sample_episodes(replay, num_episodes: int, max_length: int, generator: torch.Generator | None = None):
+    """Episodes drawn with probability proportional to their number of stored transitions: a uniform draw of a
+    stored transition, redrawn while its episode's first transition has been overwritten (only the few oldest
+    episodes, once the ring buffer has wrapped). `replay`: an `EpisodeReplay` or a seed block's `ReplaySlice`;
+    `generator`: None draws from torch's global generator. Returns (slot of each episode's first transition,
+    number of its transitions stored so far), each (num_episodes,)."""
+    r = replay
+    slots = torch.randint(0, r.size, (num_episodes,), generator=generator).to(r.device)
+    while True:
+        first = (slots - r.index[slots] * r.num_envs) % r.capacity
+        lost = r.episode[first] != r.episode[slots]
+        if not bool(lost.any()):
+            break
+        slots[lost] = torch.randint(0, r.size, (int(lost.sum()),), generator=generator).to(r.device)
+    later = (first.unsqueeze(1) + torch.arange(max_length, device=r.device) * r.num_envs) % r.capacity
+    written = (r.position - 1 - later) % r.capacity < r.size
+    stored = written & (r.episode[later] == r.episode[slots].unsqueeze(1))
+    return first, stored.sum(dim=1)
+
+
+@dataclass
+class MinibatchDraw:
+    """The random part of a minibatch (`draw_minibatch`): which transitions, and which encoder inputs give their
+    contexts."""
+
+    slots: torch.Tensor      # (batch_size,) replay slots of the drawn transitions
+    features: torch.Tensor   # (M, feature_dim) transitions 0..(last drawn index) of each drawn episode
+    where: torch.Tensor      # (M,) each feature row's place, group * H + index in episode, in a dense (groups, H)
+    group: torch.Tensor      # (batch_size,) the drawn episode (0..groups-1) of each drawn transition
+    index: torch.Tensor      # (batch_size,) its index in that episode
+    groups: int
+
+
+def draw_minibatch(replay, config: Config, H: int, L: int, generator: torch.Generator | None = None) -> MinibatchDraw:
+    """batch_size / transitions_per_episode episodes drawn in proportion to their stored length, then
+    transitions_per_episode of each drawn uniformly (with replacement), so every stored transition is as likely as
+    in uniform replay; `replay` and `generator` as in `sample_episodes`."""
+    r, device = replay, replay.device
+    groups, per_group = config.batch_size // config.transitions_per_episode, config.transitions_per_episode
+    first, length = sample_episodes(r, groups, H, generator)
+    draws = (torch.rand(groups, per_group, generator=generator).to(device) * length.unsqueeze(1)).long()
+    draws = torch.minimum(draws, length.unsqueeze(1) - 1)   # guards against rand * n rounding up to n
+    needed = torch.arange(H, device=device) <= draws.max(dim=1, keepdim=True).values
+    group, position = needed.nonzero(as_tuple=True)
+    prefix = (first[group] + position * r.num_envs) % r.capacity
+    features = transition_features(r.obs[prefix], r.actions[prefix], r.rewards[prefix], r.next_obs[prefix], L)
+    drawn_group = torch.arange(groups, device=device).repeat_interleave(per_group)
+    index = draws.reshape(-1)
+    slots = (first[drawn_group] + index * r.num_envs) % r.capacity
+    return MinibatchDraw(slots, features, group * H + position, drawn_group, index, groups)
+
+
+def context_sums(draw: MinibatchDraw, mu: torch.Tensor, precision: torch.Tensor, H: int):
+    """From the factors (mu, precision) of `draw.features`, the prefix sums of each drawn transition k's episode:
+    (Σ precision, Σ precision·μ) over transitions 0..k-1 (the context of s_k, with gradients) and over 0..k (the
+    context of s_{k+1}, detached), each (batch_size, latent_dim)."""
+    groups, d = draw.groups, mu.shape[1]
+    dense_precision = mu.new_zeros(groups * H, d).index_copy(0, draw.where, precision).view(groups, H, d)
+    dense_weighted = mu.new_zeros(groups * H, d).index_copy(0, draw.where, mu * precision).view(groups, H, d)
+    upto_precision, upto_weighted = dense_precision.cumsum(dim=1), dense_weighted.cumsum(dim=1)
+    pad = mu.new_zeros(groups, 1, d)
+    before_precision = torch.cat([pad, upto_precision[:, :-1]], dim=1)
+    before_weighted = torch.cat([pad, upto_weighted[:, :-1]], dim=1)
+    g, k = draw.group, draw.index
+    return ((before_precision[g, k], before_weighted[g, k]),
+            (upto_precision[g, k].detach(), upto_weighted[g, k].detach()))
 
 
 class PearlDQNAgent:
@@ -306,35 +364,10 @@ class PearlDQNAgent:
         return metrics
 
     def _sample(self):
-        """A minibatch: batch_size / transitions_per_episode episodes drawn in proportion to their stored
-        length, then transitions_per_episode of each drawn uniformly (with replacement), so every stored
-        transition is as likely as in uniform replay. Returns the transitions' slots and, from one encoder
-        pass over each drawn episode's transitions 0..(last drawn index), the prefix sums of their factors:
-        (Σ precision, Σ precision·μ) over transitions 0..k-1 (the context of s_k, with gradients) and
-        over 0..k (the context of s_{k+1}, detached)."""
-        c, r, H = self.config, self.replay, self.H
-        groups, per_group = c.batch_size // c.transitions_per_episode, c.transitions_per_episode
-        first, length = r.sample_episodes(groups, H)
-        draws = (torch.rand(groups, per_group).to(self.device) * length.unsqueeze(1)).long()
-        draws = torch.minimum(draws, length.unsqueeze(1) - 1)   # guards against rand * n rounding up to n
-        needed = torch.arange(H, device=self.device) <= draws.max(dim=1, keepdim=True).values
-        group, position = needed.nonzero(as_tuple=True)
-        prefix = (first[group] + position * r.num_envs) % r.capacity
-        mu, precision = self.network.factors(transition_features(
-            r.obs[prefix], r.actions[prefix], r.rewards[prefix], r.next_obs[prefix], self.L))
-        where = group * H + position
-        d = self.config.latent_dim
-        dense_precision = mu.new_zeros(groups * H, d).index_copy(0, where, precision).view(groups, H, d)
-        dense_weighted = mu.new_zeros(groups * H, d).index_copy(0, where, mu * precision).view(groups, H, d)
-        upto_precision, upto_weighted = dense_precision.cumsum(dim=1), dense_weighted.cumsum(dim=1)
-        pad = mu.new_zeros(groups, 1, d)
-        before_precision = torch.cat([pad, upto_precision[:, :-1]], dim=1)
-        before_weighted = torch.cat([pad, upto_weighted[:, :-1]], dim=1)
-        g = torch.arange(groups, device=self.device).repeat_interleave(per_group)
-        k = draws.reshape(-1)
-        slots = (first[g] + k * r.num_envs) % r.capacity
-        return (slots, (before_precision[g, k], before_weighted[g, k]),
-                (upto_precision[g, k].detach(), upto_weighted[g, k].detach()))
+        """A minibatch (`draw_minibatch`): the drawn transitions' slots and, from one encoder pass over each drawn
+        episode's transitions 0..(last drawn index), their contexts' prefix sums (`context_sums`)."""
+        draw = draw_minibatch(self.replay, self.config, self.H, self.L)
+        return (draw.slots, *context_sums(draw, *self.network.factors(draw.features), self.H))
 
     def _gradient_step(self) -> dict:
         c, r = self.config, self.replay
