@@ -10,7 +10,9 @@ from tapebench.envs.batched import BatchedTapeEnv
 from tapebench.methods import dqn, pearl_dqn
 from tapebench.methods.contract import BlockUnsupported
 from tapebench.registry import get_method
-from tapebench.training.loop import seed_everything
+from tapebench.training import blocks
+from tapebench.training.loop import TrainSpec, seed_everything, train
+from tapebench.utils.artifacts import read_json
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -158,3 +160,50 @@ def test_registry_rows_stack_and_refuse_what_they_cannot():
         pearl_dqn.make_block([other], generators)
     with pytest.raises(ValueError, match="evaluation_policy"):
         pearl_dqn.make_block(agents, generators).act(torch.zeros(1, 4, SPEC.obs_dim), greedy=True)
+
+
+LOOP_HYPER = {"num_envs": 4, "hidden_size": 16, "latent_dim": 4, "encoder_hidden_size": 16, "buffer_size": 64,
+              "learning_starts": 32, "batch_size": 16, "target_update_frequency": 48}
+
+
+def loop_spec(seed, total_steps=192):
+    return TrainSpec(agent="pearl_dqn", rules=(30, 90, 110), seed=seed, hyperparameters=LOOP_HYPER, L=8, H=8,
+                     total_steps=total_steps, eval_every=64)
+
+
+def checkpoint_digests(run):
+    manifest = read_json(run / "train.json", "manifest")
+    return manifest["fingerprint"], [c["sha256"] for c in manifest["checkpoints"]]
+
+
+def test_the_training_loop_writes_each_stacked_seed_its_one_seed_run(tmp_path):
+    seeds = [0, 2]
+    manifests = blocks.train_block([loop_spec(s) for s in seeds], [tmp_path / f"block{s}" for s in seeds],
+                                   quiet=True)
+    assert all(m["block"]["stacked"] for m in manifests)   # "auto" stacks it: bit-exact on the CPU
+    for s in seeds:
+        train(loop_spec(s), tmp_path / f"alone{s}", quiet=True)
+        assert checkpoint_digests(tmp_path / f"block{s}") == checkpoint_digests(tmp_path / f"alone{s}")
+
+
+def test_a_killed_block_resumes_to_the_checkpoints_of_an_uninterrupted_one(tmp_path, monkeypatch):
+    class Killed(Exception):
+        pass
+
+    original, calls, seeds = blocks.write_run_checkpoint, [], (3, 4)
+
+    def write_then_die(*args, **kwargs):
+        original(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == 2 * len(seeds):   # both seeds' second checkpoint and resume.pt are on disk
+            raise Killed
+
+    monkeypatch.setattr(blocks, "write_run_checkpoint", write_then_die)
+    with pytest.raises(Killed):
+        blocks.train_block([loop_spec(s) for s in seeds], [tmp_path / f"k{s}" for s in seeds], quiet=True)
+    monkeypatch.setattr(blocks, "write_run_checkpoint", original)
+    resumed = blocks.train_block([loop_spec(s) for s in seeds], [tmp_path / f"k{s}" for s in seeds], quiet=True)
+    assert all(m["resumes"] == 1 and m["block"]["stacked"] for m in resumed)
+    for s in seeds:
+        train(loop_spec(s), tmp_path / f"alone{s}", quiet=True)
+        assert checkpoint_digests(tmp_path / f"k{s}") == checkpoint_digests(tmp_path / f"alone{s}")

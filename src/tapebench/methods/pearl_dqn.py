@@ -711,8 +711,13 @@ class PearlDQNBlock:
             setattr(agent, name, getattr(self, name))
 
     def import_seed(self, k: int, agent: PearlDQNAgent) -> None:
-        """Write `agent`'s complete training state into seed k (resume); its counters must be the block's."""
+        """Write `agent`'s complete training state into seed k (resume). Seed 0 sets the block's step (the training
+        loop resumes into a fresh block, seed 0 first); every other seed must be at it."""
         counters = {name: getattr(agent, name) for name in COUNTERS}
+        if k == 0:
+            for name, value in counters.items():
+                setattr(self, name, value)
+            self.position, self.size = agent.replay.position, agent.replay.size
         mine = {name: getattr(self, name) for name in COUNTERS}
         if counters != mine or (agent.replay.position, agent.replay.size) != (self.position, self.size):
             raise ValueError(f"seed {k} is at {counters} (replay position {agent.replay.position}, size "
