@@ -290,7 +290,8 @@ class StackedMLP:
 
     def each_seed(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         """Seed k's MLP on inputs[k] (n_k, in), for inputs whose row counts differ from seed to seed: the one-seed
-        products (`F.linear`) on each seed's slices. The slices come from `unbind`, so each seed's gradient lands in
+        products (`F.linear`) on each seed's slices, bit for bit where each input is a tensor of its own (not a view
+        into the middle of another, see `_per_seed`). The slices come from `unbind`, so each seed's gradient lands in
         its slice as it is, never added to the other seeds' zeros."""
         per_seed = list(zip(*(p.unbind(0) for p in self.parameters)))
         outputs = []
