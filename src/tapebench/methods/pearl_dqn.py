@@ -39,8 +39,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tapebench.methods import equivariant
+from tapebench.methods import equivariant, stacked
 from tapebench.methods.common import adam, due_updates, soft_update_
+from tapebench.methods.contract import BlockUnsupported
 from tapebench.methods.dqn import ReplayBuffer, mlp
 
 MIN_FACTOR_VARIANCE = 1e-4  # σ_i² = softplus(raw) + this: caps one transition's precision at 1e4
@@ -149,6 +150,12 @@ def posterior_from_sums(precision_sum: torch.Tensor, weighted_mean_sum: torch.Te
     return weighted_mean_sum / total_precision, 1.0 / total_precision
 
 
+def factors_of(encoder_output: torch.Tensor, latent_dim: int):
+    """(μ_i, precision_i = 1/σ_i²) from the encoder's output (M, 2 * latent_dim) of M transitions."""
+    mu, raw = encoder_output[:, :latent_dim], encoder_output[:, latent_dim:].contiguous()  # softplus is slow on views
+    return mu, 1.0 / (F.softplus(raw) + MIN_FACTOR_VARIANCE)
+
+
 def kl_to_prior(mean: torch.Tensor, variance: torch.Tensor) -> torch.Tensor:
     """KL(N(mean, diag variance) ‖ N(0, I)) per row."""
     return 0.5 * (variance + mean.square() - 1.0 - variance.log()).sum(dim=-1)
@@ -172,9 +179,7 @@ class PearlNetwork(nn.Module):
 
     def factors(self, features: torch.Tensor):
         """(μ_i, precision_i = 1/σ_i²) of each transition's factor."""
-        out = self.encoder(features)
-        mu, raw = out[:, :self.latent_dim], out[:, self.latent_dim:].contiguous()  # softplus is slow on views
-        return mu, 1.0 / (F.softplus(raw) + MIN_FACTOR_VARIANCE)
+        return factors_of(self.encoder(features), self.latent_dim)
 
     def posterior(self, features: torch.Tensor, context: torch.Tensor, num_contexts: int):
         """q(z | context) for transitions `features` (M, feature_dim), each in context `context[i]`."""
@@ -211,22 +216,76 @@ class EpisodeReplay(ReplayBuffer):
         self.index[slots] = index
         super().add(obs, actions, rewards, next_obs, terminated)
 
-    def sample_episodes(self, num_episodes: int, max_length: int):
-        """Episodes drawn with probability proportional to their number of stored transitions: a uniform
-        draw of a stored transition, redrawn while its episode's first transition has been overwritten
-        (only the few oldest episodes, once the ring buffer has wrapped). Returns (slot of each episode's
-        first transition, number of its transitions stored so far), each (num_episodes,)."""
-        slots = torch.randint(0, self.size, (num_episodes,)).to(self.device)
-        while True:
-            first = (slots - self.index[slots] * self.num_envs) % self.capacity
-            lost = self.episode[first] != self.episode[slots]
-            if not bool(lost.any()):
-                break
-            slots[lost] = torch.randint(0, self.size, (int(lost.sum()),)).to(self.device)
-        later = (first.unsqueeze(1) + torch.arange(max_length, device=self.device) * self.num_envs) % self.capacity
-        written = (self.position - 1 - later) % self.capacity < self.size
-        stored = written & (self.episode[later] == self.episode[slots].unsqueeze(1))
-        return first, stored.sum(dim=1)
+    def sample_episodes(self, num_episodes: int, max_length: int, generator: torch.Generator | None = None):
+        return sample_episodes(self, num_episodes, max_length, generator)
+
+
+def sample_episodes(replay, num_episodes: int, max_length: int, generator: torch.Generator | None = None):
+    """Episodes drawn with probability proportional to their number of stored transitions: a uniform draw of a
+    stored transition, redrawn while its episode's first transition has been overwritten (only the few oldest
+    episodes, once the ring buffer has wrapped). `replay`: an `EpisodeReplay` or a seed block's `ReplaySlice`;
+    `generator`: None draws from torch's global generator. Returns (slot of each episode's first transition,
+    number of its transitions stored so far), each (num_episodes,)."""
+    r = replay
+    slots = torch.randint(0, r.size, (num_episodes,), generator=generator).to(r.device)
+    while True:
+        first = (slots - r.index[slots] * r.num_envs) % r.capacity
+        lost = r.episode[first] != r.episode[slots]
+        if not bool(lost.any()):
+            break
+        slots[lost] = torch.randint(0, r.size, (int(lost.sum()),), generator=generator).to(r.device)
+    later = (first.unsqueeze(1) + torch.arange(max_length, device=r.device) * r.num_envs) % r.capacity
+    written = (r.position - 1 - later) % r.capacity < r.size
+    stored = written & (r.episode[later] == r.episode[slots].unsqueeze(1))
+    return first, stored.sum(dim=1)
+
+
+@dataclass
+class MinibatchDraw:
+    """The random part of a minibatch (`draw_minibatch`): which transitions, and which encoder inputs give their
+    contexts."""
+
+    slots: torch.Tensor      # (batch_size,) replay slots of the drawn transitions
+    features: torch.Tensor   # (M, feature_dim) transitions 0..(last drawn index) of each drawn episode
+    where: torch.Tensor      # (M,) each feature row's place, group * H + index in episode, in a dense (groups, H)
+    group: torch.Tensor      # (batch_size,) the drawn episode (0..groups-1) of each drawn transition
+    index: torch.Tensor      # (batch_size,) its index in that episode
+    groups: int
+
+
+def draw_minibatch(replay, config: Config, H: int, L: int, generator: torch.Generator | None = None) -> MinibatchDraw:
+    """batch_size / transitions_per_episode episodes drawn in proportion to their stored length, then
+    transitions_per_episode of each drawn uniformly (with replacement), so every stored transition is as likely as
+    in uniform replay; `replay` and `generator` as in `sample_episodes`."""
+    r, device = replay, replay.device
+    groups, per_group = config.batch_size // config.transitions_per_episode, config.transitions_per_episode
+    first, length = sample_episodes(r, groups, H, generator)
+    draws = (torch.rand(groups, per_group, generator=generator).to(device) * length.unsqueeze(1)).long()
+    draws = torch.minimum(draws, length.unsqueeze(1) - 1)   # guards against rand * n rounding up to n
+    needed = torch.arange(H, device=device) <= draws.max(dim=1, keepdim=True).values
+    group, position = needed.nonzero(as_tuple=True)
+    prefix = (first[group] + position * r.num_envs) % r.capacity
+    features = transition_features(r.obs[prefix], r.actions[prefix], r.rewards[prefix], r.next_obs[prefix], L)
+    drawn_group = torch.arange(groups, device=device).repeat_interleave(per_group)
+    index = draws.reshape(-1)
+    slots = (first[drawn_group] + index * r.num_envs) % r.capacity
+    return MinibatchDraw(slots, features, group * H + position, drawn_group, index, groups)
+
+
+def context_sums(draw: MinibatchDraw, mu: torch.Tensor, precision: torch.Tensor, H: int):
+    """From the factors (mu, precision) of `draw.features`, the prefix sums of each drawn transition k's episode:
+    (Σ precision, Σ precision·μ) over transitions 0..k-1 (the context of s_k, with gradients) and over 0..k (the
+    context of s_{k+1}, detached), each (batch_size, latent_dim)."""
+    groups, d = draw.groups, mu.shape[1]
+    dense_precision = mu.new_zeros(groups * H, d).index_copy(0, draw.where, precision).view(groups, H, d)
+    dense_weighted = mu.new_zeros(groups * H, d).index_copy(0, draw.where, mu * precision).view(groups, H, d)
+    upto_precision, upto_weighted = dense_precision.cumsum(dim=1), dense_weighted.cumsum(dim=1)
+    pad = mu.new_zeros(groups, 1, d)
+    before_precision = torch.cat([pad, upto_precision[:, :-1]], dim=1)
+    before_weighted = torch.cat([pad, upto_weighted[:, :-1]], dim=1)
+    g, k = draw.group, draw.index
+    return ((before_precision[g, k], before_weighted[g, k]),
+            (upto_precision[g, k].detach(), upto_weighted[g, k].detach()))
 
 
 class PearlDQNAgent:
@@ -306,35 +365,10 @@ class PearlDQNAgent:
         return metrics
 
     def _sample(self):
-        """A minibatch: batch_size / transitions_per_episode episodes drawn in proportion to their stored
-        length, then transitions_per_episode of each drawn uniformly (with replacement), so every stored
-        transition is as likely as in uniform replay. Returns the transitions' slots and, from one encoder
-        pass over each drawn episode's transitions 0..(last drawn index), the prefix sums of their factors:
-        (Σ precision, Σ precision·μ) over transitions 0..k-1 (the context of s_k, with gradients) and
-        over 0..k (the context of s_{k+1}, detached)."""
-        c, r, H = self.config, self.replay, self.H
-        groups, per_group = c.batch_size // c.transitions_per_episode, c.transitions_per_episode
-        first, length = r.sample_episodes(groups, H)
-        draws = (torch.rand(groups, per_group).to(self.device) * length.unsqueeze(1)).long()
-        draws = torch.minimum(draws, length.unsqueeze(1) - 1)   # guards against rand * n rounding up to n
-        needed = torch.arange(H, device=self.device) <= draws.max(dim=1, keepdim=True).values
-        group, position = needed.nonzero(as_tuple=True)
-        prefix = (first[group] + position * r.num_envs) % r.capacity
-        mu, precision = self.network.factors(transition_features(
-            r.obs[prefix], r.actions[prefix], r.rewards[prefix], r.next_obs[prefix], self.L))
-        where = group * H + position
-        d = self.config.latent_dim
-        dense_precision = mu.new_zeros(groups * H, d).index_copy(0, where, precision).view(groups, H, d)
-        dense_weighted = mu.new_zeros(groups * H, d).index_copy(0, where, mu * precision).view(groups, H, d)
-        upto_precision, upto_weighted = dense_precision.cumsum(dim=1), dense_weighted.cumsum(dim=1)
-        pad = mu.new_zeros(groups, 1, d)
-        before_precision = torch.cat([pad, upto_precision[:, :-1]], dim=1)
-        before_weighted = torch.cat([pad, upto_weighted[:, :-1]], dim=1)
-        g = torch.arange(groups, device=self.device).repeat_interleave(per_group)
-        k = draws.reshape(-1)
-        slots = (first[g] + k * r.num_envs) % r.capacity
-        return (slots, (before_precision[g, k], before_weighted[g, k]),
-                (upto_precision[g, k].detach(), upto_weighted[g, k].detach()))
+        """A minibatch (`draw_minibatch`): the drawn transitions' slots and, from one encoder pass over each drawn
+        episode's transitions 0..(last drawn index), their contexts' prefix sums (`context_sums`)."""
+        draw = draw_minibatch(self.replay, self.config, self.H, self.L)
+        return (draw.slots, *context_sums(draw, *self.network.factors(draw.features), self.H))
 
     def _gradient_step(self) -> dict:
         c, r = self.config, self.replay
@@ -447,3 +481,263 @@ class EquivariantConfig(Config):
 
 def make(config: Config, env_spec, total_steps: int, device) -> PearlDQNAgent:
     return PearlDQNAgent(config, env_spec, total_steps, device)
+
+
+COUNTERS = ("env_steps", "gradient_steps", "next_train_step", "next_target_step")
+SLICE_FIELDS = ("obs", "next_obs", "actions", "rewards", "episode", "index")
+
+
+@dataclass
+class ReplaySlice:
+    """Seed k's part of a seed block's stacked episode replay, read as an `EpisodeReplay` (`draw_minibatch`)."""
+
+    obs: torch.Tensor
+    next_obs: torch.Tensor
+    actions: torch.Tensor
+    rewards: torch.Tensor
+    episode: torch.Tensor
+    index: torch.Tensor
+    position: int
+    size: int
+    capacity: int
+    num_envs: int
+    device: torch.device
+
+
+class PearlDQNBlock:
+    """S seeds of PEARL-DQN trained as one (methods/contract.py, "Seed blocks"): stacked encoder, Q- and target
+    networks, one Adam over the stacked tensors, a stacked episode replay and stacked training contexts, seed k's
+    random draws from `generators[k]` only.
+
+    Batched over the seeds: the Q-networks (on the acting batch and the minibatch, online and target), the
+    element-wise posterior and reparameterisation, the replay and context bookkeeping. Per seed, where the sizes
+    depend on the seed's data: the episode draws (the redraw loop), the encoder rows of each seed's contexts (one
+    stacked product when every seed has as many rows), their prefix sums, and each seed's losses (its TD loss and
+    KL, each its own mean, added as its single agent adds them; the seeds' losses are summed for one backward pass).
+    Seed k sees exactly the numbers its single agent would.
+    """
+
+    def __init__(self, agents: list[PearlDQNAgent], generators: list[torch.Generator]):
+        if not agents or len(agents) != len(generators):
+            raise ValueError(f"a PEARL-DQN seed block needs one generator per agent, got {len(agents)} agents and "
+                             f"{len(generators)} generators")
+        if any(type(a) is not PearlDQNAgent for a in agents):
+            raise BlockUnsupported(f"PearlDQNBlock stacks PearlDQNAgent only, got "
+                                   f"{sorted({type(a).__name__ for a in agents})}")
+        first = agents[0]
+        if any(a.config != first.config or a.total_steps != first.total_steps or a.device != first.device
+               for a in agents):
+            raise ValueError("a PEARL-DQN seed block's agents must share config, total_steps and device")
+        self.config, self.device, self.total_steps = first.config, first.device, first.total_steps
+        self.L, self.H, self.num_actions, self.num_seeds = first.L, first.H, first.num_actions, len(agents)
+        self.generators = generators
+        stacked.StackedMLP.check(first.network.encoder)
+        self.equivariant = first.network.equivariant
+        encoder_parameters = stacked.stack_parameters([a.network.encoder for a in agents], requires_grad=True)
+        q_parameters = stacked.stack_parameters([a.network.q for a in agents], requires_grad=True)
+        self.parameters = encoder_parameters + q_parameters   # the order of PearlNetwork.parameters()
+        self.target_parameters = stacked.stack_parameters([a.target_network for a in agents], requires_grad=False)
+        self.encoder = stacked.StackedMLP(encoder_parameters)
+        self.q_network = stacked.stacked_network(q_parameters, first.network.q)
+        self.target_q_network = stacked.stacked_network(self.target_parameters[len(encoder_parameters):],
+                                                        first.target_network.q)
+        self.optimizer = stacked.SeedAdam(self.parameters, lr=self.config.learning_rate,
+                                          eps=first.optimizer.param_groups[0]["eps"])
+        S, capacity, obs_dim, device = self.num_seeds, self.config.buffer_size, first.replay.obs.shape[1], self.device
+        self.obs = torch.zeros(S, capacity, obs_dim, device=device)
+        self.next_obs = torch.zeros(S, capacity, obs_dim, device=device)
+        self.actions = torch.zeros(S, capacity, dtype=torch.long, device=device)
+        self.rewards = torch.zeros(S, capacity, device=device)
+        self.terminated = torch.zeros(S, capacity, device=device)
+        self.episode = torch.zeros(S, capacity, dtype=torch.long, device=device)
+        self.index = torch.zeros(S, capacity, dtype=torch.long, device=device)
+        self.position, self.size = first.replay.position, first.replay.size
+        self.context = torch.zeros(S, *first.context.shape, device=device)
+        self.context_length = torch.zeros(S, *first.context_length.shape, dtype=torch.long, device=device)
+        self.episode_ids = torch.zeros(S, *first.episode_ids.shape, dtype=torch.long, device=device)
+        self.next_episode_id = torch.zeros(S, dtype=torch.long, device=device)
+        for name in COUNTERS:
+            setattr(self, name, getattr(first, name))
+        for k, agent in enumerate(agents):
+            self.import_seed(k, agent)
+
+    epsilon = PearlDQNAgent.epsilon
+
+    def _q_values(self, network, obs: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """(S, n, obs_dim), (S, n, latent_dim) -> (S, n, num_actions) with a stacked Q-network."""
+        return network(obs, z) if self.equivariant else network(torch.cat([obs, z], dim=-1))
+
+    def _factors(self, features: list[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each seed's (μ_i, precision_i) of its transitions features[k] (M_k, feature_dim): one stacked product
+        where every seed has as many rows, else seed by seed."""
+        if len({len(f) for f in features}) == 1:
+            outputs = self.encoder(torch.stack(features)).unbind(0)
+        else:
+            outputs = self.encoder.each_seed(features)
+        return [factors_of(out, self.config.latent_dim) for out in outputs]
+
+    def context_posterior(self):
+        """q(z | each row's current training episode so far) of every seed: (mean, variance), each (S, n, d)."""
+        steps = torch.arange(self.H, device=self.device)
+        rows, features = [], []
+        for k in range(self.num_seeds):
+            row, position = (steps < self.context_length[k].unsqueeze(1)).nonzero(as_tuple=True)
+            rows.append(row)
+            features.append(self.context[k, row, position])
+        n = self.context.shape[1]
+        posteriors = [product_of_gaussians(mu, precision, row, n)
+                      for (mu, precision), row in zip(self._factors(features), rows)]
+        return torch.stack([mean for mean, _ in posteriors]), torch.stack([variance for _, variance in posteriors])
+
+    def _normal(self, shape) -> torch.Tensor:
+        """(S, *shape) standard normal noise, seed k's from generators[k]."""
+        return torch.stack([torch.randn(shape, generator=g) for g in self.generators]).to(self.device)
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, greedy: bool = False) -> torch.Tensor:
+        """obs (S, n, obs_dim) -> actions (S, n): z from each row's context posterior, then ε-greedy, seed k's
+        draws from generators[k]."""
+        if greedy:
+            raise ValueError("PEARL-DQN conditions on the episode's transitions: evaluate it through "
+                             "evaluation_policy(), not act(obs, greedy=True)")
+        mean, variance = self.context_posterior()
+        z = mean + variance.sqrt() * self._normal(mean.shape[1:])
+        greedy_actions = self._q_values(self.q_network, obs, z).argmax(dim=2)
+        n, epsilon = obs.shape[1], self.epsilon()
+        explore, random_actions = [], []
+        for g in self.generators:
+            explore.append(torch.rand(n, generator=g) < epsilon)
+            random_actions.append(torch.randint(0, self.num_actions, (n,), generator=g))
+        explore = torch.stack(explore).to(self.device)
+        return torch.where(explore, torch.stack(random_actions).to(self.device), greedy_actions)
+
+    @torch.no_grad()
+    def observe(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
+        n, capacity = actions.shape[1], self.config.buffer_size
+        slots = ((self.position + torch.arange(n)) % capacity).to(self.device)
+        self.obs[:, slots] = obs
+        self.next_obs[:, slots] = next_obs
+        self.actions[:, slots] = actions
+        self.rewards[:, slots] = rewards
+        self.terminated[:, slots] = terminated.float()
+        self.episode[:, slots] = self.episode_ids
+        self.index[:, slots] = self.context_length
+        self.position = (self.position + n) % capacity
+        self.size = min(capacity, self.size + n)
+        if bool((self.context_length >= self.H).any()):
+            raise RuntimeError(f"an episode ran past the training horizon H = {self.H} without ending")
+        seeds = torch.arange(self.num_seeds, device=self.device).unsqueeze(1)
+        rows = torch.arange(n, device=self.device)
+        self.context[seeds, rows, self.context_length] = transition_features(obs, actions, rewards, next_obs, self.L)
+        self.context_length += 1
+        done = terminated | truncated
+        if bool(done.any()):
+            self.context_length[done] = 0
+            order = done.long().cumsum(dim=1) - 1   # new ids in row order, as the single agent numbers them
+            self.episode_ids = torch.where(done, self.next_episode_id.unsqueeze(1) + order, self.episode_ids)
+            self.next_episode_id += done.sum(dim=1)
+        self.env_steps += n
+
+    def update(self) -> list[dict]:
+        metrics = [{} for _ in range(self.num_seeds)]
+        gradient_steps, target_updates = due_updates(self, self.config)
+        for _ in range(gradient_steps):
+            metrics = self._gradient_step()
+        tau = self.config.tau
+        with torch.no_grad():
+            for _ in range(target_updates):
+                for t, o in zip(self.target_parameters, self.parameters):
+                    t.copy_(tau * o + (1.0 - tau) * t)
+        if gradient_steps:
+            epsilon = self.epsilon()
+            for m in metrics:
+                m["epsilon"] = epsilon
+        return metrics
+
+    def _replay_slice(self, k: int) -> ReplaySlice:
+        return ReplaySlice(*(getattr(self, name)[k] for name in SLICE_FIELDS), position=self.position,
+                           size=self.size, capacity=self.config.buffer_size, num_envs=self.context.shape[1],
+                           device=self.device)
+
+    def _gradient_step(self) -> list[dict]:
+        c, S, capacity = self.config, self.num_seeds, self.config.buffer_size
+        draws = [draw_minibatch(self._replay_slice(k), c, self.H, self.L, g) for k, g in enumerate(self.generators)]
+        sums = [context_sums(draw, mu, precision, self.H)
+                for draw, (mu, precision) in zip(draws, self._factors([d.features for d in draws]))]
+        before = tuple(torch.stack(parts) for parts in zip(*(b for b, _ in sums)))   # each (S, batch_size, d)
+        upto = tuple(torch.stack(parts) for parts in zip(*(u for _, u in sums)))
+        slots = torch.stack([draw.slots for draw in draws])
+        rows = (slots + capacity * torch.arange(S, device=self.device).unsqueeze(1)).view(-1)   # into S * capacity
+        take = lambda x: x.view(S * capacity, *x.shape[2:]).index_select(0, rows).view(*slots.shape, *x.shape[2:])
+        obs, actions, rewards, next_obs, terminated = (take(x) for x in (
+            self.obs, self.actions, self.rewards, self.next_obs, self.terminated))
+        with torch.no_grad():
+            next_mean, _ = posterior_from_sums(*upto)
+            next_q = self._q_values(self.target_q_network, next_obs, next_mean).max(dim=2).values
+            td_target = rewards + c.gamma * (1.0 - terminated) * next_q
+        mean, variance = posterior_from_sums(*before)
+        z = mean + variance.sqrt() * self._normal(mean.shape[1:])
+        q_taken = self._q_values(self.q_network, obs, z).gather(2, actions.unsqueeze(2)).squeeze(2)
+        td_losses, kls = [], []
+        for q_k, target_k, mean_k, variance_k in zip(q_taken.unbind(0), td_target.unbind(0), mean.unbind(0),
+                                                      variance.unbind(0)):
+            td_losses.append(F.smooth_l1_loss(q_k, target_k))   # each seed's own means, as its single agent's
+            kls.append(kl_to_prior(mean_k, variance_k).mean())
+        losses = [td + c.kl_weight * kl for td, kl in zip(td_losses, kls)]
+        self.optimizer.zero_grad()
+        torch.stack(losses).sum().backward()   # a sum: seed k's gradient is d loss_k, never an average over seeds
+        stacked.clip_grad_norm_per_seed_(self.parameters, c.max_grad_norm)
+        self.optimizer.step()
+        self.gradient_steps += 1
+        q_taken = q_taken.detach()
+        return [{"td_loss": td.item(), "kl": kl.item(), "q_mean": q_taken[k].mean().item()}
+                for k, (td, kl) in enumerate(zip(td_losses, kls))]
+
+    # --- one seed in and out of the block ------------------------------------------------------------
+    def export_seed(self, k: int, agent: PearlDQNAgent) -> None:
+        """Write seed k's complete training state into `agent` (what a one-seed run holds at this step)."""
+        stacked.write_parameters(self.parameters, k, agent.network)
+        stacked.write_parameters(self.target_parameters, k, agent.target_network)
+        stacked.export_adam_state(self.optimizer, self.parameters, k, agent.optimizer, list(agent.network.parameters()))
+        replay, n = agent.replay, self.size
+        for name in EpisodeReplay.FIELDS:
+            getattr(replay, name)[:n] = getattr(self, name)[k, :n]
+        replay.position, replay.size = self.position, n
+        agent.context.copy_(self.context[k])
+        agent.context_length.copy_(self.context_length[k])
+        agent.episode_ids.copy_(self.episode_ids[k])
+        agent.next_episode_id = int(self.next_episode_id[k])
+        for name in COUNTERS:
+            setattr(agent, name, getattr(self, name))
+
+    def import_seed(self, k: int, agent: PearlDQNAgent) -> None:
+        """Write `agent`'s complete training state into seed k (resume). Seed 0 sets the block's step (the training
+        loop resumes into a fresh block, seed 0 first); every other seed must be at it."""
+        counters = {name: getattr(agent, name) for name in COUNTERS}
+        if k == 0:
+            for name, value in counters.items():
+                setattr(self, name, value)
+            self.position, self.size = agent.replay.position, agent.replay.size
+        mine = {name: getattr(self, name) for name in COUNTERS}
+        if counters != mine or (agent.replay.position, agent.replay.size) != (self.position, self.size):
+            raise ValueError(f"seed {k} is at {counters} (replay position {agent.replay.position}, size "
+                             f"{agent.replay.size}), the block at {mine} (replay position {self.position}, size "
+                             f"{self.size}): a block's seeds must be at the same step")
+        stacked.read_parameters(self.parameters, k, agent.network)
+        stacked.read_parameters(self.target_parameters, k, agent.target_network)
+        stacked.import_adam_state(self.optimizer, self.parameters, k, agent.optimizer, list(agent.network.parameters()))
+        n = self.size
+        for name in EpisodeReplay.FIELDS:
+            getattr(self, name)[k, :n] = getattr(agent.replay, name)[:n]
+        self.context[k] = agent.context
+        self.context_length[k] = agent.context_length
+        self.episode_ids[k] = agent.episode_ids
+        self.next_episode_id[k] = agent.next_episode_id
+
+
+def make_block(agents: list[PearlDQNAgent], generators: list[torch.Generator]) -> PearlDQNBlock:
+    """S PEARL-DQN agents (built as one-seed runs build them) trained as one seed block (methods/contract.py)."""
+    return PearlDQNBlock(agents, generators)
+
+
+make_block.bit_exact_devices = ("cpu",)   # where a block's seeds are bit for bit one-seed runs

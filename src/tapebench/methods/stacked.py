@@ -73,7 +73,9 @@ class _BatchedLinear(torch.autograd.Function):
 
 
 def _per_seed(x, weight, bias):
-    return torch.stack([F.linear(x[k], weight[k], bias[k]) for k in range(x.shape[0])])
+    # x[k] is copied: MKL rounds some shapes differently when the input starts where seed k's slice does (mid-tensor)
+    # rather than at the start of an allocation, as a one-seed run's input does (e.g. x (25, 25) -> 8 outputs)
+    return torch.stack([F.linear(x[k].clone(), weight[k], bias[k]) for k in range(x.shape[0])])
 
 
 def _batched_is_exact(S: int, n: int, fan_in: int, fan_out: int, dtype: torch.dtype) -> bool:
@@ -286,10 +288,27 @@ class StackedMLP:
                 x = torch.relu(x)
         return x
 
+    def each_seed(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Seed k's MLP on inputs[k] (n_k, in), for inputs whose row counts differ from seed to seed: the one-seed
+        products (`F.linear`) on each seed's slices, bit for bit where each input is a tensor of its own (not a view
+        into the middle of another, see `_per_seed`). The slices come from `unbind`, so each seed's gradient lands in
+        its slice as it is, never added to the other seeds' zeros."""
+        per_seed = list(zip(*(p.unbind(0) for p in self.parameters)))
+        outputs = []
+        for parameters, x in zip(per_seed, inputs, strict=True):
+            n = len(parameters) // 2
+            for i in range(n):
+                x = F.linear(x, parameters[2 * i], parameters[2 * i + 1])
+                if i < n - 1:
+                    x = torch.relu(x)
+            outputs.append(x)
+        return outputs
+
 
 class StackedPerCellNetwork:
-    """S equivariant per-cell networks (`equivariant.PerCellNetwork` with ReLU, no extra inputs) as one:
-    obs (S, N, L+1) -> (S, N, L), cell features (S, N, channels, L). The convolutions run seed by seed on each seed's
+    """S equivariant per-cell networks (`equivariant.PerCellNetwork` with ReLU, on the tape's observation channels
+    and optional per-row `extra` features broadcast to every cell) as one: obs (S, N, L+1) [, extra (S, N, extra)]
+    -> (S, N, L), cell features (S, N, channels, L). The convolutions run seed by seed on each seed's
     slice (`_conv`), the pooled term goes through `stacked_linear`, the rest is element-wise over the block.
     Parameters in `PerCellNetwork.parameters()` order, each with a leading S. Every tensor is used as the one-seed
     network uses it (the same consumers in the same order), so autograd sums each seed's gradient contributions
@@ -299,16 +318,17 @@ class StackedPerCellNetwork:
         trunk = module.trunk
         self.L, self.layers, self.global_pool, self.grid = trunk.L, len(trunk.convs), trunk.global_pool, trunk.grid
         self.dilations = [conv.dilation for conv in trunk.convs]
+        self.extra = trunk.extra
         self.parameters = parameters
 
     @staticmethod
     def check(module: nn.Module) -> None:
         """Fail unless `module` is a per-cell network this class stacks."""
         ok = (isinstance(module, PerCellNetwork) and isinstance(module.trunk.act, nn.ReLU)
-              and not module.trunk.extra and module.trunk.inp.in_channels == 2)
+              and module.trunk.inp.in_channels == 2 + module.trunk.extra)
         if not ok:
-            raise BlockUnsupported(f"a seed block stacks equivariant per-cell networks with ReLU and the two "
-                                      f"observation channels only, got {module}")
+            raise BlockUnsupported(f"a seed block stacks equivariant per-cell networks with ReLU on the two "
+                                      f"observation channels (and per-row extra features) only, got {module}")
 
     @staticmethod
     def _conv(x, weight, bias, dilation: int = 1):
@@ -324,9 +344,14 @@ class StackedPerCellNetwork:
         return torch.stack([conv_of(x[k])(x[k], weight[k], bias[k], dilation=dilation).flatten(2)
                             for k in range(weight.shape[0])])
 
-    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
+    def __call__(self, obs: torch.Tensor, extra: torch.Tensor | None = None) -> torch.Tensor:
         L = self.L
+        if (extra is None) != (not self.extra):
+            raise ValueError(f"this per-cell network takes {self.extra} extra features per row, got "
+                             f"{None if extra is None else extra.shape[-1]}")
         x = torch.stack([obs[..., :L], obs[..., L:L + 1].expand(-1, -1, L)], dim=2)     # (S, N, 2, L)
+        if extra is not None:
+            x = torch.cat([x, extra.unsqueeze(-1).expand(-1, -1, -1, L)], dim=2)       # (S, N, 2 + extra, L)
         p = self.parameters
         h = torch.relu(self._conv(x, p[0], p[1]))
         convs = p[2:2 + 2 * self.layers]
