@@ -22,7 +22,6 @@ from torch import nn
 
 from tapebench.methods import equivariant, stacked
 from tapebench.methods.common import adam, due_updates, soft_update_
-from tapebench.methods.contract import BlockUnsupported
 
 
 @dataclass
@@ -262,6 +261,32 @@ def make(config: Config, env_spec, total_steps: int, device) -> DQNAgent:
 
 
 COUNTERS = ("env_steps", "gradient_steps", "next_train_step", "next_target_step")
+SHARED = {"config": lambda a: a.config, "total_steps": lambda a: a.total_steps, "device": lambda a: a.device}
+
+
+def block_step(block_or_agent) -> dict:
+    """Where a DQN-style block or agent is: its counters and its replay's position and size."""
+    replay = getattr(block_or_agent, "replay", block_or_agent)
+    return {**{name: getattr(block_or_agent, name) for name in COUNTERS}, "replay": (replay.position, replay.size)}
+
+
+def block_update(block, online: list[torch.Tensor], target: list[torch.Tensor]) -> list[dict]:
+    """`DQNAgent.update` of a seed block: its due gradient steps (`block._gradient_step()`), its due soft updates of
+    the stacked `target` tensors towards `online`, ε in the last step's metrics."""
+    metrics = [{} for _ in range(block.num_seeds)]
+    gradient_steps, target_updates = due_updates(block, block.config)
+    for _ in range(gradient_steps):
+        metrics = block._gradient_step()
+    tau = block.config.tau
+    with torch.no_grad():
+        for _ in range(target_updates):
+            for t, o in zip(target, online):
+                t.copy_(tau * o + (1.0 - tau) * t)
+    if gradient_steps:
+        epsilon = block.epsilon()
+        for m in metrics:
+            m["epsilon"] = epsilon
+    return metrics
 
 
 class DQNBlock:
@@ -276,16 +301,8 @@ class DQNBlock:
     agent_type = DQNAgent   # the single agent a block stacks (a subclass's block names its own)
 
     def __init__(self, agents: list[DQNAgent], generators: list[torch.Generator]):
-        if not agents or len(agents) != len(generators):
-            raise ValueError(f"a DQN seed block needs one generator per agent, got {len(agents)} agents and "
-                             f"{len(generators)} generators")
+        stacked.check_block_agents(agents, generators, self.agent_type, type(self).__name__, SHARED)
         first = agents[0]
-        if any(type(a) is not self.agent_type for a in agents):
-            raise BlockUnsupported(f"{type(self).__name__} stacks {self.agent_type.__name__} only, got "
-                                      f"{sorted({type(a).__name__ for a in agents})}")
-        if any(a.config != first.config or a.total_steps != first.total_steps or a.device != first.device
-               for a in agents):
-            raise ValueError("a DQN seed block's agents must share config, total_steps and device")
         self.config, self.device, self.total_steps = first.config, first.device, first.total_steps
         self.num_actions, self.num_seeds = first.num_actions, len(agents)
         self.generators = generators
@@ -347,20 +364,7 @@ class DQNBlock:
         self.env_steps += n
 
     def update(self) -> list[dict]:
-        metrics = [{} for _ in range(self.num_seeds)]
-        gradient_steps, target_updates = due_updates(self, self.config)
-        for _ in range(gradient_steps):
-            metrics = self._gradient_step()
-        tau = self.config.tau
-        with torch.no_grad():
-            for _ in range(target_updates):
-                for t, o in zip(self.target_parameters, self.q_parameters):
-                    t.copy_(tau * o + (1.0 - tau) * t)
-        if gradient_steps:
-            epsilon = self.epsilon()
-            for m in metrics:
-                m["epsilon"] = epsilon
-        return metrics
+        return block_update(self, self.q_parameters, self.target_parameters)
 
     def sample_batch(self):
         """Each seed's replay minibatch, (S, batch_size, ...): indices from its own generator, one gather."""
@@ -416,12 +420,7 @@ class DQNBlock:
 
     def import_seed(self, k: int, agent: DQNAgent) -> None:
         """Write `agent`'s complete training state into seed k (resume); its counters must be the block's."""
-        counters = {name: getattr(agent, name) for name in COUNTERS}
-        mine = {name: getattr(self, name) for name in COUNTERS}
-        if counters != mine or (agent.replay.position, agent.replay.size) != (self.position, self.size):
-            raise ValueError(f"seed {k} is at {counters} (replay position {agent.replay.position}, size "
-                             f"{agent.replay.size}), the block at {mine} (replay position {self.position}, size "
-                             f"{self.size}): a block's seeds must be at the same step")
+        stacked.check_same_step(k, block_step(agent), block_step(self))
         stacked.read_parameters(self.q_parameters, k, agent.q_network)
         stacked.read_parameters(self.target_parameters, k, agent.target_network)
         stacked.import_adam_state(self.optimizer, self.trained_parameters, k, agent.optimizer,

@@ -501,6 +501,12 @@ def make(config: Config, env_spec, total_steps: int, device) -> EnsembleMPCAgent
 
 # --- seed blocks --------------------------------------------------------------------------------
 COUNTERS = ("env_steps", "gradient_steps", "next_train_step")
+SHARED = {"config": lambda a: a.config, "tape length": lambda a: a.L, "device": lambda a: a.device}
+
+
+def block_step(block_or_agent, position: int, size: int) -> dict:
+    """Where an ensemble MPC block or agent is: its counters and its replay's position and size."""
+    return {**{name: getattr(block_or_agent, name) for name in COUNTERS}, "replay": (position, size)}
 
 
 def ensemble_logits(parameters: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
@@ -527,15 +533,8 @@ class EnsembleMPCBlock:
     """
 
     def __init__(self, agents: list[EnsembleMPCAgent], generators: list[torch.Generator]):
-        if not agents or len(agents) != len(generators):
-            raise ValueError(f"an ensemble MPC seed block needs one generator per agent, got {len(agents)} agents "
-                             f"and {len(generators)} generators")
-        if any(type(a) is not EnsembleMPCAgent for a in agents):
-            raise BlockUnsupported(f"EnsembleMPCBlock stacks EnsembleMPCAgent only, got "
-                                   f"{sorted({type(a).__name__ for a in agents})}")
+        stacked.check_block_agents(agents, generators, EnsembleMPCAgent, "EnsembleMPCBlock", SHARED)
         first = agents[0]
-        if any(a.config != first.config or a.device != first.device or a.L != first.L for a in agents):
-            raise ValueError("an ensemble MPC seed block's agents must share config, tape length and device")
         if first.config.network != "mlp":
             raise BlockUnsupported("ensemble MPC stacks MLP members only: the equivariant members are separate "
                                    "per-cell networks run one after another, with nothing to batch over seeds")
@@ -630,12 +629,8 @@ class EnsembleMPCBlock:
 
     def import_seed(self, k: int, agent: EnsembleMPCAgent) -> None:
         """Write `agent`'s complete training state into seed k; its counters must be the block's."""
-        counters = {name: getattr(agent, name) for name in COUNTERS}
-        mine = {name: getattr(self, name) for name in COUNTERS}
-        if counters != mine or (agent.replay.position, agent.replay.size) != (self.position, self.size):
-            raise ValueError(f"seed {k} is at {counters} (replay position {agent.replay.position}, size "
-                             f"{agent.replay.size}), the block at {mine} (replay position {self.position}, size "
-                             f"{self.size}): a block's seeds must be at the same step")
+        stacked.check_same_step(k, block_step(agent, agent.replay.position, agent.replay.size),
+                                block_step(self, self.position, self.size))
         stacked.read_parameters(self.parameters, k, agent.ensemble)
         stacked.import_adam_state(self.optimizer, self.parameters, k, agent.optimizer,
                                   list(agent.ensemble.parameters()))

@@ -39,9 +39,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tapebench.methods import equivariant, stacked
+from tapebench.methods import dqn, equivariant, stacked
 from tapebench.methods.common import adam, due_updates, soft_update_
-from tapebench.methods.contract import BlockUnsupported
 from tapebench.methods.dqn import ReplayBuffer, mlp
 
 MIN_FACTOR_VARIANCE = 1e-4  # σ_i² = softplus(raw) + this: caps one transition's precision at 1e4
@@ -483,7 +482,6 @@ def make(config: Config, env_spec, total_steps: int, device) -> PearlDQNAgent:
     return PearlDQNAgent(config, env_spec, total_steps, device)
 
 
-COUNTERS = ("env_steps", "gradient_steps", "next_train_step", "next_target_step")
 SLICE_FIELDS = ("obs", "next_obs", "actions", "rewards", "episode", "index")
 
 
@@ -518,16 +516,8 @@ class PearlDQNBlock:
     """
 
     def __init__(self, agents: list[PearlDQNAgent], generators: list[torch.Generator]):
-        if not agents or len(agents) != len(generators):
-            raise ValueError(f"a PEARL-DQN seed block needs one generator per agent, got {len(agents)} agents and "
-                             f"{len(generators)} generators")
-        if any(type(a) is not PearlDQNAgent for a in agents):
-            raise BlockUnsupported(f"PearlDQNBlock stacks PearlDQNAgent only, got "
-                                   f"{sorted({type(a).__name__ for a in agents})}")
+        stacked.check_block_agents(agents, generators, PearlDQNAgent, "PearlDQNBlock", dqn.SHARED)
         first = agents[0]
-        if any(a.config != first.config or a.total_steps != first.total_steps or a.device != first.device
-               for a in agents):
-            raise ValueError("a PEARL-DQN seed block's agents must share config, total_steps and device")
         self.config, self.device, self.total_steps = first.config, first.device, first.total_steps
         self.L, self.H, self.num_actions, self.num_seeds = first.L, first.H, first.num_actions, len(agents)
         self.generators = generators
@@ -556,7 +546,7 @@ class PearlDQNBlock:
         self.context_length = torch.zeros(S, *first.context_length.shape, dtype=torch.long, device=device)
         self.episode_ids = torch.zeros(S, *first.episode_ids.shape, dtype=torch.long, device=device)
         self.next_episode_id = torch.zeros(S, dtype=torch.long, device=device)
-        for name in COUNTERS:
+        for name in dqn.COUNTERS:
             setattr(self, name, getattr(first, name))
         for k, agent in enumerate(agents):
             self.import_seed(k, agent)
@@ -639,20 +629,7 @@ class PearlDQNBlock:
         self.env_steps += n
 
     def update(self) -> list[dict]:
-        metrics = [{} for _ in range(self.num_seeds)]
-        gradient_steps, target_updates = due_updates(self, self.config)
-        for _ in range(gradient_steps):
-            metrics = self._gradient_step()
-        tau = self.config.tau
-        with torch.no_grad():
-            for _ in range(target_updates):
-                for t, o in zip(self.target_parameters, self.parameters):
-                    t.copy_(tau * o + (1.0 - tau) * t)
-        if gradient_steps:
-            epsilon = self.epsilon()
-            for m in metrics:
-                m["epsilon"] = epsilon
-        return metrics
+        return dqn.block_update(self, self.parameters, self.target_parameters)
 
     def _replay_slice(self, k: int) -> ReplaySlice:
         return ReplaySlice(*(getattr(self, name)[k] for name in SLICE_FIELDS), position=self.position,
@@ -707,22 +684,12 @@ class PearlDQNBlock:
         agent.context_length.copy_(self.context_length[k])
         agent.episode_ids.copy_(self.episode_ids[k])
         agent.next_episode_id = int(self.next_episode_id[k])
-        for name in COUNTERS:
+        for name in dqn.COUNTERS:
             setattr(agent, name, getattr(self, name))
 
     def import_seed(self, k: int, agent: PearlDQNAgent) -> None:
-        """Write `agent`'s complete training state into seed k (resume). Seed 0 sets the block's step (the training
-        loop resumes into a fresh block, seed 0 first); every other seed must be at it."""
-        counters = {name: getattr(agent, name) for name in COUNTERS}
-        if k == 0:
-            for name, value in counters.items():
-                setattr(self, name, value)
-            self.position, self.size = agent.replay.position, agent.replay.size
-        mine = {name: getattr(self, name) for name in COUNTERS}
-        if counters != mine or (agent.replay.position, agent.replay.size) != (self.position, self.size):
-            raise ValueError(f"seed {k} is at {counters} (replay position {agent.replay.position}, size "
-                             f"{agent.replay.size}), the block at {mine} (replay position {self.position}, size "
-                             f"{self.size}): a block's seeds must be at the same step")
+        """Write `agent`'s complete training state into seed k (resume); its counters must be the block's."""
+        stacked.check_same_step(k, dqn.block_step(agent), dqn.block_step(self))
         stacked.read_parameters(self.parameters, k, agent.network)
         stacked.read_parameters(self.target_parameters, k, agent.target_network)
         stacked.import_adam_state(self.optimizer, self.parameters, k, agent.optimizer, list(agent.network.parameters()))

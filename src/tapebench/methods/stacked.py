@@ -34,6 +34,28 @@ from tapebench.methods.contract import BlockUnsupported
 from tapebench.methods.equivariant import PerCellNetwork, circular_operands, conv_of
 
 
+def check_block_agents(agents: list, generators: list, agent_type: type, label: str, shared: dict) -> None:
+    """What every block checks of the agents it is given: one generator per agent, each agent exactly of
+    `agent_type` (else `BlockUnsupported`: the loop trains them one after another), and the same value of
+    `shared[name](agent)` for every agent."""
+    if not agents or len(agents) != len(generators):
+        raise ValueError(f"a seed block ({label}) needs one generator per agent, got {len(agents)} agents and "
+                         f"{len(generators)} generators")
+    if any(type(a) is not agent_type for a in agents):
+        raise BlockUnsupported(f"{label} stacks {agent_type.__name__} only, got "
+                               f"{sorted({type(a).__name__ for a in agents})}")
+    for name, value in shared.items():
+        if any(value(a) != value(agents[0]) for a in agents):
+            raise ValueError(f"the agents of a seed block ({label}) must share {', '.join(shared)}; {name} differs")
+
+
+def check_same_step(k: int, seed_step: dict, block_step: dict) -> None:
+    """A seed imported into a block must be at the block's step (its counters and replay position)."""
+    if seed_step != block_step:
+        raise ValueError(f"seed {k} is at {seed_step}, the block at {block_step}: a block's seeds must be at the "
+                         f"same step")
+
+
 def stack_parameters(modules: list[nn.Module], requires_grad: bool) -> list[torch.Tensor]:
     """The S modules' parameters, each stacked to (S, *shape), in `module.parameters()` order."""
     per_module = [list(m.parameters()) for m in modules]
