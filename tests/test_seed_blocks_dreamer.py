@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_seed_blocks_loop import Killed, kill_after
 
 from tapebench.training import checkpoint as ckpt
 from tapebench.training.blocks import train_block
@@ -97,24 +98,10 @@ def test_a_seed_does_not_depend_on_its_neighbours(tmp_path, monkeypatch, agent):
 
 @AGENTS
 def test_a_killed_block_resumes_to_the_checkpoints_of_an_uninterrupted_one(tmp_path, monkeypatch, agent):
-    import tapebench.training.blocks as blocks
-
-    class Killed(Exception):
-        pass
-
-    original, calls = blocks.write_run_checkpoint, []
-
-    def write_then_die(*args, **kwargs):
-        original(*args, **kwargs)
-        calls.append(1)
-        if len(calls) == 2:   # both seeds' first checkpoint and resume.pt are on disk
-            raise Killed
-
     seeds = (3, 4)
-    monkeypatch.setattr(blocks, "write_run_checkpoint", write_then_die)
+    kill_after(monkeypatch, 2)   # both seeds' first checkpoint and resume.pt are on disk
     with pytest.raises(Killed):
         train_block([spec(s, agent) for s in seeds], [tmp_path / f"k{s}" for s in seeds], quiet=True, stacking="always")
-    monkeypatch.setattr(blocks, "write_run_checkpoint", original)
     specs = [spec(s, agent) for s in seeds]
     resumed = train_block(specs, [tmp_path / f"k{s}" for s in seeds], quiet=True, stacking="always")
     fresh = train_block(specs, [tmp_path / f"f{s}" for s in seeds], quiet=True, stacking="always")

@@ -65,6 +65,24 @@ def lockstep_method():
     unregister("dqn_refusing")
 
 
+class Killed(Exception):
+    """What `kill_after` raises: the trainer stops as a killed process would."""
+
+
+def kill_after(monkeypatch, writes: int) -> None:
+    """The block trainer raises `Killed` right after its `writes`-th checkpoint write (that write's files on disk)."""
+    import tapebench.training.blocks as blocks
+    original, calls = blocks.write_run_checkpoint, []
+
+    def write_then_die(*args, **kwargs):
+        original(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == writes:
+            raise Killed
+
+    monkeypatch.setattr(blocks, "write_run_checkpoint", write_then_die)
+
+
 def spec(agent, seed, total_steps=256):
     return TrainSpec(agent=agent, rules=(30, 90, 110), seed=seed, hyperparameters=HYPER, L=8, H=8,
                      total_steps=total_steps, eval_every=128)
@@ -99,29 +117,12 @@ def test_finished_seeds_are_left_alone_and_a_method_that_refuses_trains_one_by_o
     assert checkpoint_digests(tmp_path / "s2") == (alone["fingerprint"], [c["sha256"] for c in alone["checkpoints"]])
 
 
-def test_a_killed_stacked_block_resumes_to_the_same_checkpoints(tmp_path, lockstep_method):
+def test_a_killed_stacked_block_resumes_to_the_same_checkpoints(tmp_path, lockstep_method, monkeypatch):
     seeds, runs = [1, 2], [tmp_path / "k1", tmp_path / "k2"]
     specs = [spec("dqn_lockstep", s, total_steps=384) for s in seeds]
-
-    class Killed(Exception):
-        pass
-
-    import tapebench.training.blocks as blocks
-    original = blocks.write_run_checkpoint
-    calls = []
-
-    def write_then_die(*args, **kwargs):
-        original(*args, **kwargs)
-        calls.append(1)
-        if len(calls) == 2 * len(seeds):   # both seeds' second checkpoint and resume.pt are on disk
-            raise Killed
-
-    blocks.write_run_checkpoint = write_then_die
-    try:
-        with pytest.raises(Killed):
-            train_block(specs, runs, quiet=True)
-    finally:
-        blocks.write_run_checkpoint = original
+    kill_after(monkeypatch, 2 * len(seeds))   # both seeds' second checkpoint and resume.pt are on disk
+    with pytest.raises(Killed):
+        train_block(specs, runs, quiet=True)
     assert all((run / "resume.pt").exists() and not (run / "train.json").exists() for run in runs)
     resumed = train_block(specs, runs, quiet=True)
     assert all(m["resumes"] == 1 for m in resumed)
@@ -243,39 +244,29 @@ def test_where_stacking_only_rounds_alike_the_fingerprint_names_the_block(tmp_pa
         unregister("dqn_inexact")
 
 
+PEARL_HYPER = {"num_envs": 4, "hidden_size": 16, "latent_dim": 4, "encoder_hidden_size": 16, "buffer_size": 64,
+               "learning_starts": 32, "batch_size": 16, "target_update_frequency": 48}
+
+
 @pytest.mark.parametrize("agent, hyperparameters", [
     ("dqn", HYPER), ("rad_dqn", HYPER), ("curl_dqn", HYPER),
     ("ppo", {"num_envs": 4, "num_steps": 16, "hidden_size": 16}),
     ("ppo_dr", {"num_envs": 4, "num_steps": 16, "hidden_size": 16}),
+    ("pearl_dqn", PEARL_HYPER), ("pearl_dqn_equivariant", {**PEARL_HYPER, "conv_channels": 4, "conv_layers": 2}),
     ("ensemble_mpc", {"num_envs": 4, "ensemble_size": 2, "hidden_size": 16, "buffer_size": 200, "batch_size": 8,
                       "learning_starts": 32})])
-def test_a_real_methods_block_writes_each_seeds_one_seed_checkpoints(tmp_path, agent, hyperparameters):
-    """Through the trainer, with the method's own stacked block: each seed's checkpoints and fingerprint are its
-    one-seed run's, also after the block was killed and resumed (export_seed / import_seed of every seed)."""
+def test_a_real_methods_block_writes_each_seeds_one_seed_checkpoints(tmp_path, monkeypatch, agent, hyperparameters):
+    """Through the trainer, with the method's own stacked block (`--stacking auto` stacks it: bit for bit on the CPU):
+    each seed's checkpoints and fingerprint are its one-seed run's, also after the block was killed and resumed
+    (the resumed block built from every seed's resumed agent)."""
     seeds = [0, 2]
     specs = [dataclasses.replace(spec(agent, s, total_steps=384), hyperparameters=hyperparameters) for s in seeds]
     alone = [checkpoint_digests(tmp_path / f"alone{s.seed}") for s in specs
              if train(s, tmp_path / f"alone{s.seed}", quiet=True)]
     runs = [tmp_path / f"block{s}" for s in seeds]
-
-    class Killed(Exception):
-        pass
-
-    import tapebench.training.blocks as blocks
-    original, calls = blocks.write_run_checkpoint, []
-
-    def write_then_die(*args, **kwargs):
-        original(*args, **kwargs)
-        calls.append(1)
-        if len(calls) == 2 * len(seeds):
-            raise Killed
-
-    blocks.write_run_checkpoint = write_then_die
-    try:
-        with pytest.raises(Killed):
-            train_block(specs, runs, quiet=True)
-    finally:
-        blocks.write_run_checkpoint = original
+    kill_after(monkeypatch, 2 * len(seeds))
+    with pytest.raises(Killed):
+        train_block(specs, runs, quiet=True)
     manifests = train_block(specs, runs, quiet=True)
     assert all(m["block"]["stacked"] and m["resumes"] == 1 for m in manifests)
     assert [checkpoint_digests(run) for run in runs] == alone

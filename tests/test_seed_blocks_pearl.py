@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+import test_seed_blocks as seed_blocks
 from test_seed_blocks import SPEC, assert_same_state, saved
 
-from tapebench.envs.batched import BatchedTapeEnv
 from tapebench.methods import dqn, pearl_dqn
 from tapebench.methods.contract import BlockUnsupported
 from tapebench.registry import get_method
-from tapebench.training import blocks
-from tapebench.training.loop import TrainSpec, seed_everything, train
-from tapebench.utils.artifacts import read_json
+from tapebench.training.loop import seed_everything
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -27,50 +25,17 @@ def tiny(**overrides) -> pearl_dqn.Config:
 
 
 def build(config, seeds):
-    agents, generators, env_seeds = [], [], []
-    for seed in seeds:
-        env_seeds.append(seed_everything(seed))
-        agents.append(pearl_dqn.make(config, SPEC, STEPS, "cpu"))
-        g = torch.Generator()
-        g.set_state(torch.get_rng_state())
-        generators.append(g)
-    return agents, generators, env_seeds
-
-
-def env(config, env_seed):
-    return BatchedTapeEnv(config.num_envs, L=SPEC.L, H=SPEC.H, rules=[30, 90, 110], seed=env_seed)
+    return seed_blocks.build(config, seeds, pearl_dqn)
 
 
 def train_alone(config, seed, steps=STEPS):
-    """A one-seed run as the training loop drives it; also counts the episodes that ended and the redraws."""
-    env_seed = seed_everything(seed)
-    agent = pearl_dqn.make(config, SPEC, STEPS, "cpu")
-    e = env(config, env_seed)
-    obs, metrics, episodes = e.reset(), [], 0
-    for _ in range(steps // config.num_envs):
-        actions = agent.act(obs)
-        next_obs, rewards, terminated, truncated, info = e.step(actions)
-        agent.observe(obs, actions, rewards, info["final_obs"], terminated, truncated)
-        metrics.append(agent.update())
-        episodes += int((terminated | truncated).sum())
-        obs = next_obs
-    return agent, metrics, episodes
+    """A one-seed run as the training loop drives it, and the number of its episodes that ended."""
+    agent, metrics = seed_blocks.train_alone(config, seed, steps, pearl_dqn)
+    return agent, metrics, agent.next_episode_id - config.num_envs
 
 
 def train_block(config, seeds, steps=STEPS):
-    agents, generators, env_seeds = build(config, seeds)
-    block = pearl_dqn.make_block(agents, generators)
-    envs = [env(config, s) for s in env_seeds]
-    obs, metrics = torch.stack([e.reset() for e in envs]), []
-    for _ in range(steps // config.num_envs):
-        actions = block.act(obs)
-        out = [e.step(a) for e, a in zip(envs, actions)]
-        next_obs, rewards, terminated, truncated = (torch.stack([o[i] for o in out]) for i in range(4))
-        final = torch.stack([o[4]["final_obs"] for o in out])
-        block.observe(obs, actions, rewards, final, terminated, truncated)
-        metrics.append(block.update())
-        obs = next_obs
-    return block, agents, metrics
+    return seed_blocks.train_block(config, seeds, steps, pearl_dqn)
 
 
 def assert_seed_is_its_one_seed_run(block, agents, block_metrics, k, seed, config, steps):
@@ -160,50 +125,3 @@ def test_registry_rows_stack_and_refuse_what_they_cannot():
         pearl_dqn.make_block([other], generators)
     with pytest.raises(ValueError, match="evaluation_policy"):
         pearl_dqn.make_block(agents, generators).act(torch.zeros(1, 4, SPEC.obs_dim), greedy=True)
-
-
-LOOP_HYPER = {"num_envs": 4, "hidden_size": 16, "latent_dim": 4, "encoder_hidden_size": 16, "buffer_size": 64,
-              "learning_starts": 32, "batch_size": 16, "target_update_frequency": 48}
-
-
-def loop_spec(seed, total_steps=192):
-    return TrainSpec(agent="pearl_dqn", rules=(30, 90, 110), seed=seed, hyperparameters=LOOP_HYPER, L=8, H=8,
-                     total_steps=total_steps, eval_every=64)
-
-
-def checkpoint_digests(run):
-    manifest = read_json(run / "train.json", "manifest")
-    return manifest["fingerprint"], [c["sha256"] for c in manifest["checkpoints"]]
-
-
-def test_the_training_loop_writes_each_stacked_seed_its_one_seed_run(tmp_path):
-    seeds = [0, 2]
-    manifests = blocks.train_block([loop_spec(s) for s in seeds], [tmp_path / f"block{s}" for s in seeds],
-                                   quiet=True)
-    assert all(m["block"]["stacked"] for m in manifests)   # "auto" stacks it: bit-exact on the CPU
-    for s in seeds:
-        train(loop_spec(s), tmp_path / f"alone{s}", quiet=True)
-        assert checkpoint_digests(tmp_path / f"block{s}") == checkpoint_digests(tmp_path / f"alone{s}")
-
-
-def test_a_killed_block_resumes_to_the_checkpoints_of_an_uninterrupted_one(tmp_path, monkeypatch):
-    class Killed(Exception):
-        pass
-
-    original, calls, seeds = blocks.write_run_checkpoint, [], (3, 4)
-
-    def write_then_die(*args, **kwargs):
-        original(*args, **kwargs)
-        calls.append(1)
-        if len(calls) == 2 * len(seeds):   # both seeds' second checkpoint and resume.pt are on disk
-            raise Killed
-
-    monkeypatch.setattr(blocks, "write_run_checkpoint", write_then_die)
-    with pytest.raises(Killed):
-        blocks.train_block([loop_spec(s) for s in seeds], [tmp_path / f"k{s}" for s in seeds], quiet=True)
-    monkeypatch.setattr(blocks, "write_run_checkpoint", original)
-    resumed = blocks.train_block([loop_spec(s) for s in seeds], [tmp_path / f"k{s}" for s in seeds], quiet=True)
-    assert all(m["resumes"] == 1 and m["block"]["stacked"] for m in resumed)
-    for s in seeds:
-        train(loop_spec(s), tmp_path / f"alone{s}", quiet=True)
-        assert checkpoint_digests(tmp_path / f"k{s}") == checkpoint_digests(tmp_path / f"alone{s}")
