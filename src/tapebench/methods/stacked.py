@@ -4,9 +4,9 @@ dimension, gradient-norm clipping takes one norm per seed (the same `torch._fore
 `nn.utils.clip_grad_norm_` makes, on the seed's slices), and `SeedAdam` steps each seed's slices as tensors of
 their own.
 
-`StackedSequential` stacks an MLP (`nn.Linear` and `nn.Tanh`), `StackedEquivariant` an equivariant network of
-`equivariant.py`, on the tape or the grid (its convolutions as one grouped convolution over the seeds' channels,
-`stacked_conv`, 1-D or 2-D on the operands `equivariant.circular_operands` gives).
+`StackedSequential` stacks an MLP (`nn.Linear` and `nn.Tanh`), `StackedGRUCell` a GRU cell, `StackedEquivariant` an
+equivariant network of `equivariant.py`, on the tape or the grid (its convolutions as one grouped convolution over the
+seeds' channels, `stacked_conv`, 1-D or 2-D on the operands `equivariant.circular_operands` gives).
 
 `stacked_linear(x, weight, bias)` is S `nn.Linear` layers at once: x (S, n, in), weight (S, out, in), bias (S, out)
 -> (S, n, out), one batched matrix product (`torch.baddbmm`) forward and backward. Its backward computes each
@@ -145,6 +145,39 @@ class StackedSequential:
         for kind, i in self.layers:
             x = F.linear(x, self.parameters[i][k], self.parameters[i + 1][k]) if kind == "linear" else torch.tanh(x)
         return x
+
+
+class StackedGRUCell:
+    """S seeds' `nn.GRUCell`s, stacked: x (S, n, in), hidden (S, n, h) -> (S, n, h).
+
+    The operations of ATen's `gru_cell` on the CPU, batched over the seeds: the input and hidden products
+    (`stacked_linear`), each chunked into three gates, reset = sigmoid(h_r + i_r), update = sigmoid(h_z + i_z),
+    new = tanh(i_n + h_n * reset), h' = (h - new) * update + new, in place where ATen works in place. A gate is a
+    (S, n, h) view with the one-seed layout inside each seed's slice (rows of h, stride 3h), so every element-wise
+    kernel, forward and backward, splits a seed's elements into vector lanes as the one-seed kernel does.
+
+    `parameters` in `nn.GRUCell.parameters()` order (weight_ih, weight_hh, bias_ih, bias_hh), `names` their
+    `state_dict` keys; `exact`: see `stacked_linear`.
+    """
+
+    def __init__(self, cells: list[nn.GRUCell], device: torch.device, exact: bool = True):
+        self.exact = exact
+        self.names = [name for name, _ in cells[0].named_parameters()]
+        own = [dict(cell.named_parameters()) for cell in cells]
+        self.parameters = [nn.Parameter(torch.stack([p[name].detach() for p in own]).to(device)) for name in self.names]
+
+    def __call__(self, x: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        weight_ih, weight_hh, bias_ih, bias_hh = self.parameters
+        input_gates = stacked_linear(x, weight_ih, bias_ih, self.exact).unsafe_chunk(3, -1)
+        hidden_gates = stacked_linear(hidden, weight_hh, bias_hh, self.exact).unsafe_chunk(3, -1)
+        reset = hidden_gates[0].add_(input_gates[0]).sigmoid_()
+        update = hidden_gates[1].add_(input_gates[1]).sigmoid_()
+        new = input_gates[2].add(hidden_gates[2].mul_(reset)).tanh_()
+        return (hidden - new).mul_(update).add_(new)
+
+    def one_seed(self, k: int, x: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        """Seed k's cell alone on x (n, in), hidden (n, h): `nn.GRUCell`'s own computation on seed k's slices."""
+        return torch.gru_cell(x, hidden, *(p[k] for p in self.parameters))
 
 
 def _grouped_conv_is_exact(S: int, n: int, c_in: int, c_out: int, spatial: tuple, kernel: tuple, dilation: int,
