@@ -408,7 +408,8 @@ class RL2Block:
         first = agents[0]
         for agent in agents[1:]:
             if agent.config != first.config or agent.num_updates != first.num_updates or agent.device != first.device:
-                raise ValueError("the agents of an RL2-A2C seed block must share their configuration, budget and device")
+                raise ValueError("the agents of an RL2-A2C seed block must share their configuration, budget and "
+                                 "device")
         c, self.config, self.device, self.generators = first.config, first.config, first.device, list(generators)
         self.S, self.num_actions = len(agents), first.num_actions
         self.exact = self.device.type in self.BIT_EXACT_DEVICES
