@@ -20,6 +20,12 @@ and the advantage recursion stops there as it does on termination.
 
 Evaluation (`evaluation_policy()`): the greedy action of the actor, one hidden state per row,
 reset at every episode start and fed the row's previous action and reward.
+
+A seed block (`make_block`, methods/contract.py "Seed blocks") trains S seeds as one stacked model (`stacked.py`):
+input layers, GRU cells and heads with a leading seed dimension, the rollout and episode memory stacked, everything
+else per seed (GAE, advantage normalisation, loss, gradient-norm clipping, Adam slices, action draws from the seed's
+own generator). On the CPU every seed computes its one-seed run's numbers bit for bit when num_envs and hidden_size
+are multiples of 4 (other sizes are refused there); on a GPU to rounding.
 """
 from __future__ import annotations
 

@@ -18,9 +18,11 @@ Bit for bit on the CPU: the BLAS rounds a batched product like the single one fo
 kernel). So on the CPU each shape (S, n, in, out) is probed once per process and thread count, on data from a
 private generator: the batched forward and both gradients against `nn.functional.linear` seed by seed. A shape whose
 batched product does not reproduce the one-seed bits runs seed by seed (`nn.functional.linear` on each seed's
-slice, exactly the one-seed computation); tiny products cost little either way. With `exact=False` (the
-callers pass it off the CPU, where no bit-identity is claimed) the batched product is used throughout. The
-grouped convolutions are probed and used the same way.
+slice, exactly the one-seed computation); tiny products cost little either way. The BLAS (MKL) also rounds some
+small products by their operands' 16-byte alignment, so a seed's slice computes its one-seed bits where it shares
+its one-seed tensor's alignment: per-seed sizes in multiples of 4 floats (a method whose sizes may not be checks
+them). With `exact=False` (the callers pass it off the CPU, where no bit-identity is claimed) the batched product is
+used throughout. The grouped convolutions are probed and used the same way.
 """
 from __future__ import annotations
 
@@ -153,8 +155,9 @@ class StackedGRUCell:
     The operations of ATen's `gru_cell` on the CPU, batched over the seeds: the input and hidden products
     (`stacked_linear`), each chunked into three gates, reset = sigmoid(h_r + i_r), update = sigmoid(h_z + i_z),
     new = tanh(i_n + h_n * reset), h' = (h - new) * update + new, in place where ATen works in place. A gate is a
-    (S, n, h) view with the one-seed layout inside each seed's slice (rows of h, stride 3h), so every element-wise
-    kernel, forward and backward, splits a seed's elements into vector lanes as the one-seed kernel does.
+    (S, n, h) view with the one-seed layout inside each seed's slice (rows of h, stride 3h), so the sigmoid kernel,
+    whose vector loop and scalar tail round differently, takes each element down the path the one-seed kernel takes;
+    tanh, the products, sums and the backward kernels round alike on either path.
 
     `parameters` in `nn.GRUCell.parameters()` order (weight_ih, weight_hh, bias_ih, bias_hh), `names` their
     `state_dict` keys; `exact`: see `stacked_linear`.
