@@ -20,6 +20,12 @@ and the advantage recursion stops there as it does on termination.
 
 Evaluation (`evaluation_policy()`): the greedy action of the actor, one hidden state per row,
 reset at every episode start and fed the row's previous action and reward.
+
+A seed block (`make_block`, methods/contract.py "Seed blocks") trains S seeds as one stacked model (`stacked.py`):
+input layers, GRU cells and heads with a leading seed dimension, the rollout and episode memory stacked, everything
+else per seed (GAE, advantage normalisation, loss, gradient-norm clipping, Adam slices, action draws from the seed's
+own generator). On the CPU every seed computes its one-seed run's numbers bit for bit when num_envs and hidden_size
+are multiples of 4 (other sizes are refused there); on a GPU to rounding.
 """
 from __future__ import annotations
 
@@ -32,7 +38,10 @@ from torch import nn
 from torch.distributions import Categorical
 
 from tapebench.methods.common import adam, gae
+from tapebench.methods.contract import BlockUnsupported
 from tapebench.methods.ppo import layer_init, mlp
+from tapebench.methods.stacked import (SeedAdam, StackedGRUCell, StackedSequential, clip_grad_norm_per_seed_,
+                                       export_adam_state, import_adam_state)
 
 
 @dataclass
@@ -123,13 +132,15 @@ class RecurrentActorCritic(nn.Module):
 
 
 class EpisodeMemory:
-    """Per-row recurrent state: GRU hidden state and the previous action / reward / first-step flag."""
+    """Per-row recurrent state: GRU hidden state and the previous action / reward / first-step flag.
+    `rows`: the number of rows, or their shape ((S, n) in a seed block)."""
 
-    def __init__(self, num_rows: int, hidden_size: int, num_actions: int, device):
-        self.hidden = torch.zeros(num_rows, hidden_size, device=device)
-        self.prev_action = torch.zeros(num_rows, num_actions, device=device)   # one-hot, zeros at a start
-        self.prev_reward = torch.zeros(num_rows, device=device)
-        self.first = torch.ones(num_rows, device=device)
+    def __init__(self, rows: int | tuple[int, ...], hidden_size: int, num_actions: int, device):
+        rows = (rows,) if isinstance(rows, int) else tuple(rows)
+        self.hidden = torch.zeros(*rows, hidden_size, device=device)
+        self.prev_action = torch.zeros(*rows, num_actions, device=device)   # one-hot, zeros at a start
+        self.prev_reward = torch.zeros(rows, device=device)
+        self.first = torch.ones(rows, device=device)
 
     def inputs(self, obs: torch.Tensor) -> torch.Tensor:
         return policy_inputs(obs, self.prev_action, self.prev_reward, self.first)
@@ -137,8 +148,8 @@ class EpisodeMemory:
     def advance(self, hidden, actions, rewards, done) -> None:
         """After a step: carry the new hidden state, action and reward; rows whose episode ended start over."""
         keep = (~done).to(hidden.dtype)
-        self.hidden = hidden * keep.unsqueeze(1)
-        self.prev_action = F.one_hot(actions, self.prev_action.shape[1]).to(hidden.dtype) * keep.unsqueeze(1)
+        self.hidden = hidden * keep.unsqueeze(-1)
+        self.prev_action = F.one_hot(actions, self.prev_action.shape[-1]).to(hidden.dtype) * keep.unsqueeze(-1)
         self.prev_reward = rewards.to(hidden.dtype) * keep
         self.first = 1.0 - keep
 
@@ -153,19 +164,23 @@ class EpisodeMemory:
 
 
 class Rollout:
-    """One rollout: (num_steps, num_envs) tensors filled step by step, and the hidden state at its start."""
+    """One rollout: (num_steps, num_envs) tensors filled step by step, and the hidden state at its start.
+    With `seeds` (a seed block): (num_steps, seeds, num_envs) and (seeds, num_envs)."""
 
-    FIELDS = ("inputs", "actions", "logprobs", "rewards", "dones", "values", "start_hidden", "last_next_obs")
+    STEP_FIELDS = ("inputs", "actions", "logprobs", "rewards", "dones", "values")   # one row per rollout step
+    FIELDS = STEP_FIELDS + ("start_hidden", "last_next_obs")
 
-    def __init__(self, num_steps: int, num_envs: int, input_dim: int, obs_dim: int, hidden_size: int, device):
-        self.inputs = torch.zeros(num_steps, num_envs, input_dim, device=device)
-        self.actions = torch.zeros(num_steps, num_envs, dtype=torch.long, device=device)
-        self.logprobs = torch.zeros(num_steps, num_envs, device=device)
-        self.rewards = torch.zeros(num_steps, num_envs, device=device)
-        self.dones = torch.zeros(num_steps, num_envs, device=device)
-        self.values = torch.zeros(num_steps, num_envs, device=device)
-        self.start_hidden = torch.zeros(num_envs, hidden_size, device=device)
-        self.last_next_obs = torch.zeros(num_envs, obs_dim, device=device)
+    def __init__(self, num_steps: int, num_envs: int, input_dim: int, obs_dim: int, hidden_size: int, device,
+                 seeds: int | None = None):
+        rows = (num_envs,) if seeds is None else (seeds, num_envs)
+        self.inputs = torch.zeros(num_steps, *rows, input_dim, device=device)
+        self.actions = torch.zeros(num_steps, *rows, dtype=torch.long, device=device)
+        self.logprobs = torch.zeros(num_steps, *rows, device=device)
+        self.rewards = torch.zeros(num_steps, *rows, device=device)
+        self.dones = torch.zeros(num_steps, *rows, device=device)
+        self.values = torch.zeros(num_steps, *rows, device=device)
+        self.start_hidden = torch.zeros(*rows, hidden_size, device=device)
+        self.last_next_obs = torch.zeros(*rows, obs_dim, device=device)
         self.position = 0
 
     def state_dict(self) -> dict:
@@ -335,3 +350,223 @@ class RL2EvalPolicy:
 
 def make(config: Config, env_spec, total_steps: int, device) -> RL2A2CAgent:
     return RL2A2CAgent(config, env_spec, total_steps, device)
+
+
+# --- seed blocks ---------------------------------------------------------------------------------------------------
+class StackedRecurrentActorCritic:
+    """S seeds' `RecurrentActorCritic`s, stacked (`stacked.py`): each core's input layer and each head a
+    `StackedSequential`, each GRU cell a `StackedGRUCell`. `named` lists the stacked tensors under the one-seed
+    network's `state_dict` keys, in its `parameters()` order; `parameters` the tensors alone."""
+
+    def __init__(self, networks: list[RecurrentActorCritic], device: torch.device, exact: bool):
+        self.hidden_size = networks[0].hidden_size
+        self.parts = {}
+        for core in ("actor_core", "critic_core"):
+            self.parts[f"{core}.embed"] = StackedSequential([getattr(n, core).embed for n in networks], device,
+                                                            BlockUnsupported, exact)
+            self.parts[f"{core}.gru"] = StackedGRUCell([getattr(n, core).gru for n in networks], device, exact)
+        for head in ("actor", "critic"):
+            self.parts[head] = StackedSequential([getattr(n, head) for n in networks], device, BlockUnsupported, exact)
+        self.named = [(f"{prefix}.{name}", p) for prefix, part in self.parts.items()
+                      for name, p in zip(part.names, part.parameters)]
+        self.parameters = [p for _, p in self.named]
+        if [name for name, _ in self.named] != [name for name, _ in networks[0].named_parameters()]:
+            raise BlockUnsupported("the stacked RL2 network's parameters are not the one-seed network's")
+
+    def _core(self, name: str, inputs, hidden, seed: int | None):
+        embed, gru = self.parts[f"{name}.embed"], self.parts[f"{name}.gru"]
+        if seed is None:
+            return gru(embed(inputs), hidden)
+        return gru.one_seed(seed, embed.one_seed(seed, inputs), hidden)
+
+    def _head(self, name: str, x, seed: int | None):
+        return self.parts[name](x) if seed is None else self.parts[name].one_seed(seed, x)
+
+    def step(self, inputs: torch.Tensor, hidden: torch.Tensor, seed: int | None = None):
+        """`RecurrentActorCritic.step` of every seed on inputs (S, n, in) and hidden (S, n, 2 * hidden_size), or
+        with `seed` = k of seed k alone on (n, in) and (n, 2 * hidden_size), its one-seed computation."""
+        h = self.hidden_size
+        actor_hidden = self._core("actor_core", inputs, hidden[..., :h], seed)
+        critic_hidden = self._core("critic_core", inputs, hidden[..., h:], seed)
+        return (self._head("actor", actor_hidden, seed), self._head("critic", critic_hidden, seed).squeeze(-1),
+                torch.cat([actor_hidden, critic_hidden], dim=-1))
+
+
+class RL2Block:
+    """S seeds of RL2-A2C as one stacked model (methods/contract.py, "Seed blocks").
+
+    Seed k's actor and critic (input layer, GRU cell, head) are slice k of the stacked layers; the rollout is
+    (num_steps, S, num_envs, ...), the episode memory (S, num_envs, ...). An update runs every seed's one-seed update
+    side by side: its GAE, its advantage normalisation, its truncated BPTT through its own GRUs, its loss (the S
+    losses are summed for one backward pass), its gradient-norm clipping over its own slices; `SeedAdam` steps each
+    seed's slices. Seed k's actions are drawn from generators[k] as its one-seed agent draws them from torch's global
+    generator. On the devices of `BIT_EXACT_DEVICES` (the CPU) every seed computes its one-seed run's numbers bit for
+    bit; elsewhere every product is batched and a seed agrees with its one-seed run to rounding.
+    """
+
+    BIT_EXACT_DEVICES = ("cpu",)
+    ALIGNED_FLOATS = 4   # num_envs and hidden_size multiples of this: every seed's operands 16-byte aligned as alone
+
+    def __init__(self, agents: list[RL2A2CAgent], generators: list[torch.Generator]):
+        if len(agents) != len(generators) or not agents:
+            raise ValueError(f"an RL2-A2C seed block needs one generator per agent, got {len(agents)} agents and "
+                             f"{len(generators)} generators")
+        first = agents[0]
+        for agent in agents[1:]:
+            if agent.config != first.config or agent.num_updates != first.num_updates or agent.device != first.device:
+                raise ValueError("the agents of an RL2-A2C seed block must share their configuration, budget and "
+                                 "device")
+        c, self.config, self.device, self.generators = first.config, first.config, first.device, list(generators)
+        self.S, self.num_actions = len(agents), first.num_actions
+        self.exact = self.device.type in self.BIT_EXACT_DEVICES
+        if self.exact and (c.num_envs % self.ALIGNED_FLOATS or c.hidden_size % self.ALIGNED_FLOATS):
+            raise BlockUnsupported(
+                f"an RL2-A2C block is bit for bit its one-seed runs on the CPU only with num_envs and hidden_size "
+                f"multiples of {self.ALIGNED_FLOATS} (got {c.num_envs} and {c.hidden_size}): the BLAS rounds small "
+                f"products by their operands' {4 * self.ALIGNED_FLOATS}-byte alignment, which a seed's slice of the "
+                f"stacked tensors then shares with its one-seed run's tensors")
+        self.network = StackedRecurrentActorCritic([a.network for a in agents], self.device, self.exact)
+        self.optimizer = SeedAdam(self.network.parameters, lr=c.learning_rate, eps=1e-5)
+        rollout = first.rollout
+        self.rollout = Rollout(c.num_steps, c.num_envs, rollout.inputs.shape[-1], rollout.last_next_obs.shape[-1],
+                               2 * c.hidden_size, self.device, seeds=self.S)
+        self.memory = EpisodeMemory((self.S, c.num_envs), 2 * c.hidden_size, self.num_actions, self.device)
+        self.num_updates, self.updates_done = first.num_updates, 0
+        self._pending = None
+        for k, agent in enumerate(agents):
+            self.import_seed(k, agent)
+
+    # --- the loop's calls -----------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, greedy: bool = False) -> torch.Tensor:
+        """obs (S, n, obs_dim) -> (S, n) actions, seed k sampling from generators[k] as its one-seed agent does."""
+        if greedy:
+            raise ValueError("RL2-A2C keeps a recurrent state per episode: evaluate it through "
+                             "evaluation_policy(), not act(obs, greedy=True)")
+        if self.rollout.position == 0:
+            self.rollout.start_hidden.copy_(self.memory.hidden)
+        inputs = self.memory.inputs(obs)
+        logits, values, hidden = self.network.step(inputs, self.memory.hidden)
+        dist = Categorical(logits=logits)
+        probs = dist.probs.cpu()   # the seeds' generators are CPU generators: one copy off the device, not S
+        # Categorical.sample: one multinomial draw per row of the (n, num_actions) probabilities
+        actions = torch.stack([torch.multinomial(probs[k], 1, True, generator=g).T.reshape(-1)
+                               for k, g in enumerate(self.generators)]).to(self.device)
+        self._pending = (inputs, hidden, dist.log_prob(actions), values)
+        return actions
+
+    @torch.no_grad()
+    def observe(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
+        if self._pending is None:
+            raise RuntimeError("RL2-A2C block observe() needs the preceding act(obs)")
+        inputs, hidden, logprobs, values = self._pending
+        self._pending = None
+        rewards = rewards.float()
+        bootstrapped = rewards.clone()
+        if not self.exact:   # every row at once, no per-seed device sync
+            onehot = F.one_hot(actions, self.num_actions).to(rewards.dtype)
+            _, last_values, _ = self.network.step(policy_inputs(next_obs, onehot, rewards, torch.zeros_like(rewards)),
+                                                  hidden)
+            bootstrapped += torch.where(truncated, self.config.gamma * last_values, torch.zeros_like(last_values))
+        elif truncated.any():
+            for k in range(self.S):   # each seed's truncated rows alone, as its one-seed agent evaluates them
+                rows = truncated[k].nonzero().squeeze(1)
+                if len(rows):
+                    onehot = F.one_hot(actions[k][rows], self.num_actions).to(rewards.dtype)
+                    last_inputs = policy_inputs(next_obs[k][rows], onehot, rewards[k][rows],
+                                                torch.zeros_like(rewards[k][rows]))
+                    _, last_values, _ = self.network.step(last_inputs, hidden[k][rows], seed=k)
+                    bootstrapped[k][rows] += self.config.gamma * last_values
+        r, t = self.rollout, self.rollout.position
+        r.inputs[t], r.actions[t], r.logprobs[t], r.values[t] = inputs, actions, logprobs, values
+        r.rewards[t], r.dones[t] = bootstrapped, (terminated | truncated).float()
+        r.last_next_obs.copy_(next_obs)
+        r.position += 1
+        self.memory.advance(hidden, actions, rewards, terminated | truncated)
+
+    def replay_rollout(self):
+        """`RL2A2CAgent.replay_rollout` of every seed: (logits (T, S, n, A), values (T, S, n))."""
+        r = self.rollout
+        hidden, all_logits, all_values = r.start_hidden, [], []
+        for t in range(r.position):
+            logits, values, hidden = self.network.step(r.inputs[t], hidden)
+            hidden = hidden * (1.0 - r.dones[t]).unsqueeze(-1)
+            all_logits.append(logits)
+            all_values.append(values)
+        return torch.stack(all_logits), torch.stack(all_values)
+
+    @torch.no_grad()
+    def advantages(self):
+        """Every seed's GAE(λ) advantages and returns, (T, S, n): element-wise over (step, seed, env)."""
+        c, r = self.config, self.rollout
+        _, next_value, _ = self.network.step(self.memory.inputs(r.last_next_obs), self.memory.hidden)
+        return gae(r.rewards, r.values, r.dones, next_value, c.gamma, c.gae_lambda)
+
+    def update(self) -> list[dict]:
+        c, r, S = self.config, self.rollout, self.S
+        if r.position < c.num_steps:
+            return [{} for _ in range(S)]
+        if c.anneal_lr:
+            self.optimizer.param_groups[0]["lr"] = c.learning_rate * (1.0 - self.updates_done / self.num_updates)
+        advantages, returns = self.advantages()
+        if c.norm_adv:   # each seed over its own rollout, on a (T, n) tensor of its own as in its one-seed update
+            per_seed = [advantages[:, k].contiguous() for k in range(S)]
+            advantages = torch.stack([(a - a.mean()) / (a.std() + 1e-8) for a in per_seed], dim=1)
+        logits, values = self.replay_rollout()
+        dist = Categorical(logits=logits)
+        seed_means = lambda x: x.transpose(0, 1).reshape(S, -1).mean(dim=1)   # (T, S, n) -> (S,)
+        policy_loss = -seed_means(advantages * dist.log_prob(r.actions))
+        value_loss = 0.5 * seed_means((values - returns).square())
+        entropy = seed_means(dist.entropy())
+        loss = policy_loss - c.ent_coef * entropy + c.vf_coef * value_loss   # (S,): one loss per seed
+        self.optimizer.zero_grad()
+        loss.sum().backward()
+        clip_grad_norm_per_seed_(self.network.parameters, c.max_grad_norm)
+        self.optimizer.step()
+        self.updates_done += 1
+        r.position = 0
+        return [{"policy_loss": p, "value_loss": v, "entropy": e}
+                for p, v, e in zip(policy_loss.tolist(), value_loss.tolist(), entropy.tolist())]
+
+    # --- one seed in and out --------------------------------------------------------------------------------------
+    def _seed_rollout(self, k: int) -> dict:
+        r = self.rollout
+        state = {name: getattr(r, name)[:, k] for name in Rollout.STEP_FIELDS}
+        state.update(start_hidden=r.start_hidden[k], last_next_obs=r.last_next_obs[k], position=r.position)
+        return state
+
+    @torch.no_grad()
+    def export_seed(self, k: int, agent: RL2A2CAgent) -> None:
+        """Seed k's complete training state into the one-seed `agent` (its own tensors, no views of the block's)."""
+        agent.network.load_state_dict({name: p[k] for name, p in self.network.named})
+        export_adam_state(self.optimizer, self.network.parameters, k, agent.optimizer, list(agent.network.parameters()))
+        agent.rollout.load_state_dict(self._seed_rollout(k))
+        agent.memory.load_state_dict({name: getattr(self.memory, name)[k] for name in EpisodeMemory.FIELDS})
+        agent.updates_done, agent._pending = self.updates_done, None
+
+    @torch.no_grad()
+    def import_seed(self, k: int, agent: RL2A2CAgent) -> None:
+        """The reverse of `export_seed`: the one-seed `agent`'s state becomes seed k's slice of the block; the block
+        takes its step from seed 0, and every other seed must be at that step."""
+        if k and (agent.updates_done, agent.rollout.position) != (self.updates_done, self.rollout.position):
+            raise ValueError(f"seed {k} of an RL2-A2C block is at update {agent.updates_done}, rollout step "
+                             f"{agent.rollout.position}; the block at {self.updates_done}, {self.rollout.position}: "
+                             f"a block's seeds must be resumed from the same step")
+        self.updates_done, self.rollout.position = agent.updates_done, agent.rollout.position
+        for (_, p), mine in zip(self.network.named, agent.network.parameters(), strict=True):
+            p[k].copy_(mine)
+        import_adam_state(self.optimizer, self.network.parameters, k, agent.optimizer, list(agent.network.parameters()))
+        self.optimizer.param_groups[0]["lr"] = agent.optimizer.param_groups[0]["lr"]
+        for name, tensor in self._seed_rollout(k).items():
+            if name != "position":
+                tensor.copy_(getattr(agent.rollout, name))
+        for name in EpisodeMemory.FIELDS:
+            getattr(self.memory, name)[k].copy_(getattr(agent.memory, name))
+
+
+def make_block(agents: list[RL2A2CAgent], generators: list[torch.Generator]) -> RL2Block:
+    """S RL2-A2C agents (built as one-seed runs build them) trained as one seed block (methods/contract.py)."""
+    return RL2Block(agents, generators)
+
+
+make_block.bit_exact_devices = RL2Block.BIT_EXACT_DEVICES   # where a block's seeds are bit for bit one-seed runs

@@ -4,9 +4,9 @@ dimension, gradient-norm clipping takes one norm per seed (the same `torch._fore
 `nn.utils.clip_grad_norm_` makes, on the seed's slices), and `SeedAdam` steps each seed's slices as tensors of
 their own.
 
-`StackedSequential` stacks an MLP (`nn.Linear` and `nn.Tanh`), `StackedEquivariant` an equivariant network of
-`equivariant.py`, on the tape or the grid (its convolutions as one grouped convolution over the seeds' channels,
-`stacked_conv`, 1-D or 2-D on the operands `equivariant.circular_operands` gives).
+`StackedSequential` stacks an MLP (`nn.Linear` and `nn.Tanh`), `StackedGRUCell` a GRU cell, `StackedEquivariant` an
+equivariant network of `equivariant.py`, on the tape or the grid (its convolutions as one grouped convolution over the
+seeds' channels, `stacked_conv`, 1-D or 2-D on the operands `equivariant.circular_operands` gives).
 
 `stacked_linear(x, weight, bias)` is S `nn.Linear` layers at once: x (S, n, in), weight (S, out, in), bias (S, out)
 -> (S, n, out), one batched matrix product (`torch.baddbmm`) forward and backward. Its backward computes each
@@ -18,9 +18,11 @@ Bit for bit on the CPU: the BLAS rounds a batched product like the single one fo
 kernel). So on the CPU each shape (S, n, in, out) is probed once per process and thread count, on data from a
 private generator: the batched forward and both gradients against `nn.functional.linear` seed by seed. A shape whose
 batched product does not reproduce the one-seed bits runs seed by seed (`nn.functional.linear` on each seed's
-slice, exactly the one-seed computation); tiny products cost little either way. With `exact=False` (the
-callers pass it off the CPU, where no bit-identity is claimed) the batched product is used throughout. The
-grouped convolutions are probed and used the same way.
+slice, exactly the one-seed computation); tiny products cost little either way. The BLAS (MKL) also rounds some
+small products by their operands' 16-byte alignment, so a seed's slice computes its one-seed bits where it shares
+its one-seed tensor's alignment: per-seed sizes in multiples of 4 floats (a method whose sizes may not be checks
+them). With `exact=False` (the callers pass it off the CPU, where no bit-identity is claimed) the batched product is
+used throughout. The grouped convolutions are probed and used the same way.
 """
 from __future__ import annotations
 
@@ -169,6 +171,40 @@ class StackedSequential:
         for kind, i in self.layers:
             x = F.linear(x, self.parameters[i][k], self.parameters[i + 1][k]) if kind == "linear" else torch.tanh(x)
         return x
+
+
+class StackedGRUCell:
+    """S seeds' `nn.GRUCell`s, stacked: x (S, n, in), hidden (S, n, h) -> (S, n, h).
+
+    The operations of ATen's `gru_cell` on the CPU, batched over the seeds: the input and hidden products
+    (`stacked_linear`), each chunked into three gates, reset = sigmoid(h_r + i_r), update = sigmoid(h_z + i_z),
+    new = tanh(i_n + h_n * reset), h' = (h - new) * update + new, in place where ATen works in place. A gate is a
+    (S, n, h) view with the one-seed layout inside each seed's slice (rows of h, stride 3h), so the sigmoid kernel,
+    whose vector loop and scalar tail round differently, takes each element down the path the one-seed kernel takes;
+    tanh, the products, sums and the backward kernels round alike on either path.
+
+    `parameters` in `nn.GRUCell.parameters()` order (weight_ih, weight_hh, bias_ih, bias_hh), `names` their
+    `state_dict` keys; `exact`: see `stacked_linear`.
+    """
+
+    def __init__(self, cells: list[nn.GRUCell], device: torch.device, exact: bool = True):
+        self.exact = exact
+        self.names = [name for name, _ in cells[0].named_parameters()]
+        own = [dict(cell.named_parameters()) for cell in cells]
+        self.parameters = [nn.Parameter(torch.stack([p[name].detach() for p in own]).to(device)) for name in self.names]
+
+    def __call__(self, x: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        weight_ih, weight_hh, bias_ih, bias_hh = self.parameters
+        input_gates = stacked_linear(x, weight_ih, bias_ih, self.exact).unsafe_chunk(3, -1)
+        hidden_gates = stacked_linear(hidden, weight_hh, bias_hh, self.exact).unsafe_chunk(3, -1)
+        reset = hidden_gates[0].add_(input_gates[0]).sigmoid_()
+        update = hidden_gates[1].add_(input_gates[1]).sigmoid_()
+        new = input_gates[2].add(hidden_gates[2].mul_(reset)).tanh_()
+        return (hidden - new).mul_(update).add_(new)
+
+    def one_seed(self, k: int, x: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        """Seed k's cell alone on x (n, in), hidden (n, h): `nn.GRUCell`'s own computation on seed k's slices."""
+        return torch.gru_cell(x, hidden, *(p[k] for p in self.parameters))
 
 
 def _grouped_conv_is_exact(S: int, n: int, c_in: int, c_out: int, spatial: tuple, kernel: tuple, dilation: int,
