@@ -106,6 +106,27 @@ class Config:
 
 
 # --- network -------------------------------------------------------------------------------------
+NOISY_LAYERS = ("value_hidden", "value_out", "advantage_hidden", "advantage_out")   # in the order they draw noise
+
+
+def factorised_noise(size: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """f(ε) = sign(ε) sqrt(|ε|) of ε ~ N(0, 1)^size, drawn on the CPU from `generator` (None: torch's global one)."""
+    x = torch.randn(size, generator=generator)
+    return x.sign() * x.abs().sqrt()
+
+
+def dueling_log_probs(value: torch.Tensor, advantage: torch.Tensor) -> torch.Tensor:
+    """Value (..., 1, atoms) and advantage (..., A, atoms) logits -> log-probabilities (..., A, atoms) of each
+    action's return distribution: softmax over atoms of V + A - mean_a A."""
+    logits = value + advantage - advantage.mean(dim=-2, keepdim=True)
+    return F.log_softmax(logits, dim=-1)
+
+
+def expected_returns(log_probs: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
+    """(..., A, atoms) log-probabilities -> (..., A) expected returns on `support`."""
+    return (log_probs.exp() * support).sum(dim=-1)
+
+
 class NoisyLinear(nn.Module):
     """Linear layer y = (μ_w + σ_w ⊙ ε_w) x + μ_b + σ_b ⊙ ε_b with factorised Gaussian noise:
     ε_w = f(ε_out) f(ε_in)^T, ε_b = f(ε_out), f(x) = sign(x) sqrt(|x|). The current noise sample is a
@@ -121,15 +142,11 @@ class NoisyLinear(nn.Module):
         self.register_buffer("epsilon_in", torch.zeros(in_features))
         self.register_buffer("epsilon_out", torch.zeros(out_features))
 
-    @staticmethod
-    def _scaled(x: torch.Tensor) -> torch.Tensor:
-        return x.sign() * x.abs().sqrt()
-
     @torch.no_grad()
     def resample(self) -> None:
         device = self.epsilon_in.device
-        self.epsilon_in.copy_(self._scaled(torch.randn(self.epsilon_in.shape[0])).to(device))
-        self.epsilon_out.copy_(self._scaled(torch.randn(self.epsilon_out.shape[0])).to(device))
+        self.epsilon_in.copy_(factorised_noise(self.epsilon_in.shape[0]).to(device))
+        self.epsilon_out.copy_(factorised_noise(self.epsilon_out.shape[0]).to(device))
 
     def forward(self, x: torch.Tensor, noisy: bool = True) -> torch.Tensor:
         if not noisy:
@@ -152,7 +169,7 @@ class RainbowNetwork(nn.Module):
         self.advantage_out = NoisyLinear(hidden_size, num_actions * atoms, noisy_std)
 
     def noisy_layers(self) -> list[NoisyLinear]:
-        return [self.value_hidden, self.value_out, self.advantage_hidden, self.advantage_out]
+        return [getattr(self, name) for name in NOISY_LAYERS]
 
     def resample_noise(self) -> None:
         for layer in self.noisy_layers():
@@ -162,28 +179,26 @@ class RainbowNetwork(nn.Module):
         h = F.relu(self.torso(obs))
         value = self.value_out(F.relu(self.value_hidden(h, noisy)), noisy).view(-1, 1, self.atoms)
         advantage = self.advantage_out(F.relu(self.advantage_hidden(h, noisy)), noisy)
-        advantage = advantage.view(-1, self.num_actions, self.atoms)
-        logits = value + advantage - advantage.mean(dim=1, keepdim=True)
-        return F.log_softmax(logits, dim=-1)
+        return dueling_log_probs(value, advantage.view(-1, self.num_actions, self.atoms))
 
 
 def project_distribution(probs: torch.Tensor, returns: torch.Tensor, discounts: torch.Tensor,
                          support: torch.Tensor) -> torch.Tensor:
     """C51 projection: the distribution of returns + discounts * Z, Z ~ probs on `support`, projected onto
-    `support`. probs (B, K); returns, discounts (B,); support (K,) evenly spaced. Each atom's shifted value
+    `support`. probs (..., K); returns, discounts (...,); support (K,) evenly spaced. Each atom's shifted value
     is clipped to [v_min, v_max] and its mass split between the two neighbouring atoms in proportion to
     closeness (mass and, inside the support, the mean are preserved)."""
     atoms = support.shape[0]
     v_min, v_max = support[0].item(), support[-1].item()
     delta = (v_max - v_min) / (atoms - 1)
-    shifted = (returns.unsqueeze(1) + discounts.unsqueeze(1) * support.unsqueeze(0)).clamp(v_min, v_max)
+    shifted = (returns.unsqueeze(-1) + discounts.unsqueeze(-1) * support).clamp(v_min, v_max)
     position = (shifted - v_min) / delta                       # in [0, atoms - 1]
     lower = position.floor().long().clamp(0, atoms - 1)
     upper = (lower + 1).clamp(max=atoms - 1)
     upper_weight = position - lower.to(position.dtype)         # 0 when the value sits on an atom
     projected = torch.zeros_like(probs)
-    projected.scatter_add_(1, lower, probs * (1.0 - upper_weight))
-    projected.scatter_add_(1, upper, probs * upper_weight)
+    projected.scatter_add_(-1, lower, probs * (1.0 - upper_weight))
+    projected.scatter_add_(-1, upper, probs * upper_weight)
     return projected
 
 
@@ -211,6 +226,11 @@ class NStepWindow:
         self.cursor = 0   # ring slot of the next step
 
     def push(self, obs, actions, rewards, next_obs, terminated, truncated):
+        emitted = self.push_rows(obs, actions, rewards, next_obs, terminated, truncated)
+        return None if emitted is None else emitted[1]
+
+    def push_rows(self, obs, actions, rewards, next_obs, terminated, truncated):
+        """`push`, also saying which row emitted each transition: (rows, transitions) or None."""
         n, slot = self.n, self.cursor
         self.obs[slot], self.actions[slot], self.rewards[slot] = obs, actions, rewards
         self.cursor = (slot + 1) % n
@@ -225,12 +245,13 @@ class NStepWindow:
             emit = (self.pending >= m) & (done if m < n else torch.ones_like(done))
             if bool(emit.any()):
                 rows = emit.nonzero().squeeze(1)
-                parts.append((self.obs[start, rows], self.actions[start, rows], ret[rows],
+                parts.append((rows, self.obs[start, rows], self.actions[start, rows], ret[rows],
                               (self.gamma ** m) * not_terminated[rows], next_obs[rows]))
         self.pending = torch.where(done, torch.zeros_like(self.pending), self.pending.clamp(max=n - 1))
         if not parts:
             return None
-        return tuple(torch.cat(column) for column in zip(*parts))
+        rows, *transitions = (torch.cat(column) for column in zip(*parts))
+        return rows, tuple(transitions)
 
     def state_dict(self) -> dict:
         return {**{name: getattr(self, name).cpu().clone() for name in self.FIELDS}, "cursor": self.cursor}
@@ -292,38 +313,32 @@ class SumTree:
         return nodes - self.leaf_base
 
 
-class PrioritizedReplay:
-    """Proportional prioritised replay of n-step transitions over the last `capacity` ones."""
+class ReplayPriorities:
+    """The priorities of a proportional prioritised replay over `capacity` ring slots: a sum-tree of p_i^α, the
+    largest priority so far, the ring's write position and fill; stratified sampling and importance weights.
+    `PrioritizedReplay` adds the stored transitions (a seed block keeps one of these per seed beside its stacked
+    transitions)."""
 
-    FIELDS = ("obs", "actions", "returns", "discounts", "next_obs")
-
-    def __init__(self, capacity: int, obs_dim: int, alpha: float, device: torch.device):
-        self.capacity, self.alpha, self.device = capacity, alpha, device
-        self.obs = torch.zeros(capacity, obs_dim, device=device)
-        self.actions = torch.zeros(capacity, dtype=torch.long, device=device)
-        self.returns = torch.zeros(capacity, device=device)
-        self.discounts = torch.zeros(capacity, device=device)
-        self.next_obs = torch.zeros(capacity, obs_dim, device=device)
+    def __init__(self, capacity: int, alpha: float):
+        self.capacity, self.alpha = capacity, alpha
         self.tree = SumTree(capacity)     # leaves hold p_i^α
         self.max_priority = 1.0           # largest p_i so far: the priority of new transitions
         self.position = 0
         self.size = 0
 
-    def add(self, obs, actions, returns, discounts, next_obs) -> None:
-        count = len(actions)
+    def claim(self, count: int) -> np.ndarray:
+        """The ring slots of `count` new transitions (overwriting the oldest), given the largest priority so far."""
         slots = (self.position + np.arange(count)) % self.capacity
-        slots_t = torch.as_tensor(slots, device=self.device)
-        for name, value in zip(self.FIELDS, (obs, actions, returns, discounts, next_obs)):
-            getattr(self, name)[slots_t] = value
         self.tree.update(slots, np.full(count, self.max_priority ** self.alpha))
         self.position = (self.position + count) % self.capacity
         self.size = min(self.capacity, self.size + count)
+        return slots
 
-    def sample(self, batch_size: int, beta: float):
+    def sample(self, batch_size: int, beta: float, generator: torch.Generator | None = None):
         """(indices, importance weights) of `batch_size` transitions, one from each of `batch_size` equal
-        strata of the priority mass; uniforms from torch's global generator."""
+        strata of the priority mass; uniforms from `generator` (None: torch's global generator)."""
         total = self.tree.total
-        uniform = torch.rand(batch_size, dtype=torch.float64).numpy()
+        uniform = torch.rand(batch_size, dtype=torch.float64, generator=generator).numpy()
         targets = (np.arange(batch_size) + uniform) * (total / batch_size)
         indices = np.minimum(self.tree.find(targets), self.size - 1)   # guards against rounding at the end
         weights = self.importance_weights(indices, beta)
@@ -336,20 +351,55 @@ class PrioritizedReplay:
         weights = (self.size * probabilities) ** -beta
         return weights / weights.max()
 
-    def batch(self, indices: np.ndarray):
-        idx = torch.as_tensor(indices, device=self.device)
-        return tuple(getattr(self, name)[idx] for name in self.FIELDS)
-
     def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
         priorities = np.asarray(priorities, dtype=np.float64)
         self.tree.update(indices, priorities ** self.alpha)
         self.max_priority = max(self.max_priority, float(priorities.max()))
 
+    def copy_priorities(self, other: "ReplayPriorities") -> None:
+        """Take `other`'s priorities, position and fill (same capacity)."""
+        self.tree.nodes[:] = other.tree.nodes
+        self.max_priority, self.position, self.size = other.max_priority, other.position, other.size
+
+    def priority_state(self) -> dict:
+        n = self.size
+        return {"position": self.position, "size": n, "max_priority": self.max_priority,
+                "priorities": torch.from_numpy(self.tree.leaves(n).copy())}
+
+    def load_priority_state(self, state: dict) -> None:
+        n = state["size"]
+        self.tree.nodes[:] = 0.0
+        self.tree.leaves(n)[:] = state["priorities"].numpy()
+        self.tree.rebuild()
+        self.position, self.size, self.max_priority = state["position"], n, state["max_priority"]
+
+
+class PrioritizedReplay(ReplayPriorities):
+    """Proportional prioritised replay of n-step transitions over the last `capacity` ones."""
+
+    FIELDS = ("obs", "actions", "returns", "discounts", "next_obs")
+
+    def __init__(self, capacity: int, obs_dim: int, alpha: float, device: torch.device):
+        super().__init__(capacity, alpha)
+        self.device = device
+        self.obs = torch.zeros(capacity, obs_dim, device=device)
+        self.actions = torch.zeros(capacity, dtype=torch.long, device=device)
+        self.returns = torch.zeros(capacity, device=device)
+        self.discounts = torch.zeros(capacity, device=device)
+        self.next_obs = torch.zeros(capacity, obs_dim, device=device)
+
+    def add(self, obs, actions, returns, discounts, next_obs) -> None:
+        slots_t = torch.as_tensor(self.claim(len(actions)), device=self.device)
+        for name, value in zip(self.FIELDS, (obs, actions, returns, discounts, next_obs)):
+            getattr(self, name)[slots_t] = value
+
+    def batch(self, indices: np.ndarray):
+        idx = torch.as_tensor(indices, device=self.device)
+        return tuple(getattr(self, name)[idx] for name in self.FIELDS)
+
     def state_dict(self) -> dict:
         n = self.size
-        state = {name: getattr(self, name)[:n].cpu().clone() for name in self.FIELDS}
-        return {"position": self.position, "size": n, "max_priority": self.max_priority,
-                "priorities": torch.from_numpy(self.tree.leaves(n).copy()), **state}
+        return {**self.priority_state(), **{name: getattr(self, name)[:n].cpu().clone() for name in self.FIELDS}}
 
     def load_state_dict(self, state: dict) -> None:
         n = state["size"]
@@ -357,10 +407,7 @@ class PrioritizedReplay:
             raise ValueError(f"replay state holds {n} transitions but buffer_size is {self.capacity}")
         for name in self.FIELDS:
             getattr(self, name)[:n] = state[name].to(self.device)
-        self.tree.nodes[:] = 0.0
-        self.tree.leaves(n)[:] = state["priorities"].numpy()
-        self.tree.rebuild()
-        self.position, self.size, self.max_priority = state["position"], n, state["max_priority"]
+        self.load_priority_state(state)
 
 
 # --- agent ---------------------------------------------------------------------------------------
