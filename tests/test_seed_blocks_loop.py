@@ -244,7 +244,8 @@ def test_where_stacking_only_rounds_alike_the_fingerprint_names_the_block(tmp_pa
 
 
 @pytest.mark.parametrize("agent, hyperparameters", [
-    ("dqn", HYPER), ("curl_dqn", HYPER), ("ppo", {"num_envs": 4, "num_steps": 16, "hidden_size": 16})])
+    ("dqn", HYPER), ("curl_dqn", HYPER), ("ppo", {"num_envs": 4, "num_steps": 16, "hidden_size": 16}),
+    ("rainbow", {**HYPER, "buffer_size": 100, "atoms": 11, "batch_size": 8})])
 def test_a_real_methods_block_writes_each_seeds_one_seed_checkpoints(tmp_path, agent, hyperparameters):
     """Through the trainer, with the method's own stacked block: each seed's checkpoints and fingerprint are its
     one-seed run's, also after the block was killed and resumed (export_seed / import_seed of every seed)."""
