@@ -25,6 +25,10 @@
 
 The network: one shared ReLU layer on the observation [tape, t/H], then each stream has a noisy
 hidden layer and a noisy output layer (value: `atoms` outputs; advantage: L × `atoms`).
+
+A seed block (`make_block`, methods/contract.py "Seed blocks") stacks the online and target networks with each
+seed's noise; each seed keeps its own n-step windows and sum-tree and draws its noise and strata from its own
+generator in its one-seed order.
 """
 from __future__ import annotations
 
