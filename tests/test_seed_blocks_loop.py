@@ -252,6 +252,7 @@ PEARL_HYPER = {"num_envs": 4, "hidden_size": 16, "latent_dim": 4, "encoder_hidde
     ("dqn", HYPER), ("rad_dqn", HYPER), ("curl_dqn", HYPER),
     ("ppo", {"num_envs": 4, "num_steps": 16, "hidden_size": 16}),
     ("ppo_dr", {"num_envs": 4, "num_steps": 16, "hidden_size": 16}),
+    ("rainbow", {**HYPER, "buffer_size": 100, "atoms": 11, "batch_size": 8}),
     ("rl2_a2c", {"num_envs": 4, "num_steps": 12, "hidden_size": 16}),
     ("pearl_dqn", PEARL_HYPER), ("pearl_dqn_equivariant", {**PEARL_HYPER, "conv_channels": 4, "conv_layers": 2}),
     ("ensemble_mpc", {"num_envs": 4, "ensemble_size": 2, "hidden_size": 16, "buffer_size": 200, "batch_size": 8,
