@@ -159,8 +159,8 @@ def test_a_family_world_test_answers_prediction_and_detection_and_refuses_planni
 @pytest.mark.parametrize("device, method, seeds, gpus", [
     ("auto", "dqn", 20, 1),        # a stacked block: CUDA where present, so it asks for the GPU
     ("auto", "dqn", 1, 0),         # one seed at a time trains on a CPU core
-    ("auto", "planet", 20, 0),     # a method that does not stack trains its block's seeds one at a time
-    ("cuda", "planet", 1, 1),
+    ("auto", "context_mpc", 20, 0),   # a method that does not stack trains its block's seeds one at a time
+    ("cuda", "context_mpc", 1, 1),
     ("cpu", "dqn", 20, 0),
 ])
 def test_training_jobs_request_a_gpu_where_they_train_on_cuda(device, method, seeds, gpus):
