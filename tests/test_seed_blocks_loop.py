@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
+from tapebench.grid_rules import VON_NEUMANN
 from tapebench.methods.contract import BlockUnsupported
 from tapebench.registry import get_method, register, unregister
 from tapebench.training.blocks import train_block
@@ -272,3 +273,20 @@ def test_a_real_methods_block_writes_each_seeds_one_seed_checkpoints(tmp_path, m
     manifests = train_block(specs, runs, quiet=True)
     assert all(m["block"]["stacked"] and m["resumes"] == 1 for m in manifests)
     assert [checkpoint_digests(run) for run in runs] == alone
+
+
+@pytest.mark.parametrize("agent, hyperparameters", [
+    ("curl_dqn", {"num_envs": 4, "learning_starts": 16, "batch_size": 8, "hidden_size": 16}),
+    ("pearl_dqn", {"num_envs": 4, "learning_starts": 16, "batch_size": 8, "hidden_size": 16, "buffer_size": 64}),
+    ("rainbow", {"num_envs": 4, "learning_starts": 16, "batch_size": 8, "hidden_size": 16, "atoms": 11}),
+    ("rl2_a2c", {"num_envs": 4, "num_steps": 8, "hidden_size": 16})])
+def test_a_stacked_block_on_the_grid_writes_each_seeds_one_seed_checkpoints(tmp_path, agent, hyperparameters):
+    """The 2D grid family (4 x 4 torus, von Neumann): the augmentations translate the torus, the networks read its
+    cells; each stacked seed is still its one-seed run."""
+    specs = [TrainSpec(agent=agent, rules=(194, 4), seed=s, L=16, H=8, total_steps=128, eval_every=64,
+                       family=VON_NEUMANN.as_dict(), hyperparameters=hyperparameters) for s in (0, 1)]
+    manifests = train_block(specs, [tmp_path / f"block{s.seed}" for s in specs], quiet=True)
+    assert all(m["block"]["stacked"] for m in manifests)
+    for s in specs:
+        train(s, tmp_path / f"alone{s.seed}", quiet=True)
+        assert checkpoint_digests(tmp_path / f"block{s.seed}") == checkpoint_digests(tmp_path / f"alone{s.seed}")
