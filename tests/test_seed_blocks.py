@@ -25,27 +25,37 @@ def tiny(**overrides) -> dqn.Config:
     return dqn.Config(**{**fields, **overrides})
 
 
-def build(config, seeds, module=dqn):
+RULES = (30, 90, 110)
+
+
+def build(config, seeds, module=dqn, total_steps=STEPS):
     """The agents and generators the training loop builds for a block of `seeds`, and each seed's env seed."""
     agents, generators, env_seeds = [], [], []
     for seed in seeds:
         env_seeds.append(seed_everything(seed))
-        agents.append(module.make(config, SPEC, STEPS, "cpu"))
+        agents.append(module.make(config, SPEC, total_steps, "cpu"))
         g = torch.Generator()
         g.set_state(torch.get_rng_state())
         generators.append(g)
     return agents, generators, env_seeds
 
 
-def env(config, env_seed):
-    return BatchedTapeEnv(config.num_envs, L=L, H=H, rules=[30, 90, 110], seed=env_seed)
+def env(config, env_seed, rules=RULES):
+    return BatchedTapeEnv(config.num_envs, L=L, H=H, rules=list(rules), seed=env_seed)
 
 
-def train_alone(config, seed, steps=STEPS, module=dqn):
+def count_ends(ends: dict | None, terminated, truncated) -> None:
+    """Add the episodes that ended by success and by truncation alone to `ends` (if given)."""
+    if ends is not None:
+        ends["terminated"] += int(terminated.sum())
+        ends["truncated"] += int((truncated & ~terminated).sum())
+
+
+def train_alone(config, seed, steps=STEPS, module=dqn, *, rules=RULES, total_steps=STEPS):
     """A one-seed run, as the training loop drives it."""
     env_seed = seed_everything(seed)
-    agent = module.make(config, SPEC, STEPS, "cpu")
-    e = env(config, env_seed)
+    agent = module.make(config, SPEC, total_steps, "cpu")
+    e = env(config, env_seed, rules)
     obs, metrics = e.reset(), []
     for _ in range(steps // config.num_envs):
         actions = agent.act(obs)
@@ -56,10 +66,11 @@ def train_alone(config, seed, steps=STEPS, module=dqn):
     return agent, metrics
 
 
-def train_block(config, seeds, steps=STEPS, module=dqn):
-    agents, generators, env_seeds = build(config, seeds, module)
+def train_block(config, seeds, steps=STEPS, module=dqn, *, rules=RULES, total_steps=STEPS, ends=None):
+    """The block driven as the training loop drives it (`ends`: see `count_ends`)."""
+    agents, generators, env_seeds = build(config, seeds, module, total_steps)
     block = module.make_block(agents, generators)
-    envs = [env(config, s) for s in env_seeds]
+    envs = [env(config, s, rules) for s in env_seeds]
     obs, metrics = torch.stack([e.reset() for e in envs]), []
     for _ in range(steps // config.num_envs):
         actions = block.act(obs)
@@ -68,6 +79,7 @@ def train_block(config, seeds, steps=STEPS, module=dqn):
         final = torch.stack([o[4]["final_obs"] for o in out])
         block.observe(obs, actions, rewards, final, terminated, truncated)
         metrics.append(block.update())
+        count_ends(ends, terminated, truncated)
         obs = next_obs
     return block, agents, metrics
 
@@ -101,6 +113,18 @@ def assert_same_state(a: dict, b: dict) -> None:
             assert x == y, key
 
 
+def assert_exports_its_one_seed_run(block, k: int, agent, alone, block_metrics: list, alone_metrics: list) -> None:
+    """Seed k of `block`, exported into `agent`, is the one-seed run `alone` just trained (torch's global generator
+    still where that run left it): its complete training state and policy byte for byte, its generator, its metrics."""
+    block.export_seed(k, agent)
+    assert_same_state(agent.state_dict(), alone.state_dict())
+    assert_same_state(agent.policy_state_dict(), alone.policy_state_dict())
+    assert saved(agent.state_dict()) == saved(alone.state_dict())   # the same resume file, byte for byte
+    assert saved(agent.policy_state_dict()) == saved(alone.policy_state_dict())
+    assert torch.equal(block.generators[k].get_state(), torch.get_rng_state())
+    assert [m[k] if m[k] else {} for m in block_metrics] == alone_metrics
+
+
 @pytest.mark.parametrize("module, seeds, overrides, steps", [
     (dqn, [0, 1, 2], {}, STEPS),
     (dqn, [4, 9], {"double_dqn": True, "tau": 0.5, "target_update_frequency": 8}, STEPS),
@@ -116,13 +140,7 @@ def test_block_seeds_equal_single_runs_bit_for_bit(module, seeds, overrides, ste
     for k, seed in enumerate(seeds):
         alone, alone_metrics = train_alone(config, seed, steps, module)
         assert alone.gradient_steps > 0
-        block.export_seed(k, agents[k])
-        assert_same_state(agents[k].state_dict(), alone.state_dict())
-        assert_same_state(agents[k].policy_state_dict(), alone.policy_state_dict())
-        assert saved(agents[k].state_dict()) == saved(alone.state_dict())   # the same resume file, byte for byte
-        assert saved(agents[k].policy_state_dict()) == saved(alone.policy_state_dict())
-        assert torch.equal(block.generators[k].get_state(), torch.get_rng_state())
-        assert [m[k] if m[k] else {} for m in block_metrics] == alone_metrics
+        assert_exports_its_one_seed_run(block, k, agents[k], alone, block_metrics, alone_metrics)
         assert torch.equal(greedy[k], alone.act(obs[k], greedy=True))
 
 

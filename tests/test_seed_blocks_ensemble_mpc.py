@@ -9,7 +9,7 @@ import torch
 
 from tapebench.methods import ensemble_mpc
 from tapebench.methods.contract import BlockUnsupported
-from test_seed_blocks import SPEC, assert_same_state, build, saved, train_alone, train_block
+from test_seed_blocks import SPEC, assert_exports_its_one_seed_run, assert_same_state, build, train_alone, train_block
 
 TINY = ensemble_mpc.Config(num_envs=4, ensemble_size=3, hidden_size=16, buffer_size=128, batch_size=8,
                            learning_starts=32, train_frequency=4)
@@ -27,12 +27,7 @@ def test_block_seeds_equal_single_runs_bit_for_bit(config, seeds):
     for k, seed in enumerate(seeds):
         alone, alone_metrics = train_alone(config, seed, STEPS, ensemble_mpc)
         assert alone.gradient_steps > 0 and alone.replay.position < alone.replay.size   # learned, and wrapped
-        block.export_seed(k, agents[k])
-        assert_same_state(agents[k].state_dict(), alone.state_dict())
-        assert saved(agents[k].state_dict()) == saved(alone.state_dict())
-        assert saved(agents[k].policy_state_dict()) == saved(alone.policy_state_dict())
-        assert torch.equal(block.generators[k].get_state(), torch.get_rng_state())
-        assert [m[k] for m in block_metrics] == alone_metrics
+        assert_exports_its_one_seed_run(block, k, agents[k], alone, block_metrics, alone_metrics)
 
 
 def test_a_seed_does_not_depend_on_its_neighbours_and_round_trips():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import test_seed_blocks as seed_blocks
-from test_seed_blocks import SPEC, assert_same_state, saved
+from test_seed_blocks import SPEC, assert_exports_its_one_seed_run, assert_same_state, saved
 
 from tapebench.methods import dqn, pearl_dqn
 from tapebench.methods.contract import BlockUnsupported
@@ -41,12 +41,7 @@ def train_block(config, seeds, steps=STEPS):
 def assert_seed_is_its_one_seed_run(block, agents, block_metrics, k, seed, config, steps):
     alone, alone_metrics, episodes = train_alone(config, seed, steps)
     assert alone.gradient_steps > 0 and episodes > 0
-    block.export_seed(k, agents[k])
-    assert_same_state(agents[k].state_dict(), alone.state_dict())
-    assert saved(agents[k].state_dict()) == saved(alone.state_dict())   # the same resume file, byte for byte
-    assert saved(agents[k].policy_state_dict()) == saved(alone.policy_state_dict())
-    assert torch.equal(block.generators[k].get_state(), torch.get_rng_state())
-    assert [m[k] if m[k] else {} for m in block_metrics] == alone_metrics
+    assert_exports_its_one_seed_run(block, k, agents[k], alone, block_metrics, alone_metrics)
 
 
 @pytest.mark.parametrize("seeds, overrides, steps", [

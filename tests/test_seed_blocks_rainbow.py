@@ -3,11 +3,11 @@ on the CPU, each seed's one-seed run bit for bit (complete training state, polic
 neighbours; the replay wraps, episodes end by success and by truncation, the n-step windows hold pending steps."""
 from __future__ import annotations
 
-import dataclasses
 
 import pytest
 import torch
-from test_seed_blocks import L, SPEC, assert_same_state, build, env, saved, train_alone
+import test_seed_blocks as seed_blocks
+from test_seed_blocks import L, SPEC, assert_exports_its_one_seed_run, build, saved, train_alone
 
 from tapebench.methods import rainbow
 from tapebench.methods.contract import BlockUnsupported
@@ -34,21 +34,9 @@ def tiny(**overrides) -> rainbow.Config:
 
 def train_block(config, seeds, steps=STEPS):
     """The block driven as the trainer drives it; also how many episodes ended by success and by truncation."""
-    agents, generators, env_seeds = build(config, seeds, rainbow)
-    block = rainbow.make_block(agents, generators)
-    envs = [env(config, s) for s in env_seeds]
-    obs, metrics, successes, truncations = torch.stack([e.reset() for e in envs]), [], 0, 0
-    for _ in range(steps // config.num_envs):
-        actions = block.act(obs)
-        out = [e.step(a) for e, a in zip(envs, actions)]
-        next_obs, rewards, terminated, truncated = (torch.stack([o[i] for o in out]) for i in range(4))
-        final = torch.stack([o[4]["final_obs"] for o in out])
-        block.observe(obs, actions, rewards, final, terminated, truncated)
-        metrics.append(block.update())
-        successes += int(terminated.sum())
-        truncations += int((truncated & ~terminated).sum())
-        obs = next_obs
-    return block, agents, metrics, (successes, truncations)
+    ends = {"terminated": 0, "truncated": 0}
+    block, agents, metrics = seed_blocks.train_block(config, seeds, steps, rainbow, ends=ends)
+    return block, agents, metrics, (ends["terminated"], ends["truncated"])
 
 
 @pytest.mark.parametrize("seeds, overrides, steps", [
@@ -66,13 +54,7 @@ def test_block_seeds_equal_single_runs_bit_for_bit(seeds, overrides, steps):
         alone, alone_metrics = train_alone(config, seed, steps, rainbow)
         assert alone.gradient_steps > 0 and alone.replay.size == config.buffer_size
         assert (alone.window.pending.any() or config.n_step == 1) and alone.replay.max_priority > 1.0
-        block.export_seed(k, agents[k])
-        assert_same_state(agents[k].state_dict(), alone.state_dict())
-        assert_same_state(agents[k].policy_state_dict(), alone.policy_state_dict())
-        assert saved(agents[k].state_dict()) == saved(alone.state_dict())   # the same resume file, byte for byte
-        assert saved(agents[k].policy_state_dict()) == saved(alone.policy_state_dict())
-        assert torch.equal(block.generators[k].get_state(), torch.get_rng_state())
-        assert [m[k] if m[k] else {} for m in block_metrics] == alone_metrics
+        assert_exports_its_one_seed_run(block, k, agents[k], alone, block_metrics, alone_metrics)
         assert torch.equal(greedy[k], alone.act(obs[k], greedy=True))
 
 

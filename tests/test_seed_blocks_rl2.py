@@ -4,19 +4,17 @@ its neighbours."""
 from __future__ import annotations
 
 import dataclasses
-import io
 
 import pytest
+import test_seed_blocks as seed_blocks
 import torch
+from test_seed_blocks import SPEC, assert_exports_its_one_seed_run, saved
 
-from tapebench.envs.batched import BatchedTapeEnv
 from tapebench.methods import rl2_a2c, stacked
-from tapebench.methods.contract import BlockUnsupported, EnvSpec
+from tapebench.methods.contract import BlockUnsupported
 from tapebench.registry import get_method
 from tapebench.training.loop import seed_everything
 
-L, H = 8, 8
-SPEC = EnvSpec.for_tape(L, H)
 # 32 env steps per update: four updates and a half-full rollout (the exported rollout and optimiser state count)
 CONFIG = rl2_a2c.Config(num_envs=4, num_steps=8, hidden_size=16)
 STEPS = 4 * 32 + 16
@@ -24,20 +22,11 @@ STEPS = 4 * 32 + 16
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def build(config, seeds, device="cpu"):
-    """The agents and generators the training loop builds for a block of `seeds`, and each seed's env seed."""
-    agents, generators, env_seeds = [], [], []
-    for seed in seeds:
-        env_seeds.append(seed_everything(seed))
-        agents.append(rl2_a2c.make(config, SPEC, STEPS, device))
-        generator = torch.Generator()
-        generator.set_state(torch.get_rng_state())
-        generators.append(generator)
-    return agents, generators, env_seeds
+RULES = (0, 4, 30, 90, 110)
 
 
-def env(config, env_seed):
-    return BatchedTapeEnv(config.num_envs, L=L, H=H, rules=[0, 4, 30, 90, 110], seed=env_seed)
+def build(config, seeds):
+    return seed_blocks.build(config, seeds, rl2_a2c, STEPS)
 
 
 def train_alone(config, seed, steps=STEPS):
@@ -45,7 +34,7 @@ def train_alone(config, seed, steps=STEPS):
     before a rollout's last step (a hidden state reset inside the BPTT replay)."""
     env_seed = seed_everything(seed)
     agent = rl2_a2c.make(config, SPEC, STEPS, "cpu")
-    e = env(config, env_seed)
+    e = seed_blocks.env(config, env_seed, RULES)
     obs, metrics, ends = e.reset(), [], {"terminated": 0, "truncated": 0}
     for _ in range(steps // config.num_envs):
         actions = agent.act(obs)
@@ -60,25 +49,7 @@ def train_alone(config, seed, steps=STEPS):
 
 
 def train_block(config, seeds, steps=STEPS):
-    agents, generators, env_seeds = build(config, seeds)
-    block = rl2_a2c.make_block(agents, generators)
-    envs = [env(config, s) for s in env_seeds]
-    obs, metrics = torch.stack([e.reset() for e in envs]), []
-    for _ in range(steps // config.num_envs):
-        actions = block.act(obs)
-        out = [e.step(a) for e, a in zip(envs, actions)]
-        next_obs, rewards, terminated, truncated = (torch.stack([o[i] for o in out]) for i in range(4))
-        final = torch.stack([o[4]["final_obs"] for o in out])
-        block.observe(obs, actions, rewards, final, terminated, truncated)
-        metrics.append(block.update())
-        obs = next_obs
-    return block, agents, metrics
-
-
-def saved(state) -> bytes:
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    return buffer.getvalue()
+    return seed_blocks.train_block(config, seeds, steps, rl2_a2c, rules=RULES, total_steps=STEPS)
 
 
 @pytest.mark.parametrize("overrides", [{}, {"norm_adv": False, "anneal_lr": False, "hidden_size": 8}])
@@ -90,11 +61,7 @@ def test_each_seed_of_a_block_is_its_one_seed_run_bit_for_bit(overrides):
         alone, alone_metrics, ends = train_alone(config, seed)
         assert alone.updates_done == 4 and alone.rollout.position == config.num_steps // 2
         assert ends["terminated"] > 0 and ends["truncated"] > 0
-        block.export_seed(k, agents[k])
-        assert saved(agents[k].state_dict()) == saved(alone.state_dict())   # the same resume file, byte for byte
-        assert saved(agents[k].policy_state_dict()) == saved(alone.policy_state_dict())
-        assert torch.equal(block.generators[k].get_state(), torch.get_rng_state())
-        assert [m[k] for m in block_metrics] == alone_metrics
+        assert_exports_its_one_seed_run(block, k, agents[k], alone, block_metrics, alone_metrics)
 
 
 def test_a_seed_does_not_depend_on_its_neighbours():

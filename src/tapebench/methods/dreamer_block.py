@@ -73,9 +73,7 @@ class DreamerBlock(WorldModelBlock):
     # --- learning ---------------------------------------------------------------------------------
     def update(self) -> list:
         metrics = [{} for _ in range(self.S)]
-        c = self.config
-        while self.env_steps >= self.next_update:
-            self.next_update += c.update_every
+        for _ in range(self.due()):
             wm_metrics, states = self._world_model_update()
             ac_metrics = self._actor_critic_update(states)
             metrics = [{**a, **b} for a, b in zip(wm_metrics, ac_metrics)]

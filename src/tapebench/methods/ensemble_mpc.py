@@ -540,7 +540,6 @@ class EnsembleMPCBlock:
                                    "per-cell networks run one after another, with nothing to batch over seeds")
         self.config, self.device, self.L = first.config, first.device, first.L
         self.num_seeds, self.generators = len(agents), generators
-        self.batched = self.device.type != "cpu"
         self.parameters = stacked.stack_parameters([a.ensemble for a in agents], requires_grad=True)
         self.optimizer = stacked.SeedAdam(self.parameters, lr=self.config.learning_rate,
                                           eps=first.optimizer.param_groups[0]["eps"])
@@ -597,7 +596,7 @@ class EnsembleMPCBlock:
         inputs = model_inputs(r["ctx_post"][seeds, idx], tape, r["has_ctx"][seeds, idx],
                               flip_cells(tape, r["action"][seeds, idx]))
         targets = r["next_tape"][seeds, idx].float()
-        if self.batched:
+        if self.device.type != "cpu":   # the S x E members as one batch of products
             logits = ensemble_logits(self.parameters, inputs)
             losses = F.binary_cross_entropy_with_logits(logits, targets, reduction="none").mean(dim=(2, 3)).sum(1)
         else:   # seed by seed: each seed's own products and sums

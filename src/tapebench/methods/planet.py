@@ -221,8 +221,7 @@ class PlanetBlock(WorldModelBlock):
 
     def update(self) -> list[dict]:
         metrics = [{} for _ in range(self.S)]
-        while self.env_steps >= self.next_update:
-            self.next_update += self.config.update_every
+        for _ in range(self.due()):
             metrics, _ = self._world_model_update()
         return metrics
 

@@ -44,6 +44,9 @@ from tapebench.methods.stacked import (SeedAdam, StackedGRUCell, StackedSequenti
                                        export_adam_state, import_adam_state)
 
 
+GREEDY_REFUSED = ("RL2-A2C keeps a recurrent state per episode: evaluate it through evaluation_policy(), not "
+                  "act(obs, greedy=True)")
+
 @dataclass
 class Config:
     num_envs: int = 16
@@ -211,8 +214,7 @@ class RL2A2CAgent:
     @torch.no_grad()
     def act(self, obs: torch.Tensor, greedy: bool = False) -> torch.Tensor:
         if greedy:
-            raise ValueError("RL2-A2C keeps a recurrent state per episode: evaluate it through "
-                             "evaluation_policy(), not act(obs, greedy=True)")
+            raise ValueError(GREEDY_REFUSED)
         if self.rollout.position == 0:
             self.rollout.start_hidden.copy_(self.memory.hidden)
         inputs = self.memory.inputs(obs)
@@ -441,8 +443,7 @@ class RL2Block:
     def act(self, obs: torch.Tensor, greedy: bool = False) -> torch.Tensor:
         """obs (S, n, obs_dim) -> (S, n) actions, seed k sampling from generators[k] as its one-seed agent does."""
         if greedy:
-            raise ValueError("RL2-A2C keeps a recurrent state per episode: evaluate it through "
-                             "evaluation_policy(), not act(obs, greedy=True)")
+            raise ValueError(GREEDY_REFUSED)
         if self.rollout.position == 0:
             self.rollout.start_hidden.copy_(self.memory.hidden)
         inputs = self.memory.inputs(obs)

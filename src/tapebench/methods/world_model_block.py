@@ -266,6 +266,14 @@ class WorldModelBlock:
     def _action_inputs(self, w, actions):
         return linear(F.one_hot(actions, self.num_actions).to(w["img_a"].dtype), w["img_a"], w["img_b"])
 
+    def due(self) -> int:
+        """Updates due after the latest environment steps (advances the schedule, `WorldModelLearner.due`)."""
+        n = 0
+        while self.env_steps >= self.next_update:
+            self.next_update += self.config.update_every
+            n += 1
+        return n
+
     def _store(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
         """Every seed's transitions into its replay rows (`SequenceReplay.add`), and the step count."""
         p, r = self.position, self.replay
