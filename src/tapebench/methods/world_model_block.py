@@ -21,8 +21,8 @@ import torch.nn.functional as F
 
 from tapebench.methods.common import adam
 from tapebench.methods.stacked import clip_grad_norm_per_seed_
-from tapebench.methods.world_model import (REWARD_GRID, class_major_logprobs, class_major_probs, kl_loss,
-                                           to_class_major, to_group_major, unimix_logits)
+from tapebench.methods.world_model import (REWARD_GRID, WorldModelLearner, class_major_logprobs, class_major_probs,
+                                           kl_loss, to_class_major, to_group_major, unimix_logits)
 
 # seeds per group of the world-model update's forward and backward passes (cache-sized working sets; the unroll is
 # latency-bound and gains from more seeds at once)
@@ -266,13 +266,7 @@ class WorldModelBlock:
     def _action_inputs(self, w, actions):
         return linear(F.one_hot(actions, self.num_actions).to(w["img_a"].dtype), w["img_a"], w["img_b"])
 
-    def due(self) -> int:
-        """Updates due after the latest environment steps (advances the schedule, `WorldModelLearner.due`)."""
-        n = 0
-        while self.env_steps >= self.next_update:
-            self.next_update += self.config.update_every
-            n += 1
-        return n
+    due = WorldModelLearner.due   # updates due after the latest environment steps (advances the schedule)
 
     def _store(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
         """Every seed's transitions into its replay rows (`SequenceReplay.add`), and the step count."""
