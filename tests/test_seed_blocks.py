@@ -187,3 +187,31 @@ def test_gpu_grouped_convolution_is_each_seeds_own_convolution():
     x, weight, bias = (torch.randn(shape, generator=generator) for shape in ((5, 3, 4, 12), (5, 6, 4, 3), (5, 6)))
     reference = torch.stack([F.conv1d(x[k], weight[k], bias[k], dilation=2) for k in range(5)])
     assert torch.allclose(grouped_seed_conv(x, weight, bias, dilation=2), reference, atol=1e-5)
+
+
+@pytest.mark.parametrize("S", [3, 4, 5])
+def test_seed_adam_steps_every_seed_as_its_one_seed_adam_whatever_its_place(S):
+    """255 and 13 elements per seed: seed k's slice of one stacked tensor starts mid-vector, where torch's Adam
+    kernel would round some elements differently from a tensor of its own (one stacked Adam does, at S = 3 and 5)."""
+    from tapebench.methods.common import adam
+    from tapebench.methods.stacked import SeedAdam
+
+    g = torch.Generator().manual_seed(0)
+    shapes = [(255,), (13, 3)]
+    start = [torch.randn((S,) + shape, generator=g) for shape in shapes]
+    grads = [[torch.randn((S,) + shape, generator=g) for shape in shapes] for _ in range(20)]
+    stacked = [p.clone().requires_grad_() for p in start]
+    optimizer = SeedAdam(stacked, lr=1e-3, eps=1e-8)
+    for step in grads:
+        for p, grad in zip(stacked, step):
+            p.grad = grad.clone()
+        optimizer.step()
+    for k in range(S):
+        alone = [p[k].clone().requires_grad_() for p in start]
+        one = adam(alone, lr=1e-3)
+        for step in grads:
+            for p, grad in zip(alone, step):
+                p.grad = grad[k].clone()
+            one.step()
+        for p, q in zip(stacked, alone):
+            assert torch.equal(p.detach()[k], q.detach()), (S, k, tuple(q.shape))

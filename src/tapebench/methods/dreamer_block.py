@@ -8,8 +8,8 @@ the GRU cell written out with stacked weights; layer norms per seed through `add
 fields are views of it, so it is not held twice. Seed k draws every random number (replay chunks, latent and
 action samples, imagination starts) from its own generator, in the order and shapes its one-seed agent draws
 them from torch's global generator. Per-seed losses are summed over seeds for one backward pass; gradient-norm
-clipping and the return normalisation (percentile EMA) are per seed; one Adam per optimiser over the stacked
-tensors (element-wise, so seeds stay independent).
+clipping and the return normalisation (percentile EMA) are per seed; one `stacked.SeedAdam` per optimiser
+(each seed's slices stepped as tensors of their own).
 
 The computation is the one-seed agent's (`dreamer.py`, `world_model.py`) rewritten over stacked tensors, not
 shared code: a change to the one-seed agent must be made here too; `tests/test_seed_blocks_dreamer.py` compares

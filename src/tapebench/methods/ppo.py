@@ -29,7 +29,8 @@ from torch.distributions import Categorical
 from tapebench.methods import equivariant
 from tapebench.methods.common import adam, gae
 from tapebench.methods.contract import BlockUnsupported
-from tapebench.methods.stacked import StackedEquivariant, StackedSequential, clip_grad_norm_per_seed_
+from tapebench.methods.stacked import (SeedAdam, StackedEquivariant, StackedSequential, clip_grad_norm_per_seed_,
+                                       export_adam_state, import_adam_state)
 
 
 @dataclass
@@ -300,7 +301,7 @@ class PPOBlock:
     An update runs every seed's one-seed update side by side: its GAE, its minibatch permutations drawn from
     generators[k] (as the one-seed agent draws them from torch's global generator), its advantage normalisation,
     its loss (the S losses are summed for one backward pass, so no gradient mixes seeds), its gradient-norm
-    clipping over its own slices; one Adam steps the stacked tensors (element-wise, so per seed).
+    clipping over its own slices; one `stacked.SeedAdam` steps every seed's slices as tensors of their own.
 
     On the devices of `BIT_EXACT_DEVICES` (the CPU) every seed computes its one-seed run's numbers bit for bit;
     elsewhere every product is batched and a seed agrees with its one-seed run to rounding.
@@ -325,7 +326,7 @@ class PPOBlock:
         self.named = ([(f"actor.{n}", p) for n, p in zip(self.actor.names, self.actor.parameters)]
                       + [(f"critic.{n}", p) for n, p in zip(self.critic.names, self.critic.parameters)])
         self.parameters = [p for _, p in self.named]
-        self.optimizer = adam(self.parameters, lr=config.learning_rate, eps=1e-5)
+        self.optimizer = SeedAdam(self.parameters, lr=config.learning_rate, eps=1e-5)
         rollout = agents[0].rollout
         self.rollout = {name: torch.zeros((self.S,) + getattr(rollout, name).shape,
                                           dtype=getattr(rollout, name).dtype, device=self.device)
@@ -425,15 +426,11 @@ class PPOBlock:
     # --- one seed in and out --------------------------------------------------------------------------------------
     def export_seed(self, k: int, agent: PPOAgent) -> None:
         """Seed k's complete training state into the one-seed `agent` (its own tensors, no views of the block's)."""
-        state = {i: {"step": s["step"].clone(), "exp_avg": s["exp_avg"][k].clone(),
-                     "exp_avg_sq": s["exp_avg_sq"][k].clone()}
-                 for i, p in enumerate(self.parameters) if (s := self.optimizer.state.get(p)) is not None}
-        group = {key: value for key, value in self.optimizer.param_groups[0].items() if key != "params"}
         rollout = {name: tensor[k].clone() for name, tensor in self.rollout.items()}
-        agent.load_state_dict({
-            "network": {name: p[k].detach().clone() for name, p in self.named},
-            "optimizer": {"state": state, "param_groups": [{**group, "params": list(range(len(self.parameters)))}]},
-            "rollout": {**rollout, "position": self.position}, "updates_done": self.updates_done})
+        agent.network.load_state_dict({name: p[k].detach().clone() for name, p in self.named})
+        agent.rollout.load_state_dict({**rollout, "position": self.position})
+        agent.updates_done = self.updates_done
+        export_adam_state(self.optimizer, self.parameters, k, agent.optimizer, list(agent.network.parameters()))
         agent._pending = None
 
     @torch.no_grad()
@@ -446,17 +443,8 @@ class PPOBlock:
         self.updates_done, self.position = state["updates_done"], state["rollout"]["position"]
         for name, p in self.named:
             p[k].copy_(state["network"][name])
-        optimizer = state["optimizer"]
-        for i, p in enumerate(self.parameters):
-            saved = optimizer["state"].get(i)
-            if saved is None:
-                continue
-            mine = self.optimizer.state.setdefault(p, {"step": saved["step"].clone(), "exp_avg": torch.zeros_like(p),
-                                                       "exp_avg_sq": torch.zeros_like(p)})
-            mine["step"].copy_(saved["step"])
-            mine["exp_avg"][k].copy_(saved["exp_avg"])
-            mine["exp_avg_sq"][k].copy_(saved["exp_avg_sq"])
-        self.optimizer.param_groups[0]["lr"] = optimizer["param_groups"][0]["lr"]
+        import_adam_state(self.optimizer, self.parameters, k, agent.optimizer, list(agent.network.parameters()))
+        self.optimizer.param_groups[0]["lr"] = agent.optimizer.param_groups[0]["lr"]
         for name, tensor in self.rollout.items():
             tensor[k].copy_(state["rollout"][name])
 

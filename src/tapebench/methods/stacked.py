@@ -96,10 +96,18 @@ class _BatchedLinear(torch.autograd.Function):
         return grad_x, grad_weight, grad_bias
 
 
+ALLOCATION_ALIGNMENT = 64   # bytes: where torch's CPU allocator starts every tensor
+
+
+def aligned(t: torch.Tensor) -> torch.Tensor:
+    """`t`, or a copy of it where it does not start where an allocation would: MKL rounds some products by their
+    operands' alignment, and a one-seed run's tensors each start an allocation (seed k's slice of a stacked tensor
+    starts mid-tensor, e.g. x (25, 25) -> 8 outputs, or a (1, 30) weight at an odd k)."""
+    return t if t.data_ptr() % ALLOCATION_ALIGNMENT == 0 else t.clone()
+
+
 def _per_seed(x, weight, bias):
-    # x[k] is copied: MKL rounds some shapes differently when the input starts where seed k's slice does (mid-tensor)
-    # rather than at the start of an allocation, as a one-seed run's input does (e.g. x (25, 25) -> 8 outputs)
-    return torch.stack([F.linear(x[k].clone(), weight[k], bias[k]) for k in range(x.shape[0])])
+    return torch.stack([F.linear(aligned(x[k]), aligned(weight[k]), aligned(bias[k])) for k in range(x.shape[0])])
 
 
 def _batched_is_exact(S: int, n: int, fan_in: int, fan_out: int, dtype: torch.dtype) -> bool:
@@ -169,7 +177,8 @@ class StackedSequential:
     def one_seed(self, k: int, x: torch.Tensor) -> torch.Tensor:
         """Seed k's network alone on x (n, in): the one-seed computation (`nn.Linear`) on seed k's slices."""
         for kind, i in self.layers:
-            x = F.linear(x, self.parameters[i][k], self.parameters[i + 1][k]) if kind == "linear" else torch.tanh(x)
+            x = (F.linear(x, aligned(self.parameters[i][k]), aligned(self.parameters[i + 1][k])) if kind == "linear"
+                 else torch.tanh(x))
         return x
 
 
@@ -204,7 +213,7 @@ class StackedGRUCell:
 
     def one_seed(self, k: int, x: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
         """Seed k's cell alone on x (n, in), hidden (n, h): `nn.GRUCell`'s own computation on seed k's slices."""
-        return torch.gru_cell(x, hidden, *(p[k] for p in self.parameters))
+        return torch.gru_cell(x, hidden, *(aligned(p[k]) for p in self.parameters))
 
 
 def _grouped_conv_is_exact(S: int, n: int, c_in: int, c_out: int, spatial: tuple, kernel: tuple, dilation: int,

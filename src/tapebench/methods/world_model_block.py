@@ -7,7 +7,7 @@ through `addcmul`, bit for bit what `nn.LayerNorm` computes). The replay is one 
 ...); the one-seed agents' replay fields are views of it, so it is not held twice. Seed k draws every random number
 (replay chunks, latent samples) from its own generator, in the order and shapes its one-seed agent draws them from
 torch's global generator. Per-seed losses are summed over seeds for one backward pass; gradient-norm clipping is per
-seed; one Adam per optimiser over the stacked tensors (element-wise, so seeds stay independent).
+seed; one `stacked.SeedAdam` per optimiser (each seed's slices stepped as tensors of their own).
 
 The computation is the one-seed learner's (`world_model.py`) rewritten over stacked tensors, not shared code: a
 change to the one-seed world model must be made here too; `tests/test_seed_blocks_dreamer.py` compares the two on
@@ -19,8 +19,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from tapebench.methods.common import adam
-from tapebench.methods.stacked import clip_grad_norm_per_seed_
+from tapebench.methods.stacked import SeedAdam, clip_grad_norm_per_seed_, export_adam_state, import_adam_state
 from tapebench.methods.world_model import (REWARD_GRID, WorldModelLearner, class_major_logprobs, class_major_probs,
                                            kl_loss, to_class_major, to_group_major, unimix_logits)
 
@@ -182,7 +181,8 @@ class WorldModelBlock:
         self.order = model.class_major_order
         self.nets = {name: StackedParams([getattr(a, name) for a in agents], trainable=name not in self.FROZEN_NETS)
                      for name in self.NETS}
-        self.optimizers = {name: adam(self.nets[name].tensors(), lr=_attr(first, path).param_groups[0]["lr"])
+        self.optimizers = {name: SeedAdam(self.nets[name].tensors(), lr=_attr(first, path).param_groups[0]["lr"],
+                                          eps=_attr(first, path).param_groups[0]["eps"])
                            for name, path in self.OPTIMISERS.items()}
         replay = first.learner.replay
         self.rows, self.capacity = replay.rows, replay.capacity
@@ -411,14 +411,8 @@ class WorldModelBlock:
                 for pname, p in net.named_parameters():
                     p.copy_(self.nets[name][pname][k])
         for name, path in self.OPTIMISERS.items():
-            opt, stacked = _attr(agent, path), self.optimizers[name]
-            params = opt.param_groups[0]["params"]
-            opt.state = {}
-            for p, sp in zip(params, stacked.param_groups[0]["params"]):
-                state = stacked.state.get(sp)
-                if state is not None:
-                    opt.state[p] = {"step": state["step"].clone(), "exp_avg": state["exp_avg"][k].clone(),
-                                    "exp_avg_sq": state["exp_avg_sq"][k].clone()}
+            opt = _attr(agent, path)
+            export_adam_state(self.optimizers[name], self.nets[name].tensors(), k, opt, opt.param_groups[0]["params"])
         replay = agent.learner.replay
         for name in replay.FIELDS:
             field = getattr(replay, name)
@@ -436,18 +430,8 @@ class WorldModelBlock:
                 for pname, p in getattr(agent, name).named_parameters():
                     self.nets[name][pname][k].copy_(p)
         for name, path in self.OPTIMISERS.items():
-            opt, stacked = _attr(agent, path), self.optimizers[name]
-            for p, sp in zip(opt.param_groups[0]["params"], stacked.param_groups[0]["params"]):
-                state = opt.state.get(p)
-                if state is None:
-                    continue
-                mine = stacked.state.get(sp)
-                if mine is None:
-                    mine = stacked.state[sp] = {"step": state["step"].clone(),
-                                                "exp_avg": torch.zeros_like(sp), "exp_avg_sq": torch.zeros_like(sp)}
-                mine["step"].copy_(state["step"])
-                mine["exp_avg"][k].copy_(state["exp_avg"])
-                mine["exp_avg_sq"][k].copy_(state["exp_avg_sq"])
+            opt = _attr(agent, path)
+            import_adam_state(self.optimizers[name], self.nets[name].tensors(), k, opt, opt.param_groups[0]["params"])
         replay = agent.learner.replay
         for name in replay.FIELDS:
             field, mine = getattr(replay, name), self.replay[name][k]
