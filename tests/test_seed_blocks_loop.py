@@ -16,6 +16,7 @@ from tapebench.registry import get_method, register, unregister
 from tapebench.training.blocks import train_block
 from tapebench.training.loop import TrainSpec, train
 from tapebench.utils.artifacts import read_json
+from test_seed_blocks_ppo import assert_same_state, training_state
 
 HYPER = {"num_envs": 4, "buffer_size": 500, "learning_starts": 32, "batch_size": 16, "hidden_size": 16,
          "target_update_frequency": 64}
@@ -245,6 +246,16 @@ def test_where_stacking_only_rounds_alike_the_fingerprint_names_the_block(tmp_pa
         unregister("dqn_inexact")
 
 
+def assert_stacked_seeds_are_their_one_seed_runs(specs, tmp_path) -> None:
+    """The block of `specs`, stacked, gives each seed its one-seed run's checkpoints and complete training state."""
+    manifests = train_block(specs, [tmp_path / f"block{s.seed}" for s in specs], quiet=True, keep_resume=True)
+    assert all(m["block"]["stacked"] for m in manifests)
+    for s in specs:
+        train(s, tmp_path / f"alone{s.seed}", quiet=True, keep_resume=True)
+        assert checkpoint_digests(tmp_path / f"block{s.seed}") == checkpoint_digests(tmp_path / f"alone{s.seed}")
+        assert_same_state(training_state(tmp_path / f"block{s.seed}"), training_state(tmp_path / f"alone{s.seed}"))
+
+
 PEARL_HYPER = {"num_envs": 4, "hidden_size": 16, "latent_dim": 4, "encoder_hidden_size": 16, "buffer_size": 64,
                "learning_starts": 32, "batch_size": 16, "target_update_frequency": 48}
 
@@ -285,8 +296,16 @@ def test_a_stacked_block_on_the_grid_writes_each_seeds_one_seed_checkpoints(tmp_
     cells; each stacked seed is still its one-seed run."""
     specs = [TrainSpec(agent=agent, rules=(194, 4), seed=s, L=16, H=8, total_steps=128, eval_every=64,
                        family=VON_NEUMANN.as_dict(), hyperparameters=hyperparameters) for s in (0, 1)]
-    manifests = train_block(specs, [tmp_path / f"block{s.seed}" for s in specs], quiet=True)
-    assert all(m["block"]["stacked"] for m in manifests)
-    for s in specs:
-        train(s, tmp_path / f"alone{s.seed}", quiet=True)
-        assert checkpoint_digests(tmp_path / f"block{s.seed}") == checkpoint_digests(tmp_path / f"alone{s.seed}")
+    assert_stacked_seeds_are_their_one_seed_runs(specs, tmp_path)
+
+
+@pytest.mark.parametrize("agent, hyperparameters", [
+    ("dqn_equivariant", {**HYPER, "hidden_size": 30, "batch_size": 15, "conv_channels": 5, "conv_layers": 2}),
+    ("pearl_dqn", {**PEARL_HYPER, "hidden_size": 30, "latent_dim": 3, "encoder_hidden_size": 14})])
+def test_a_stacked_seed_is_its_one_seed_run_at_sizes_off_the_vector_width(tmp_path, agent, hyperparameters):
+    """L = 13, 30 hidden units, 5 channels: a seed's slices of the stacked tensors (and of their gradients) start
+    mid-vector at places 1 and 2, where the BLAS would round its products differently from its one-seed run's
+    (`stacked.aligned`, `stacked.aligned_gradient`)."""
+    specs = [TrainSpec(agent=agent, rules=(30, 90, 110), seed=s, hyperparameters=hyperparameters, L=13, H=8,
+                       total_steps=192, eval_every=96) for s in (0, 1, 2)]
+    assert_stacked_seeds_are_their_one_seed_runs(specs, tmp_path)

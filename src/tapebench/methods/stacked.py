@@ -106,8 +106,27 @@ def aligned(t: torch.Tensor) -> torch.Tensor:
     return t if t.data_ptr() % ALLOCATION_ALIGNMENT == 0 else t.clone()
 
 
+class _AlignedGradient(torch.autograd.Function):
+    """The identity, whose backward pass hands on the gradient as `aligned` gives it: a seed's slice of the gradient
+    of a stacked result starts mid-tensor, and the products of the seed's own layer would round by that."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return aligned(grad)
+
+
+def aligned_gradient(x: torch.Tensor) -> torch.Tensor:
+    """x, its gradient aligned in the backward pass (`_AlignedGradient`)."""
+    return _AlignedGradient.apply(x) if x.requires_grad else x
+
+
 def _per_seed(x, weight, bias):
-    return torch.stack([F.linear(aligned(x[k]), aligned(weight[k]), aligned(bias[k])) for k in range(x.shape[0])])
+    return torch.stack([aligned_gradient(F.linear(aligned(x[k]), aligned(weight[k]), aligned(bias[k])))
+                        for k in range(x.shape[0])])
 
 
 def _batched_is_exact(S: int, n: int, fan_in: int, fan_out: int, dtype: torch.dtype) -> bool:
@@ -265,7 +284,7 @@ def stacked_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, dila
             S, x.shape[0], c_in, c_out, tuple(x.shape[2:]), tuple(weight.shape[3:]), dilation, x.dtype):
         return _grouped_conv(x, weight, bias, dilation)
     conv = conv_of(x)
-    return torch.cat([conv(x[:, k * c_in:(k + 1) * c_in], weight[k], bias[k], dilation=dilation)
+    return torch.cat([conv(x[:, k * c_in:(k + 1) * c_in], aligned(weight[k]), aligned(bias[k]), dilation=dilation)
                       for k in range(S)], dim=1)
 
 
@@ -326,7 +345,8 @@ class StackedEquivariant:
 
     def one_seed(self, k: int, obs: torch.Tensor) -> torch.Tensor:
         """Seed k's network alone on obs (n, L+1): the one-seed module run on seed k's slices."""
-        return torch.func.functional_call(self.template, {name: p[k] for name, p in self.params.items()}, (obs,))
+        return torch.func.functional_call(self.template, {name: aligned(p[k]) for name, p in self.params.items()},
+                                          (obs,))
 
 
 class StackedMLP:
@@ -408,7 +428,8 @@ class StackedPerCellNetwork:
         """
         if x.device.type != "cpu":
             return grouped_seed_conv(x, weight, bias, dilation)
-        return torch.stack([conv_of(x[k])(x[k], weight[k], bias[k], dilation=dilation).flatten(2)
+        return torch.stack([aligned_gradient(conv_of(x[k])(aligned(x[k]), aligned(weight[k]), aligned(bias[k]),
+                                                           dilation=dilation)).flatten(2)
                             for k in range(weight.shape[0])])
 
     def __call__(self, obs: torch.Tensor, extra: torch.Tensor | None = None) -> torch.Tensor:
