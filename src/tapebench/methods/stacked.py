@@ -19,9 +19,11 @@ kernel). So on the CPU each shape (S, n, in, out) is probed once per process and
 private generator: the batched forward and both gradients against `nn.functional.linear` seed by seed. A shape whose
 batched product does not reproduce the one-seed bits runs seed by seed (`nn.functional.linear` on each seed's
 slice, exactly the one-seed computation); tiny products cost little either way. The BLAS (MKL) also rounds some
-small products by their operands' 16-byte alignment, so a seed's slice computes its one-seed bits where it shares
-its one-seed tensor's alignment: per-seed sizes in multiples of 4 floats (a method whose sizes may not be checks
-them). With `exact=False` (the callers pass it off the CPU, where no bit-identity is claimed) the batched product is
+small products by their operands' alignment. A one-seed run's tensors each start an allocation (64-byte aligned);
+seed k's slice of a stacked tensor starts wherever k times its size puts it. So a layer run seed by seed takes
+`aligned` operands (a slice that does not start on an allocation boundary is copied) and hands back `aligned`
+gradients (`aligned_gradient`), whatever the per-seed sizes. A batched product has no such copies: where a method's
+own activations are sliced per seed it checks its sizes itself (RL2-A2C: multiples of 4 floats). With `exact=False` (the callers pass it off the CPU, where no bit-identity is claimed) the batched product is
 used throughout. The grouped convolutions are probed and used the same way.
 """
 from __future__ import annotations
