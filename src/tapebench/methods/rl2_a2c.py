@@ -47,6 +47,7 @@ from tapebench.methods.stacked import (SeedAdam, StackedGRUCell, StackedSequenti
 GREEDY_REFUSED = ("RL2-A2C keeps a recurrent state per episode: evaluate it through evaluation_policy(), not "
                   "act(obs, greedy=True)")
 
+
 @dataclass
 class Config:
     num_envs: int = 16
