@@ -20,6 +20,8 @@ and are moved to the data's device, so a seed gives the same augmentations on ev
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 
@@ -58,20 +60,66 @@ def shift_actions(actions: torch.Tensor, shifts: torch.Tensor, L: int, grid: int
 def flip_bits(obs: torch.Tensor, prob: float, L: int, generator: torch.Generator | None = None) -> torch.Tensor:
     """Flip each tape cell of `obs` (N, L+1) with probability `prob`; t/H is kept. Returns a new tensor.
     The draws come from `generator` (None: torch's global generator)."""
+    return flip_cells(obs, draw_flips(obs.shape[0], prob, L, obs.device, generator), L)
+
+
+def draw_flips(n: int, prob: float, L: int, device, generator: torch.Generator | None = None) -> torch.Tensor | None:
+    """(n, L) cells to flip, each with probability `prob` (None where `prob` is 0: nothing drawn)."""
+    if prob <= 0.0:
+        return None
+    return (torch.rand(n, L, generator=generator) < prob).to(device)
+
+
+def flip_cells(obs: torch.Tensor, flips: torch.Tensor | None, L: int) -> torch.Tensor:
+    """A copy of `obs` (N, L+1) with the tape cells `flips` (N, L) flipped (None: none); t/H is kept."""
     out = obs.clone()
-    if prob > 0.0:
-        mask = (torch.rand(obs.shape[0], L, generator=generator) < prob).to(obs.device)
-        out[:, :L] = torch.where(mask, 1.0 - obs[:, :L], obs[:, :L])
+    if flips is not None:
+        out[:, :L] = torch.where(flips, 1.0 - obs[:, :L], obs[:, :L])
     return out
+
+
+@dataclass
+class View:
+    """The random draws of one augmented view of n transitions: each one's shift (None: no shift) and the tape
+    cells of its observation to flip (None: no flips)."""
+
+    shifts: torch.Tensor | None
+    flips: torch.Tensor | None
+
+    @classmethod
+    def draw(cls, n: int, L: int, shift: bool, flip_prob: float, device,
+             generator: torch.Generator | None = None) -> "View":
+        """The shifts k ~ U{0..L-1} (if `shift`), then the bit flips, drawn from `generator` (None: torch's global
+        generator) in that order."""
+        shifts = random_shifts(n, L, device, generator) if shift else None
+        return cls(shifts, draw_flips(n, flip_prob, L, device, generator))
+
+    @classmethod
+    def concatenate(cls, views: list["View"]) -> "View":
+        """The views of consecutive groups of transitions as one (a seed block's views, seed by seed)."""
+        join = lambda parts: None if parts[0] is None else torch.cat(parts)
+        return cls(join([v.shifts for v in views]), join([v.flips for v in views]))
+
+    def observations(self, obs: torch.Tensor, L: int, grid: int | None = None) -> torch.Tensor:
+        """The view of observations (N, L+1): shifted (a 2-D torus translation with `grid`), then flipped."""
+        if self.shifts is not None:
+            obs = shift_tapes(obs, self.shifts, L, grid)
+        return flip_cells(obs, self.flips, L)
+
+    def transitions(self, obs, actions, rewards, next_obs, terminated, L: int, grid: int | None = None):
+        """The view of transitions: each one's shift applied to its observation, next observation and action, then
+        the flips to its observation only; rewards and termination unchanged (the shift preserves them exactly)."""
+        if self.shifts is not None:
+            next_obs = shift_tapes(next_obs, self.shifts, L, grid)
+            actions = shift_actions(actions, self.shifts, L, grid)
+        return self.observations(obs, L, grid), actions, rewards, next_obs, terminated
 
 
 def augment_observations(obs: torch.Tensor, L: int, shift: bool, flip_prob: float, grid: int | None = None,
                          generator: torch.Generator | None = None) -> torch.Tensor:
     """One random view of each observation: a random circular shift (if `shift`; on the torus with `grid`), then
     bit flips. The draws come from `generator` (None: torch's global generator)."""
-    if shift:
-        obs = shift_tapes(obs, random_shifts(obs.shape[0], L, obs.device, generator), L, grid)
-    return flip_bits(obs, flip_prob, L, generator)
+    return View.draw(obs.shape[0], L, shift, flip_prob, obs.device, generator).observations(obs, L, grid)
 
 
 def augment_transitions(obs, actions, rewards, next_obs, terminated, *, L: int, shift: bool, flip_prob: float,
@@ -80,11 +128,25 @@ def augment_transitions(obs, actions, rewards, next_obs, terminated, *, L: int, 
 
     With `shift`, each transition gets its own k ~ U{0..L-1} applied to the tape of obs and next_obs and
     to the action (a 2-D torus translation with `grid` = n). Then each tape cell of obs (only) flips with
-    probability `flip_prob`. Rewards and termination are unchanged (the shift preserves them exactly). The draws come from `generator` (None:
-    torch's global generator; a seed block passes each seed's own).
+    probability `flip_prob`. Rewards and termination are unchanged (the shift preserves them exactly). The draws
+    come from `generator` (None: torch's global generator).
     """
-    if shift:
-        shifts = random_shifts(len(actions), L, obs.device, generator)
-        obs, next_obs = shift_tapes(obs, shifts, L, grid), shift_tapes(next_obs, shifts, L, grid)
-        actions = shift_actions(actions, shifts, L, grid)
-    return flip_bits(obs, flip_prob, L, generator), actions, rewards, next_obs, terminated
+    view = View.draw(len(actions), L, shift, flip_prob, obs.device, generator)
+    return view.transitions(obs, actions, rewards, next_obs, terminated, L, grid)
+
+
+def seed_views(count: int, n: int, L: int, shift: bool, flip_prob: float, device,
+               generators: list[torch.Generator]) -> list[View]:
+    """`count` views of each seed's n transitions, seed k's drawn one after another from generators[k] as its
+    one-seed run draws them; each view as one `View` of the block's S * n transitions, seed by seed."""
+    per_seed = [[View.draw(n, L, shift, flip_prob, device, g) for _ in range(count)] for g in generators]
+    return [View.concatenate(list(views)) for views in zip(*per_seed)]
+
+
+def in_rows(transform, *tensors):
+    """`transform` of a seed block's tensors (S, n, ...) applied to their S * n rows, its results back in (S, n,
+    ...). A row-wise transform (shifts, flips) gives each seed's rows exactly what its own call would."""
+    S, n = tensors[0].shape[:2]
+    out = transform(*(t.reshape(S * n, *t.shape[2:]) for t in tensors))
+    unflatten = lambda t: t.reshape(S, n, *t.shape[1:])
+    return tuple(map(unflatten, out)) if isinstance(out, tuple) else unflatten(out)

@@ -169,26 +169,22 @@ class CURLDQNBlock(dqn.DQNBlock):
     def _gradient_step(self) -> list[dict]:
         c = self.config
         batch = self.sample_batch()
-        td_views, anchors, positives = [], [], []
-        for k, g in enumerate(self.generators):   # seed k's draws in its one-seed order
-            view = lambda: augment.augment_observations(batch[0][k], self.L, c.shift, c.flip_prob, self.grid, g)
-            if c.augment_td:
-                td_views.append(augment.augment_transitions(*(x[k] for x in batch), L=self.L, shift=c.shift,
-                                                            flip_prob=c.flip_prob, generator=g, grid=self.grid))
-            else:
-                anchors.append(view())
-            positives.append(view())
+        # seed k's draws in its one-seed order: the TD batch's view (or the anchors'), then the positives'
+        first, positive = augment.seed_views(2, c.batch_size, self.L, c.shift, c.flip_prob, self.device,
+                                             self.generators)
         query_parameters = self.q_parameters[:-2]
         if c.augment_td:
-            td_batch = tuple(torch.stack(parts) for parts in zip(*td_views))
+            td_batch = augment.in_rows(lambda *rows: first.transitions(*rows, self.L, self.grid), *batch)
             anchor_features = stacked_encoder(query_parameters, td_batch[0])
             q_values = stacked.stacked_linear(anchor_features, *self.q_parameters[-2:])
         else:
             td_batch, q_values = batch, None
-            anchor_features = stacked_encoder(query_parameters, torch.stack(anchors))
+            anchor_features = stacked_encoder(query_parameters, augment.in_rows(
+                lambda rows: first.observations(rows, self.L, self.grid), batch[0]))
         td_losses, q_taken = self.td_losses(*td_batch, q_values=q_values)
         with torch.no_grad():
-            keys = stacked_encoder(self.key_parameters, torch.stack(positives))
+            keys = stacked_encoder(self.key_parameters, augment.in_rows(
+                lambda rows: positive.observations(rows, self.L, self.grid), batch[0]))
         curl_losses = info_nce_per_seed(anchor_features, keys, self.W)
         self.step_optimizer(td_losses + c.curl_weight * curl_losses)
         self._update_key_encoder()

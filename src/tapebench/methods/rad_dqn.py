@@ -66,9 +66,8 @@ class RADDQNBlock(dqn.DQNBlock):
     def sample_batch(self):
         c = self.config
         batch = super().sample_batch()
-        views = [augment.augment_transitions(*(x[k] for x in batch), L=self.L, shift=c.shift, flip_prob=c.flip_prob,
-                                             generator=g, grid=self.grid) for k, g in enumerate(self.generators)]
-        return tuple(torch.stack(parts) for parts in zip(*views))
+        view, = augment.seed_views(1, c.batch_size, self.L, c.shift, c.flip_prob, self.device, self.generators)
+        return augment.in_rows(lambda *rows: view.transitions(*rows, self.L, self.grid), *batch)
 
 
 def make_block(agents: list[RADDQNAgent], generators: list[torch.Generator]) -> RADDQNBlock:
