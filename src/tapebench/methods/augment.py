@@ -57,27 +57,6 @@ def shift_actions(actions: torch.Tensor, shifts: torch.Tensor, L: int, grid: int
     return translate(actions, shifts, L, grid)
 
 
-def flip_bits(obs: torch.Tensor, prob: float, L: int, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Flip each tape cell of `obs` (N, L+1) with probability `prob`; t/H is kept. Returns a new tensor.
-    The draws come from `generator` (None: torch's global generator)."""
-    return flip_cells(obs, draw_flips(obs.shape[0], prob, L, obs.device, generator), L)
-
-
-def draw_flips(n: int, prob: float, L: int, device, generator: torch.Generator | None = None) -> torch.Tensor | None:
-    """(n, L) cells to flip, each with probability `prob` (None where `prob` is 0: nothing drawn)."""
-    if prob <= 0.0:
-        return None
-    return (torch.rand(n, L, generator=generator) < prob).to(device)
-
-
-def flip_cells(obs: torch.Tensor, flips: torch.Tensor | None, L: int) -> torch.Tensor:
-    """A copy of `obs` (N, L+1) with the tape cells `flips` (N, L) flipped (None: none); t/H is kept."""
-    out = obs.clone()
-    if flips is not None:
-        out[:, :L] = torch.where(flips, 1.0 - obs[:, :L], obs[:, :L])
-    return out
-
-
 @dataclass
 class View:
     """The random draws of one augmented view of n transitions: each one's shift (None: no shift) and the tape
@@ -92,7 +71,8 @@ class View:
         """The shifts k ~ U{0..L-1} (if `shift`), then the bit flips, drawn from `generator` (None: torch's global
         generator) in that order."""
         shifts = random_shifts(n, L, device, generator) if shift else None
-        return cls(shifts, draw_flips(n, flip_prob, L, device, generator))
+        flips = (torch.rand(n, L, generator=generator) < flip_prob).to(device) if flip_prob > 0.0 else None
+        return cls(shifts, flips)
 
     @classmethod
     def concatenate(cls, views: list["View"]) -> "View":
@@ -102,9 +82,10 @@ class View:
 
     def observations(self, obs: torch.Tensor, L: int, grid: int | None = None) -> torch.Tensor:
         """The view of observations (N, L+1): shifted (a 2-D torus translation with `grid`), then flipped."""
-        if self.shifts is not None:
-            obs = shift_tapes(obs, self.shifts, L, grid)
-        return flip_cells(obs, self.flips, L)
+        out = shift_tapes(obs, self.shifts, L, grid) if self.shifts is not None else obs.clone()
+        if self.flips is not None:
+            out[:, :L] = torch.where(self.flips, 1.0 - out[:, :L], out[:, :L])
+        return out
 
     def transitions(self, obs, actions, rewards, next_obs, terminated, L: int, grid: int | None = None):
         """The view of transitions: each one's shift applied to its observation, next observation and action, then

@@ -24,7 +24,8 @@ seed k's slice of a stacked tensor starts wherever k times its size puts it. So 
 `aligned` operands (a slice that does not start on an allocation boundary is copied) and hands back `aligned`
 gradients (`aligned_gradient`), whatever the per-seed sizes. A batched product has no such copies: where a method's
 own activations are sliced per seed it checks its sizes itself (RL2-A2C: multiples of 4 floats). With `exact=False`
-(the callers pass it off the CPU, where no bit-identity is claimed) the batched product is used throughout. The grouped convolutions are probed and used the same way.
+(the callers pass it off the CPU, where no bit-identity is claimed) the batched product is used throughout. The
+grouped convolutions are probed and used the same way.
 """
 from __future__ import annotations
 
