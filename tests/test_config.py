@@ -9,8 +9,8 @@ import pytest
 import yaml
 from pipeline_helpers import REPO
 
-from tapebench.pipeline.config import (ConfigError, load_config, load_config_file, merge_config, training_gpus,
-                                       validate_config)
+from tapebench.pipeline.config import (ConfigError, load_config, load_config_file, merge_config, train_slice,
+                                       training_gpus, training_stacking, validate_config)
 from tapebench.settings import MAX_CHECKPOINTS_PER_RUN
 
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
@@ -166,3 +166,27 @@ def test_a_family_world_test_answers_prediction_and_detection_and_refuses_planni
 def test_training_jobs_request_a_gpu_where_they_train_on_cuda(device, method, seeds, gpus):
     config = {"training": {"device": device, "gpus": 1}, "logging": {"tensorboard": False}}
     assert training_gpus(config, method, seeds) == gpus
+
+
+@pytest.mark.parametrize("stacking, device, method, seeds, tensorboard, passed", [
+    ("always", "auto", "dreamer", 4, False, "always"),   # not bit for bit on the CPU: "always" changes the job
+    ("always", "cpu", "planet", 4, False, "always"),
+    ("always", "auto", "dqn", 4, False, "auto"),         # stacked bit for bit under "auto" already
+    ("always", "auto", "context_mpc", 4, False, "auto"),  # no stacked block
+    ("always", "auto", "dreamer", 1, False, "auto"),
+    ("always", "cuda", "dreamer", 4, False, "auto"),     # "auto" stacks on CUDA too
+    ("always", "auto", "dreamer", 4, True, "auto"),      # TensorBoard trains one after another
+    ("auto", "auto", "dreamer", 4, False, "auto"),
+])
+def test_training_stacking_reaches_only_the_jobs_it_changes(stacking, device, method, seeds, tensorboard, passed):
+    config = paper_config(training={"stacking": stacking, "device": device, "seeds_per_job": 4},
+                          logging={"tensorboard": tensorboard})
+    if not tensorboard:     # validation asks for the tensorboard package where logging is on
+        validate_config(config, SCHEMA)
+    assert training_stacking(config, method, seeds) == passed
+    training = train_slice(config, method, seeds)["training"]
+    assert training.get("stacking", "auto") == passed and ("stacking" in training) == (passed != "auto")
+
+
+def test_training_stacking_is_auto_or_always():
+    assert_rejected(paper_config(training={"stacking": "never"}), "training.stacking", "'never' is not one of")

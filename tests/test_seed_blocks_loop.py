@@ -13,6 +13,7 @@ import torch
 from tapebench.grid_rules import VON_NEUMANN
 from tapebench.methods.contract import BlockUnsupported
 from tapebench.registry import get_method, register, unregister
+from tapebench.training import checkpoint as ckpt
 from tapebench.training.blocks import train_block
 from tapebench.training.loop import TrainSpec, train
 from tapebench.utils.artifacts import read_json
@@ -242,6 +243,20 @@ def test_where_stacking_only_rounds_alike_the_fingerprint_names_the_block(tmp_pa
         assert auto[0]["fingerprint"] == alone["fingerprint"]   # auto on the CPU: one after another, bit for bit
         assert [m["checkpoints"] for m in again] == [m["checkpoints"] for m in first]
         assert all(m["block"]["seeds"] == [0, 1] for m in again)
+
+        # the pipeline's job: training.stacking in --params (config `training.stacking: always`)
+        from tapebench.cli import main
+        slice_ = {"agent": HYPER, "env": {"L": 8, "H": 8},
+                  "training": {"total_steps": 256, "eval_every": 128, "stacking": "always"}}
+        command = ["train", "--agent", "dqn_inexact", "--rules", "30,90,110", "--seeds", "0-1", "--quiet",
+                   "--params", json.dumps(slice_), "--out", str(tmp_path / "cli{seed}")]
+        assert main(command) == 0
+        cli = [read_json(tmp_path / f"cli{s}" / "train.json", "manifest") for s in (0, 1)]
+        assert [m["fingerprint"] for m in cli] == [m["fingerprint"] for m in first]
+        for seed, manifest in zip((0, 1), cli):          # same weights (the files' provenance differs: --rules)
+            final = manifest["checkpoints"][-1]["file"]
+            assert_same_state(*(ckpt.load(folder / final)["policy"] for folder in (tmp_path / f"cli{seed}", runs[seed])))
+        assert main([*command, "--stacking", "never"]) == 2     # the flag and the params disagree
     finally:
         unregister("dqn_inexact")
 

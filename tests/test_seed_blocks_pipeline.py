@@ -38,6 +38,9 @@ def test_seed_blocks_keep_runs_and_rerun_only_what_changed(tiny_build, tmp_path)
     assert manifest.stat().st_mtime_ns == stamp          # finished runs are left alone
     assert (work / TARGET).read_bytes() == table3          # same runs, same evaluations, same table
     assert dry_run(work, "blocks.yaml") == []
+    # DQN and PPO stack bit for bit under "auto" already: `training.stacking: always` changes none of their jobs
+    (work / "always.yaml").write_text(yaml.safe_dump({"training": {"stacking": "always"}}))
+    assert dry_run(work, "blocks.yaml", "always.yaml") == []
 
     (work / "three.yaml").write_text(yaml.safe_dump({"seeds": 3}))
     # a real run: the new seed reruns the health gate (a checkpoint), after which Snakemake plans the rest

@@ -234,11 +234,15 @@ def _evaluation(wildcards):
     return evaluation_job(config, method, split, L=L, H=H, overrides=overrides, checkpoints=checkpoints)
 
 
+def _seeds_of_job(wildcards) -> int:
+    """Seeds a training job trains: a seed block's, else one."""
+    w = dict(wildcards.items())
+    return int(w["last"]) - int(w["first"]) + 1 if "first" in w else 1
+
+
 def train_gpus(wildcards):
     """GPUs a training job requests: training.gpus where it trains on CUDA (under device auto: stacked blocks)."""
-    w = dict(wildcards.items())
-    seeds = int(w["last"]) - int(w["first"]) + 1 if "first" in w else 1
-    return training_gpus(config, _job_of(wildcards)[0], seeds)
+    return training_gpus(config, _job_of(wildcards)[0], _seeds_of_job(wildcards))
 
 
 def train_mem_mb(wildcards):
@@ -258,7 +262,7 @@ def eval_runtime(wildcards):
 
 
 def train_params(wildcards):
-    return dumps(train_slice(config, wildcards.agent))
+    return dumps(train_slice(config, wildcards.agent, _seeds_of_job(wildcards)))
 
 
 def eval_params(wildcards):

@@ -40,7 +40,7 @@ from tapebench.validation import (check_goal_mode, check_noise, parse_param_sect
 PARAM_SECTIONS = {
     "agent": None,  # checked against the agent's Config
     "env": (*defaults.ENV, "goal", "goal_steps"),   # env.goal / goal_steps: docs/protocol.md#multi-goal
-    "training": tuple(defaults.TRAINING),
+    "training": (*defaults.TRAINING, "stacking"),   # stacking: a seed block's (training.stacking)
     "evaluation": ("episodes_per_rule", "eval_seed", "checkpoints", "noise"),
     "model_error": ("context", "depth"),
     "logging": ("tensorboard",),
@@ -64,6 +64,7 @@ def _rule_source(args):
 
 def run_train(args) -> int:
     params = parse_params(args.params)
+    args.stacking = _stacking(args, params)
     seeds = _block_seeds(args)
     split, split_info = _rule_source(args)
     rules = tuple(split.train) if split is not None else tuple(parse_rule_list(args.rules))
@@ -94,6 +95,16 @@ def run_train(args) -> int:
     if args.block_record is not None:
         write_block_record(args.block_record, manifests, out_dirs, config_slice)
     return 0
+
+
+def _stacking(args, params: dict) -> str:
+    """How a seed block stacks: --stacking, or the pipeline's `training.stacking` in --params (not both)."""
+    stacking = params.get("training", {}).get("stacking")
+    if stacking is None:
+        return args.stacking
+    if args.stacking != "auto" and args.stacking != stacking:
+        raise ValueError(f"--stacking {args.stacking} and --params training.stacking {stacking!r} disagree")
+    return stacking
 
 
 def _block_seeds(args) -> list[int]:

@@ -653,6 +653,19 @@ def training_gpus(config: dict, method: str, seeds: int) -> int:
     return int(config["training"]["gpus"]) if training_device(config["training"]["device"], stacked) != "cpu" else 0
 
 
+def training_stacking(config: dict, method: str, seeds: int) -> str:
+    """The `--stacking` a training job of `seeds` seeds of `method` passes: `training.stacking` where the setting can
+    change what the job does, else "auto", so that switching it reruns only those jobs. It cannot for one seed, under
+    TensorBoard logging (seeds one after another), on CUDA (where "auto" stacks too), for a method without a stacked
+    block, or for one whose stacked seeds are its one-seed runs bit for bit on the CPU."""
+    stacking = config["training"].get("stacking", "auto")
+    make_block = get_method(method).make_block
+    if (seeds < 2 or make_block is None or "cpu" in getattr(make_block, "bit_exact_devices", ())
+            or config.get("logging", {}).get("tensorboard", False) or config["training"]["device"] == "cuda"):
+        return "auto"
+    return stacking
+
+
 def seeds_per_job(config: dict) -> int:
     """Training seeds one training job trains (`training.seeds_per_job`, 1 when absent)."""
     return int(config["training"].get("seeds_per_job", 1))
@@ -760,11 +773,15 @@ def dumps(obj) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
 
 
-def train_slice(config: dict, agent: str) -> dict:
+def train_slice(config: dict, agent: str, seeds: int = 1) -> dict:
+    """What a training job of `seeds` seeds of `agent` gets (`tapebench train --params`); `training.stacking` only
+    where it changes what the job does (`training_stacking`), so switching it changes no other job's params."""
+    stacking = training_stacking(config, agent, seeds)
     return {
         "agent": config["agents"].get(agent, {}),
         "env": env_params(config),
-        "training": {k: config["training"][k] for k in ("total_steps", "eval_every")},
+        "training": {**{k: config["training"][k] for k in ("total_steps", "eval_every")},
+                     **({"stacking": stacking} if stacking != "auto" else {})},
         **logging_slice(config),
     }
 

@@ -44,7 +44,7 @@ import pandas as pd
 
 from tapebench import jobserver
 from tapebench.pipeline.config import (dumps, fixed_z_train_slice, load_config, split_rule_space, sweep_train_slice,
-                                       train_slice, validate_config)
+                                       train_slice, training_stacking, validate_config)
 from tapebench.layout import BLOCK_RULE
 from tapebench.registry import get_method
 from tapebench.rule_family import config_family
@@ -398,7 +398,8 @@ def _stacked_rate(method_id: str, seeds: int, config: dict, rules, steps: int) -
     from tapebench.training.loop import TrainSpec
 
     make_block = get_method(method_id).make_block
-    if make_block is None or "cpu" not in getattr(make_block, "bit_exact_devices", ()):
+    stacking = training_stacking(config, method_id, seeds)
+    if make_block is None or ("cpu" not in getattr(make_block, "bit_exact_devices", ()) and stacking != "always"):
         return None   # the pipeline (`--stacking auto`) trains its blocks' seeds one after another on a CPU
     specs = [TrainSpec(agent=method_id, rules=tuple(rules), seed=seed, L=int(config["env"]["L"]),
                        H=int(config["env"]["H"]), total_steps=steps, eval_every=steps,
@@ -406,7 +407,8 @@ def _stacked_rate(method_id: str, seeds: int, config: dict, rules, steps: int) -
              for seed in range(seeds)]
     with tempfile.TemporaryDirectory(prefix=f"tapebench-projection-{method_id}-block-") as tmp:
         with heartbeat(f"{method_id}: training a block of {seeds} seeds, {steps} steps each"):
-            manifests = train_block(specs, [f"{tmp}/seed{seed}" for seed in range(seeds)], quiet=True)  # auto, as the DAG
+            manifests = train_block(specs, [f"{tmp}/seed{seed}" for seed in range(seeds)], quiet=True,
+                                    stacking=stacking)      # as the DAG's job
     if "block" not in manifests[0]:
         return None
     return manifests[0]["training"]["env_steps"] * seeds / manifests[0]["block"]["cpu_time_s"]
@@ -467,7 +469,7 @@ def training_job(job: DagJob, config: dict) -> tuple[str, dict] | None:
     None for any other job."""
     rule, w = job.rule, job.wildcards
     if rule in ("train", "train_block"):
-        return w["agent"], train_slice(config, w["agent"])
+        return w["agent"], train_slice(config, w["agent"], block_seeds(job))
     if rule in ("train_fixed_z", "train_multi_rule"):
         return w["agent"], fixed_z_train_slice(config, w["agent"], w["L"], w["H"])
     if rule == "train_sweep":
