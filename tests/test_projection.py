@@ -3,9 +3,12 @@ list scheduling and the per-job cost model, checked by hand (the measurements th
 from __future__ import annotations
 
 import pytest
+from pipeline_helpers import REPO
+from test_seed_blocks_dreamer import HYPER as DREAMER_HYPER
 
-from tapebench.pipeline.projection import (CostModel, DagJob, arithmetic_shape, dependencies, floor_seconds,
-                                           gpu_block, job_seconds, linear_fit, on_gpu, parse_dry_run,
+from tapebench.pipeline.config import load_config, merge_config
+from tapebench.pipeline.projection import (CostModel, DagJob, _stacked_rate, arithmetic_shape, dependencies,
+                                           floor_seconds, gpu_block, job_seconds, linear_fit, on_gpu, parse_dry_run,
                                            read_gpu_figures, read_gpu_sharing, schedule_wall,
                                            slow_shared_gpu_jobs, training_job)
 from tapebench.utils.io import write_json
@@ -216,3 +219,12 @@ def test_the_projection_trains_and_evaluates_on_the_configs_family_and_goals(mon
         assert fields["family"] == {"neighbourhood": "moore"} and trained[0].L == 64
     else:
         assert fields["family"] is None and fields["goal"] == "derived"
+
+
+@pytest.mark.parametrize("stacking", ["auto", "always"])
+def test_a_projection_times_a_dreamer_block_only_where_the_dag_stacks_it(stacking):
+    config = merge_config(load_config(root=REPO), {"env": {"L": 8, "H": 8}, "agents": {"dreamer": DREAMER_HYPER},
+                                                    "training": {"stacking": stacking, "device": "cpu"}})
+    rate = _stacked_rate("dreamer", 2, config, rules=[30, 90, 110], steps=128)
+    # auto: the DAG trains a CPU block's DreamerV3 seeds one after another, at the one-seed rate (None)
+    assert rate is None if stacking == "auto" else rate > 0
