@@ -654,10 +654,11 @@ def training_gpus(config: dict, method: str, seeds: int) -> int:
 
 
 def training_stacking(config: dict, method: str, seeds: int) -> str:
-    """The `--stacking` a training job of `seeds` seeds of `method` passes: `training.stacking` where the setting can
-    change what the job does, else "auto", so that switching it reruns only those jobs. It cannot for one seed, under
-    TensorBoard logging (seeds one after another), on CUDA (where "auto" stacks too), for a method without a stacked
-    block, or for one whose stacked seeds are its one-seed runs bit for bit on the CPU."""
+    """How a training job of `seeds` seeds of `method` stacks (`tapebench train --stacking`; the pipeline passes it in
+    the job's `--params` as training.stacking): `training.stacking` where the setting can change what the job does,
+    else "auto", so that switching it reruns only those jobs. It cannot for one seed, under TensorBoard logging
+    (seeds one after another), on CUDA (where "auto" stacks too), for a method without a stacked block, or for one
+    whose stacked seeds are its one-seed runs bit for bit on the CPU."""
     stacking = config["training"].get("stacking", "auto")
     make_block = get_method(method).make_block
     if (seeds < 2 or make_block is None or "cpu" in getattr(make_block, "bit_exact_devices", ())
