@@ -649,8 +649,15 @@ def _check_agents(config: dict, command_line: dict | None) -> None:
 def training_gpus(config: dict, method: str, seeds: int) -> int:
     """GPUs a training job of `seeds` seeds of `method` requests: `training.gpus` where it trains on CUDA (as
     `settings.training_device` decides: stacked blocks under "auto"), else none."""
-    stacked = seeds > 1 and get_method(method).make_block is not None and not config.get("logging", {}).get("tensorboard", False)
-    return int(config["training"]["gpus"]) if training_device(config["training"]["device"], stacked) != "cpu" else 0
+    on_cpu = training_device(config["training"]["device"], can_stack(config, method, seeds)) == "cpu"
+    return 0 if on_cpu else int(config["training"]["gpus"])
+
+
+def can_stack(config: dict, method: str, seeds: int) -> bool:
+    """Whether a training job can train its `seeds` seeds of `method` as one stacked block: more than one seed, a
+    method with a stacked block, and no TensorBoard logging (which trains the seeds one after another)."""
+    tensorboard = config.get("logging", {}).get("tensorboard", False)
+    return seeds > 1 and get_method(method).make_block is not None and not tensorboard
 
 
 def training_stacking(config: dict, method: str, seeds: int) -> str:
@@ -659,12 +666,10 @@ def training_stacking(config: dict, method: str, seeds: int) -> str:
     else "auto", so that switching it reruns only those jobs. It cannot for one seed, under TensorBoard logging
     (seeds one after another), on CUDA (where "auto" stacks too), for a method without a stacked block, or for one
     whose stacked seeds are its one-seed runs bit for bit on the CPU."""
-    stacking = config["training"].get("stacking", "auto")
-    make_block = get_method(method).make_block
-    if (seeds < 2 or make_block is None or "cpu" in getattr(make_block, "bit_exact_devices", ())
-            or config.get("logging", {}).get("tensorboard", False) or config["training"]["device"] == "cuda"):
+    if (not can_stack(config, method, seeds) or "cpu" in getattr(get_method(method).make_block, "bit_exact_devices", ())
+            or config["training"]["device"] == "cuda"):
         return "auto"
-    return stacking
+    return config["training"].get("stacking", "auto")
 
 
 def seeds_per_job(config: dict) -> int:
