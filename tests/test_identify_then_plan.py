@@ -11,7 +11,7 @@ from agent_contract import assert_per_episode_policy
 from tapebench.ca import reference
 from tapebench.ca.packed import pack
 from tapebench.episodes.sets import episode_set
-from tapebench.episodes.streams import episode_keys, step_key
+from tapebench.episodes.streams import candidate_action, episode_keys, step_key
 from tapebench.evaluation.runner import run_episodes
 from tapebench.methods.contract import EpisodeBatch
 from tapebench.methods.identify_then_plan import Config, IdentifyThenPlanPolicy, consistent_rules, decide, pinned_bits
@@ -76,6 +76,40 @@ def test_decision_with_the_true_rule_alone_is_the_mpc_decision(L, goal, bonus):
         want = _plan_action(s, rule, k_t, depth, L, goal_word, bonus * L, horizon, candidates, tapes, score, alive)
         got = decide(s, np.array([rule], np.int64), k_t, depth, L, goal_word, bonus * L, horizon, candidates)
         assert got == want
+
+
+def _summed_return_decision(s, rules, k_t, depth, L, goal, score_bonus, horizon, candidates):
+    """The definition, on the reference kernel: the first action of the candidate with the largest return
+    summed over the rules (ties: lowest index)."""
+    totals = []
+    for c in range(candidates):
+        seq = [candidate_action(k_t, c * horizon + k, L) for k in range(depth)]
+        total = 0.0
+        for rule in rules:
+            tape = s.copy()
+            for a in seq:
+                tape = reference.transition(tape, a, rule)
+                mismatches = int((tape != goal).sum())
+                if mismatches == 0:
+                    total += score_bonus
+                    break
+                total -= mismatches
+        totals.append(total)
+    return candidate_action(k_t, int(np.argmax(totals)) * horizon, L)
+
+
+def test_decision_over_many_rules_is_the_best_summed_return_on_the_reference_kernel():
+    rng = np.random.default_rng(7)
+    for trial in range(12):
+        L = int(rng.integers(5, 12))
+        goal = rng.integers(0, 2, L, dtype=np.uint8) if trial % 2 else np.zeros(L, np.uint8)
+        rules = np.array(sorted(rng.choice(256, int(rng.integers(2, 9)), replace=False)), np.int64)
+        s = rng.integers(0, 2, L, dtype=np.uint8)
+        k_t = np.uint64(step_key(episode_keys(np.array([rng.integers(2**63)], np.uint64), 1)[0], trial))
+        horizon, candidates, bonus = 4, 24, float(rng.choice([0.5, 1.0]))
+        depth = int(rng.integers(1, horizon + 1))
+        got = decide(pack(s)[0], rules, k_t, depth, L, pack(goal)[0], bonus * L, horizon, candidates)
+        assert got == _summed_return_decision(s, rules, k_t, depth, L, goal, bonus * L, horizon, candidates)
 
 
 def test_identified_episodes_play_what_the_true_dynamics_mpc_plays_from_there():

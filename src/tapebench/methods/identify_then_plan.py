@@ -36,7 +36,7 @@ import torch
 
 from tapebench.ca.packed import length_mask, pack
 from tapebench.episodes.streams import candidate_action, episode_keys, step_key
-from tapebench.methods.mpc import MPCConfig, _score_candidates
+from tapebench.methods.mpc import MPCConfig, _score_flips, candidate_flips
 from tapebench.validation import check_integer
 
 U64 = np.uint64
@@ -111,8 +111,9 @@ def decide(s, rules, k_t, depth, L, goal, score_bonus, horizon, candidates):
     score = np.empty(candidates, dtype=np.float64)
     alive = np.empty(candidates, dtype=np.float64)
     total = np.zeros(candidates, dtype=np.float64)
+    flips = candidate_flips(k_t, depth, L, horizon, candidates)
     for r in range(rules.shape[0]):
-        _score_candidates(s, rules[r], k_t, depth, L, goal, score_bonus, horizon, candidates, tapes, score, alive)
+        _score_flips(s, rules[r], flips, depth, L, goal, score_bonus, candidates, tapes, score, alive)
         for c in range(candidates):
             total[c] += score[c]
     best = 0

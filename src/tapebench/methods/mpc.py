@@ -64,9 +64,21 @@ def _rule_masks(rule):
 
 
 @nb.njit(cache=True)
-def _score_candidates(s, rule, k_t, depth, L, goal, score_bonus, horizon, candidates, tapes, score, alive):
-    """score[c] = L x return of candidate sequence c (`depth` steps from tape s under `rule`), exact in floats:
-    minus the mismatch count after each step, `score_bonus` at the first success, nothing after it."""
+def candidate_flips(k_t, depth, L, horizon, candidates):
+    """One decision's candidate actions as one-hot words, depth-major: flips[k * candidates + c] flips the cell
+    of candidate c's action at depth k. Drawn once, they serve every rule a decision scores."""
+    flips = np.empty(depth * candidates, dtype=np.uint64)
+    for k in range(depth):
+        for c in range(candidates):
+            flips[k * candidates + c] = U64(1) << U64(candidate_action(k_t, c * horizon + k, L))
+    return flips
+
+
+@nb.njit(cache=True)
+def _score_flips(s, rule, flips, depth, L, goal, score_bonus, candidates, tapes, score, alive):
+    """score[c] = L x return of candidate sequence c (`depth` steps from tape s under `rule`, its actions in
+    `flips`), exact in floats: minus the mismatch count after each step, `score_bonus` at the first success,
+    nothing after it. The inner loop has no branch and an integer count, so it vectorises over candidates."""
     mask = length_mask(L)
     m0, m1, m2, m3, m4, m5, m6, m7 = _rule_masks(rule)
     for c in range(candidates):
@@ -75,9 +87,9 @@ def _score_candidates(s, rule, k_t, depth, L, goal, score_bonus, horizon, candid
         alive[c] = 1.0
     for k in range(depth):
         n_alive = 0
+        base = k * candidates
         for c in range(candidates):
-            a = candidate_action(k_t, c * horizon + k, L)
-            w = step_word_masks(tapes[c] ^ (U64(1) << U64(a)), m0, m1, m2, m3, m4, m5, m6, m7, L, mask)
+            w = step_word_masks(tapes[c] ^ flips[base + c], m0, m1, m2, m3, m4, m5, m6, m7, L, mask)
             tapes[c] = w
             mism = np.float64(popcount(w ^ goal))
             hit = mism == 0.0
@@ -86,6 +98,13 @@ def _score_candidates(s, rule, k_t, depth, L, goal, score_bonus, horizon, candid
             n_alive += alive[c] > 0.0
         if n_alive == 0:
             break
+
+
+@nb.njit(cache=True)
+def _score_candidates(s, rule, k_t, depth, L, goal, score_bonus, horizon, candidates, tapes, score, alive):
+    """`_score_flips` of one decision's candidates (drawn from the step key k_t) under one rule."""
+    _score_flips(s, rule, candidate_flips(k_t, depth, L, horizon, candidates), depth, L, goal, score_bonus,
+                 candidates, tapes, score, alive)
 
 
 @nb.njit(cache=True)
