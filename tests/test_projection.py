@@ -228,3 +228,53 @@ def test_a_projection_times_a_dreamer_block_only_where_the_dag_stacks_it(stackin
     rate = _stacked_rate("dreamer", 2, config, rules=[30, 90, 110], steps=128)
     # auto: the DAG trains a CPU block's DreamerV3 seeds one after another, at the one-seed rate (None)
     assert rate is None if stacking == "auto" else rate > 0
+
+
+def test_the_projection_times_evaluation_and_the_world_test_as_the_jobs_run_them(monkeypatch):
+    """On one torch and one numba thread, as the jobs run (`--threads 1`, NUMBA_NUM_THREADS=1): timed on more, a
+    process's CPU time would hold the other threads' spin-waits too (the quick preset's DreamerV3 world test: 54
+    instead of 27 ms per problem on 2 cores); and the world test on enough rules per side."""
+    import numba
+    import torch
+
+    from tapebench.evaluation import evaluate, worldtest
+    from tapebench.methods.worldtest import LearnedModelTester
+    from tapebench.pipeline import projection
+    from tapebench.pipeline.config import validate_config
+
+    config = validate_config(load_config([REPO / "tests/data/tiny.yaml"], root=REPO),
+                             REPO / "workflow/schemas/config.schema.yaml")
+    monkeypatch.setattr(projection, "calibrate_jobs", lambda **_: {"evaluate": 1.0, "train": 1.0, "light": 0.5,
+                                                                   "figure": 1.0, "server": 0.0})
+    threads = []
+
+    sides = []
+
+    def counting(function):
+        def call(*args, **kwargs):
+            threads.append((function.__name__, torch.get_num_threads(), numba.get_num_threads()))
+            sides.extend(len(rules) for rules in kwargs.get("sides", {}).values() if function is real_worldtest)
+            return function(*args, **kwargs)
+        return call
+
+    real_worldtest = worldtest.run_worldtest
+
+    monkeypatch.setattr(evaluate, "evaluate_untrained", counting(evaluate.evaluate_untrained))
+    monkeypatch.setattr(worldtest, "run_worldtest", counting(worldtest.run_worldtest))
+    before = torch.get_num_threads(), numba.get_num_threads()
+    many = 2, min(2, numba.config.NUMBA_NUM_THREADS)
+    torch.set_num_threads(many[0])
+    numba.set_num_threads(many[1])
+    try:
+        model = projection.measure(config, ["random"], steps=256, log=lambda *a, **k: None)
+        after = torch.get_num_threads(), numba.get_num_threads()
+    finally:
+        torch.set_num_threads(before[0])
+        numba.set_num_threads(before[1])
+    assert model.problem_s["random"] > 0 and model.episode_s["random"] > 0
+    assert {name for name, _, _ in threads} == {"evaluate_untrained", "run_worldtest"}
+    assert {(t, n) for _, t, n in threads} == {(1, 1)}
+    assert after == many                                       # the caller's settings come back
+    # a learned model plans its rows in chunks: timed on fewer rows per side than two chunks, a chunk's fixed cost
+    # would be read as a cost per side (the quick preset's DreamerV3 world test: 7.4 instead of 27 ms per problem)
+    assert max(sides) >= 2 * LearnedModelTester.CHUNK

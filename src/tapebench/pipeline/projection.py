@@ -25,6 +25,7 @@ table show what the runs cost).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import heapq
 import math
@@ -55,6 +56,9 @@ from tapebench.utils.io import write_parquet
 
 JOB_HEADER = re.compile(r"^(?:local)?rule (\w+):$")
 SAMPLE_RULES = 16            # evaluation cost is timed on at most this many rules of the split, then scaled
+# the world test on at most this many (half on each side): a learned model's planner rolls rows out in chunks, so
+# fewer rows than a chunk per side would time a chunk's fixed cost as if it were per rule
+WORLDTEST_SAMPLE_RULES = 64
 TRAIN_RULES = ("train", "train_block", "train_fixed_z", "train_multi_rule", "train_sweep")
 EVAL_RULES = ("evaluate", "evaluate_fixed_z", "evaluate_multi_rule", "evaluate_sweep", "evaluate_noise")
 METHOD_EVAL_RULES = ("evaluate_method", "evaluate_noise_method")
@@ -276,12 +280,37 @@ def linear_fit(n_small: int, t_small: float, n_big: int, t_big: float) -> tuple[
     return max(t_small - per * n_small, 0.0), per
 
 
+@contextlib.contextmanager
+def one_thread():
+    """torch and numba on one thread each, as the pipeline's jobs run them (`--threads 1`, `NUMBA_NUM_THREADS=1`):
+    a process's CPU time is then one core's work (more threads would add their spin-waits to it)."""
+    # torch and numba are heavy: loaded only when a projection measures
+    import numba
+    import torch
+
+    before = torch.get_num_threads(), numba.get_num_threads()
+    torch.set_num_threads(1)
+    numba.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before[0])
+        numba.set_num_threads(before[1])
+
+
 def measure(config: dict, methods, *, steps: int, count_evaluation_flops: bool = False, blocks=None,
             log=print) -> CostModel:
-    """Time the config's methods on this machine (short runs at the config's hyperparameters); with
-    `count_evaluation_flops`, also count the matrix-product FLOPs per evaluated episode (the smaller timed rule
-    set played again under the counter); `blocks` (method -> seed-block sizes): each such block trained once,
-    stacked where the method can (a block that is not stacked trains at the one-seed rate)."""
+    """Time the config's methods on this machine (short runs at the config's hyperparameters, one torch and one
+    numba thread, as the jobs run); with `count_evaluation_flops`, also count the matrix-product FLOPs per evaluated
+    episode (the smaller timed rule set played again under the counter); `blocks` (method -> seed-block sizes): each
+    such block trained once, stacked where the method can (a block that is not stacked trains at the one-seed
+    rate)."""
+    with one_thread():
+        return _measure(config, methods, steps=steps, count_evaluation_flops=count_evaluation_flops, blocks=blocks,
+                        log=log)
+
+
+def _measure(config: dict, methods, *, steps: int, count_evaluation_flops: bool, blocks, log) -> CostModel:
     # torch and the methods: loaded only when a projection measures them
     from tapebench.bench.flops import count_flops
     from tapebench.bench.training import heartbeat
@@ -303,6 +332,8 @@ def measure(config: dict, methods, *, steps: int, count_evaluation_flops: bool =
     rules = split_rule_space(config, config["main_split"])
     sample = rules[::max(1, math.ceil(len(rules) / SAMPLE_RULES))]
     half = sample[: max(1, len(sample) // 2)]
+    worldtest_sample = rules[::max(1, math.ceil(len(rules) / WORLDTEST_SAMPLE_RULES))]
+    worldtest_half = worldtest_sample[: max(1, len(worldtest_sample) // 2)]
     E = int(evaluation["episodes_per_rule"])
     eval_kwargs = dict(episodes_per_rule=E, eval_seed=int(evaluation["eval_seed"]))
     goals = goal_fields(config)
@@ -363,8 +394,8 @@ def measure(config: dict, methods, *, steps: int, count_evaluation_flops: bool =
                 run_worldtest(method, config_m, settings, sides={"train": sample[:1]}, L=L, H=H, seed=0,
                                budget=0, agent=agent)                                          # warm-up
                 points = []
-                with heartbeat(f"{method_id}: world test on {len(half)} and {len(sample)} rules"):
-                    for r in (half, sample):
+                with heartbeat(f"{method_id}: world test on {len(worldtest_half)} and {len(worldtest_sample)} rules"):
+                    for r in (worldtest_half, worldtest_sample):
                         start = time.process_time()
                         table = run_worldtest(method, config_m, settings, sides=halves(r), L=L, H=H, seed=0,
                                                budget=max(study["budgets"]), agent=agent)
@@ -728,7 +759,8 @@ def bench_pipeline(args) -> dict:
     methods = methods_of(jobs, config)
     print(f"tapebench bench pipeline: {len(jobs)} jobs ({', '.join(configfiles) or 'config/config.yaml'}"
           f"{'; targets ' + ' '.join(args.target) if args.target else ''}); measuring {len(methods)} methods "
-          f"({args.steps} training steps each, evaluation on <= {SAMPLE_RULES} rules), one thread", flush=True)
+          f"({args.steps} training steps each, evaluation on <= {SAMPLE_RULES} rules, the world test on <= "
+          f"{WORLDTEST_SAMPLE_RULES}), one thread", flush=True)
     blocks = block_sizes(jobs)
     model = measure(config, methods, steps=args.steps, count_evaluation_flops=bool(args.floor), blocks=blocks,
                     log=print)
