@@ -246,21 +246,17 @@ def test_the_projection_times_evaluation_and_the_world_test_as_the_jobs_run_them
                              REPO / "workflow/schemas/config.schema.yaml")
     monkeypatch.setattr(projection, "calibrate_jobs", lambda **_: {"evaluate": 1.0, "train": 1.0, "light": 0.5,
                                                                    "figure": 1.0, "server": 0.0})
-    threads = []
+    calls = []   # (function, torch threads, numba threads, rules per side of a world test)
 
-    sides = []
-
-    def counting(function):
+    def spy(function):
         def call(*args, **kwargs):
-            threads.append((function.__name__, torch.get_num_threads(), numba.get_num_threads()))
-            sides.extend(len(rules) for rules in kwargs.get("sides", {}).values() if function is real_worldtest)
+            sizes = [len(rules) for rules in kwargs.get("sides", {}).values()]
+            calls.append((function.__name__, torch.get_num_threads(), numba.get_num_threads(), sizes))
             return function(*args, **kwargs)
         return call
 
-    real_worldtest = worldtest.run_worldtest
-
-    monkeypatch.setattr(evaluate, "evaluate_untrained", counting(evaluate.evaluate_untrained))
-    monkeypatch.setattr(worldtest, "run_worldtest", counting(worldtest.run_worldtest))
+    monkeypatch.setattr(evaluate, "evaluate_untrained", spy(evaluate.evaluate_untrained))
+    monkeypatch.setattr(worldtest, "run_worldtest", spy(worldtest.run_worldtest))
     before = torch.get_num_threads(), numba.get_num_threads()
     many = 2, min(2, numba.config.NUMBA_NUM_THREADS)
     torch.set_num_threads(many[0])
@@ -272,9 +268,10 @@ def test_the_projection_times_evaluation_and_the_world_test_as_the_jobs_run_them
         torch.set_num_threads(before[0])
         numba.set_num_threads(before[1])
     assert model.problem_s["random"] > 0 and model.episode_s["random"] > 0
-    assert {name for name, _, _ in threads} == {"evaluate_untrained", "run_worldtest"}
-    assert {(t, n) for _, t, n in threads} == {(1, 1)}
+    assert {name for name, _, _, _ in calls} == {"evaluate_untrained", "run_worldtest"}
+    assert {(t, n) for _, t, n, _ in calls} == {(1, 1)}
     assert after == many                                       # the caller's settings come back
     # a learned model plans its rows in chunks: timed on fewer rows per side than two chunks, a chunk's fixed cost
     # would be read as a cost per side (the quick preset's DreamerV3 world test: 7.4 instead of 27 ms per problem)
-    assert max(sides) >= 2 * LearnedModelTester.CHUNK
+    assert max(size for name, _, _, sizes in calls if name == "run_worldtest" for size in sizes) >= \
+        2 * LearnedModelTester.CHUNK

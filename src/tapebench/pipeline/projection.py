@@ -281,21 +281,22 @@ def linear_fit(n_small: int, t_small: float, n_big: int, t_big: float) -> tuple[
 
 
 @contextlib.contextmanager
-def one_thread():
-    """torch and numba on one thread each, as the pipeline's jobs run them (`--threads 1`, `NUMBA_NUM_THREADS=1`):
+def as_a_job_runs():
+    """torch as a CPU job sets it (`torch_settings` with `--threads 1`) and numba on one thread (`NUMBA_NUM_THREADS=1`):
     a process's CPU time is then one core's work (more threads would add their spin-waits to it)."""
-    # torch and numba are heavy: loaded only when a projection measures
+    # numba, torch and the training loop: heavy, loaded only when a projection measures
     import numba
     import torch
 
-    before = torch.get_num_threads(), numba.get_num_threads()
-    torch.set_num_threads(1)
+    from tapebench.training.loop import torch_settings
+
+    numba_threads = numba.get_num_threads()
     numba.set_num_threads(1)
     try:
-        yield
+        with torch_settings(torch.device("cpu"), 1):
+            yield
     finally:
-        torch.set_num_threads(before[0])
-        numba.set_num_threads(before[1])
+        numba.set_num_threads(numba_threads)
 
 
 def measure(config: dict, methods, *, steps: int, count_evaluation_flops: bool = False, blocks=None,
@@ -305,7 +306,7 @@ def measure(config: dict, methods, *, steps: int, count_evaluation_flops: bool =
     episode (the smaller timed rule set played again under the counter); `blocks` (method -> seed-block sizes): each
     such block trained once, stacked where the method can (a block that is not stacked trains at the one-seed
     rate)."""
-    with one_thread():
+    with as_a_job_runs():
         return _measure(config, methods, steps=steps, count_evaluation_flops=count_evaluation_flops, blocks=blocks,
                         log=log)
 
