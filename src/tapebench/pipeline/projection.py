@@ -288,6 +288,7 @@ def as_a_job_runs():
     import numba
     import torch
 
+    # the training loop imports torch: likewise
     from tapebench.training.loop import torch_settings
 
     numba_threads = numba.get_num_threads()
