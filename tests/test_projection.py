@@ -275,3 +275,28 @@ def test_the_projection_times_evaluation_and_the_world_test_as_the_jobs_run_them
     # would be read as a cost per side (the quick preset's DreamerV3 world test: 7.4 instead of 27 ms per problem)
     assert max(size for name, _, _, sizes in calls if name == "run_worldtest" for size in sizes) >= \
         2 * LearnedModelTester.CHUNK
+
+
+def test_the_floor_is_measured_as_a_job_runs_and_leaves_the_callers_threads(monkeypatch):
+    """The GEMM rate of one core under the jobs' settings, and the caller's torch threads as they were."""
+    import torch
+
+    from tapebench.bench import flops
+    from tapebench.pipeline import projection
+    from tapebench.pipeline.config import validate_config
+
+    config = validate_config(load_config([REPO / "tests/data/tiny.yaml"], root=REPO),
+                             REPO / "workflow/schemas/config.schema.yaml")
+    seen = []
+    monkeypatch.setattr(flops, "gemm_rate", lambda: seen.append(
+        (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled())) or {"best": 2e9})
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        floor = projection.measure_floor([], config, steps=64, log=lambda *a, **k: None)
+        after = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+    assert floor == {"gemm_flops_per_s": 2e9, "flops_per_env_step": {}}
+    assert seen == [(1, True)]
+    assert after == 2

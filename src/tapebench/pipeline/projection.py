@@ -451,15 +451,10 @@ def measure_floor(jobs: list[DagJob], config: dict, *, steps: int, log=print) ->
     """FLOPs per env step of every distinct training run of the DAG (method, hyperparameters, L, H), counted in
     its learning phase (`bench.flops.steady_flops_per_step`, runs of steps / 2 and steps), and this core's best
     GEMM rate: what `floor_seconds` needs."""
-    # torch: loaded only when the floor is measured
-    import torch
-
-    # the methods and the FLOP counter: likewise
+    # the methods and the FLOP counter: loaded only when the floor is measured
     from tapebench.bench.flops import gemm_rate, steady_flops_per_step
     from tapebench.bench.training import heartbeat
     from tapebench.training.loop import TrainSpec
-
-    torch.set_num_threads(1)   # the rate of the one core a training job runs on
 
     rules = tuple(split_rule_space(config, config["main_split"]))
     shapes = {}
@@ -467,18 +462,19 @@ def measure_floor(jobs: list[DagJob], config: dict, *, steps: int, log=print) ->
         training = training_job(job, config)
         if training is not None:
             shapes.setdefault(arithmetic_shape(*training), training)
-    rate = gemm_rate()["best"]
-    log(f"arithmetic floor: {len(shapes)} distinct training runs, FLOPs counted over {steps // 2} and {steps} env "
-        f"steps each; best GEMM rate of this core {rate / 1e9:.1f} GFLOP/s", flush=True)
-    flops = {}
-    for key, (method, train) in sorted(shapes.items()):
-        L, H = int(train["env"]["L"]), int(train["env"]["H"])
-        spec = TrainSpec(agent=method, rules=rules, seed=0, hyperparameters=train["agent"], L=L, H=H,
-                         total_steps=steps, eval_every=steps, **run_fields(config))
-        with heartbeat(f"{method}: counting FLOPs at L={L}, H={H}"):
-            flops[key] = steady_flops_per_step(spec)
-        overrides = f", {dumps(train['agent'])}" if train["agent"] else ""
-        log(f"  {method} at L={L}, H={H}{overrides}: {flops[key] / 1e6:.2f} MFLOP per env step", flush=True)
+    with as_a_job_runs():   # the rate of the one core a training job runs on
+        rate = gemm_rate()["best"]
+        log(f"arithmetic floor: {len(shapes)} distinct training runs, FLOPs counted over {steps // 2} and {steps} "
+            f"env steps each; best GEMM rate of this core {rate / 1e9:.1f} GFLOP/s", flush=True)
+        flops = {}
+        for key, (method, train) in sorted(shapes.items()):
+            L, H = int(train["env"]["L"]), int(train["env"]["H"])
+            spec = TrainSpec(agent=method, rules=rules, seed=0, hyperparameters=train["agent"], L=L, H=H,
+                             total_steps=steps, eval_every=steps, **run_fields(config))
+            with heartbeat(f"{method}: counting FLOPs at L={L}, H={H}"):
+                flops[key] = steady_flops_per_step(spec)
+            overrides = f", {dumps(train['agent'])}" if train["agent"] else ""
+            log(f"  {method} at L={L}, H={H}{overrides}: {flops[key] / 1e6:.2f} MFLOP per env step", flush=True)
     return {"gemm_flops_per_s": rate, "flops_per_env_step": flops}
 
 
