@@ -134,3 +134,44 @@ def test_the_server_ends_with_its_pipeline(tmp_path):
         time.sleep(0.1)
     assert not Path(socket_path).exists()
 
+
+
+FORKED_JOB = """
+import os, sys
+import numba
+from tapebench import jobserver
+
+@numba.njit(parallel=True)
+def thread_ids(n):
+    ids = [0] * n
+    for i in numba.prange(n):
+        ids[i] = numba.get_thread_id()
+    return ids
+
+os.environ.pop("NUMBA_NUM_THREADS")   # the server imported numba on 2 threads; a job's environment replaces its own
+os.environ.update({"NUMBA_NUM_THREADS": sys.argv[1]} if sys.argv[1] else {})
+jobserver.numba_as_the_job()
+print(numba.get_num_threads(), sorted(set(thread_ids(64))))
+"""
+
+
+@pytest.mark.parametrize("job_threads, expected", [("1", "1 [0]"), ("2", "2 [0, 1]"), ("", "2 [0, 1]")])
+def test_a_fork_runs_numba_kernels_on_the_jobs_threads(job_threads, expected):
+    """numba fixed its thread count when the server imported it: a job's NUMBA_NUM_THREADS=1 (a rule's, or
+    OMP_NUM_THREADS as Snakemake sets it) must still give one thread, not the server's every core."""
+    env = {**os.environ, "NUMBA_NUM_THREADS": "2"}
+    proc = subprocess.run([sys.executable, "-c", FORKED_JOB, job_threads], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == expected
+
+
+@pytest.mark.parametrize("environ, expected", [
+    ({"OMP_NUM_THREADS": "1"}, "1"),                              # Snakemake's, for a job of one thread
+    ({"OMP_NUM_THREADS": "4", "NUMBA_NUM_THREADS": "2"}, "2"),    # a rule's own setting stands
+    ({}, None), ({"OMP_NUM_THREADS": "0"}, None), ({"OMP_NUM_THREADS": "four"}, None)])
+def test_a_command_runs_numba_on_the_threads_snakemake_gives_its_job(environ, expected):
+    from tapebench.cli import numba_threads_of_the_job
+
+    numba_threads_of_the_job(environ)
+    assert environ.get("NUMBA_NUM_THREADS") == expected

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from tapebench import __version__
@@ -99,8 +100,17 @@ def requested_command(argv: list[str]) -> list[str]:
     return [first] if first in COMMANDS else []
 
 
+def numba_threads_of_the_job(environ=os.environ) -> None:
+    """NUMBA_NUM_THREADS, where it is not set, from OMP_NUM_THREADS: Snakemake sets that to every job's `threads`,
+    and numba's default, every core, would let a one-thread job's parallel kernels take its neighbours' cores."""
+    threads = environ.get("OMP_NUM_THREADS", "").strip()
+    if "NUMBA_NUM_THREADS" not in environ and threads.isdigit() and int(threads) >= 1:
+        environ["NUMBA_NUM_THREADS"] = threads
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    numba_threads_of_the_job()                    # before numba is imported, and in what a job server receives
     status = job_client.forward(argv)             # a pipeline's job server runs it in a fork, when there is one
     if status is not None:
         return status

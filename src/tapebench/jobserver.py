@@ -12,7 +12,8 @@ whose client disconnects first (the job was killed) terminates itself. The serve
 gone, or on SIGTERM.
 
 A fork starts from the server's state: modules imported, nothing else. Every command seeds its own random
-streams, sets its own thread counts and reads no state a previous job left (jobs run in forks, never in the
+streams, sets its own thread counts (numba's from the job's environment: `numba_as_the_job`) and reads no state a
+previous job left (jobs run in forks, never in the
 server), so a job's outputs are those of the same command run on its own (tested).
 """
 from __future__ import annotations
@@ -59,6 +60,20 @@ def preload() -> None:
     popcount(np.uint64(1))                    # numba's CPU target and its cache: paid once, not per job
 
 
+def numba_as_the_job() -> None:
+    """numba as the job's environment sets it. numba read the NUMBA_* variables when the server imported it, and the
+    thread count its parallel kernels launch was fixed then (every core, or the server's NUMBA_NUM_THREADS): a job's
+    NUMBA_NUM_THREADS becomes numba's thread count here, where it is fewer, so that a one-thread job runs its
+    kernels on one thread as a process of its own would."""
+    numba = sys.modules.get("numba")
+    if numba is None:
+        return
+    launched = numba.config.NUMBA_NUM_THREADS
+    numba.config.reload_config()
+    if numba.config.NUMBA_NUM_THREADS < launched:
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+
+
 def _run_fork(connection: socket.socket, request: dict, streams: list[int]) -> None:
     """In the fork: become the requesting command and run it; never returns."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -67,8 +82,7 @@ def _run_fork(connection: socket.socket, request: dict, streams: list[int]) -> N
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update({k: v for k, v in request["env"].items() if k != SOCKET_VARIABLE})
-    if "numba" in sys.modules:                # numba reads NUMBA_* variables at import: read the job's
-        sys.modules["numba"].config.reload_config()
+    numba_as_the_job()
     for target, descriptor in zip(STREAMS, streams):
         os.dup2(descriptor, target)
         os.close(descriptor)
