@@ -175,3 +175,15 @@ def test_a_command_runs_numba_on_the_threads_snakemake_gives_its_job(environ, ex
 
     numba_threads_of_the_job(environ)
     assert environ.get("NUMBA_NUM_THREADS") == expected
+
+
+def test_a_tapebench_process_takes_numba_threads_from_snakemakes_omp_setting(tmp_path):
+    """`tapebench` as a job's own process (a cluster job, `execution.job_server: false`): numba, imported after the
+    command line is read, starts on the job's threads."""
+    script = ("from tapebench import cli; status = cli.main(['methods']); "
+              "import numba.np.ufunc.parallel as parallel; print(status, parallel.NUM_THREADS)")
+    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_NUM_THREADS", SOCKET_VARIABLE)}
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env={**env, "OMP_NUM_THREADS": "1"},
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "0 1"
