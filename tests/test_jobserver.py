@@ -135,7 +135,6 @@ def test_the_server_ends_with_its_pipeline(tmp_path):
     assert not Path(socket_path).exists()
 
 
-
 FORKED_JOB = """
 import os, sys
 import numba

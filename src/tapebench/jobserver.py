@@ -13,8 +13,8 @@ gone, or on SIGTERM.
 
 A fork starts from the server's state: modules imported, nothing else. Every command seeds its own random
 streams, sets its own thread counts (numba's from the job's environment: `numba_as_the_job`) and reads no state a
-previous job left (jobs run in forks, never in the
-server), so a job's outputs are those of the same command run on its own (tested).
+previous job left (jobs run in forks, never in the server), so a job's outputs are those of the same command run on
+its own (tested).
 """
 from __future__ import annotations
 
