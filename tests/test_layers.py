@@ -23,6 +23,7 @@ LAYERS = (
     ("registry", ("tapebench.registry",)),
     ("evaluation and training", ("tapebench.evaluation", "tapebench.training", "tapebench.oracle")),
     ("statistics and health", ("tapebench.stats", "tapebench.health")),
+    ("reference sets", ("tapebench.reference_sets",)),
     ("report", ("tapebench.report",)),
     ("pipeline and command line", ("tapebench.pipeline", "tapebench.cli", "tapebench.__main__", "tapebench.commands",
                                    "tapebench.bench", "tapebench.jobserver")),

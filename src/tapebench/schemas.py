@@ -21,6 +21,15 @@ SUMMARY_GROUP = ["split", "agent", "L", "H"]
 PER_SEED_COLUMNS = [*GROUP, "metric", "value", "k_used", "checkpoint_first", "checkpoint_last", "n_episodes"]
 PER_RULE_COLUMNS = [*GROUP, "rule", "type", "metric", "value", "k_used", "n_episodes"]
 CURVE_COLUMNS = [*GROUP, "checkpoint", "metric", "value", "n_episodes"]
+# per (seed, checkpoint, side, rule): the episode count and each metric's sum over those episodes; every per-seed
+# value, curve and per-rule value is a ratio of these (`stats.aggregate.rule_sums`; the reference sets' records)
+RULE_SUM_COLUMNS = {
+    "split": "string", "agent": "string", "L": "int64", "H": "int64", "seed": "int64", "side": "string",
+    "checkpoint": "int64", "rule": "int64", "type": "string", "n_episodes": "int64",
+    "success": "float64", "soft_success@0.03125": "float64", "soft_success@0.0625": "float64",
+    "soft_success@0.1": "float64", "final_dist": "float64", "auc_dist": "float64", "return": "float64",
+    "steps": "float64",
+}
 AGGREGATE_COLUMNS = [*SUMMARY_GROUP, "side", "metric", "n", "mean", "sd", "ci_low", "ci_high", "ci",
                      "n_resamples"]
 TESTS_COLUMNS = ["agent_a", "agent_b", "metric", "p", "p_holm"]
@@ -88,6 +97,8 @@ EPISODE_TABLE = tuple(EPISODE_COLUMNS)
 TABLE_KINDS = (
     TableKind("per_seed", "a per-seed table", "tapebench aggregate-seed --out", tuple(PER_SEED_COLUMNS)),
     TableKind("per_rule", "a per-rule table", "tapebench aggregate-seed --per-rule-out", tuple(PER_RULE_COLUMNS)),
+    TableKind("rule_sums", "a rule-sums table (per seed, checkpoint and rule)", "tapebench reference pack",
+              tuple(RULE_SUM_COLUMNS)),
     TableKind("curves", "a learning-curve table", "tapebench aggregate-seed --curves-out", tuple(CURVE_COLUMNS)),
     TableKind("aggregate", "an aggregate table", "tapebench aggregate --out", tuple(AGGREGATE_COLUMNS)),
     TableKind("tests", "a Welch-tests table", "tapebench aggregate --tests-out", tuple(TESTS_COLUMNS)),

@@ -23,6 +23,7 @@ from tapebench.health.checks import CHECKS
 from tapebench.methods.worldtest import supports_family
 from tapebench.layout import NOISE_DECIMALS, noise_label
 from tapebench.pipeline import resources
+from tapebench import reference_sets
 from tapebench.registry import build_config, check_hyperparameters, check_rule_family, get_method, registry
 from tapebench.rule_family import ELEMENTARY, config_family
 from tapebench.rules.mirror import mirror_classes
@@ -599,6 +600,7 @@ def validate_config(config: dict, schema_path, command_line: dict | None = None)
     _check_schedule(config)
     _check_rule_set(config)
     _check_splits(config)
+    _apply_reference_set(config)
 
     methods = registry()
     for i, method in enumerate(config["methods"]):
@@ -627,6 +629,52 @@ def validate_config(config: dict, schema_path, command_line: dict | None = None)
     _check_agents(config, command_line)
     _check_resources(config)
     return config
+
+
+def protocol_slice(config: dict) -> dict:
+    """What every row of Table 3 depends on besides its method: the protocol a reference set was run under and a run
+    that uses it must share (docs/protocol.md#reference-sets)."""
+    ev, split = config["evaluation"], config["main_split"]
+    return {
+        "env": env_params(config),
+        "rule_set": config.get("rule_set") or {},
+        "features": dict(config["features"]),
+        "split": {"name": split, **config["splits"][split]},
+        "training": {k: config["training"][k] for k in ("total_steps", "eval_every")},
+        "evaluation": {k: ev[k] for k in ("episodes_per_rule", "eval_seed", "horizons", "last_k")},
+    }
+
+
+def _apply_reference_set(config: dict, root=reference_sets.ROOT) -> None:
+    """With `reference_set`: refuse a protocol that differs from the set's, naming each key and both values; then
+    `methods` keeps only the methods the set lacks (what this run runs)."""
+    name = config.get("reference_set")
+    if not name:
+        if not config["methods"]:
+            raise ConfigError("config key 'methods': empty; name at least one method (`tapebench methods` lists them), "
+                              "or a reference_set whose rows the tables show")
+        return
+    try:
+        manifest = reference_sets.read_manifest(name, root)
+    except reference_sets.ReferenceSetError as exc:
+        raise ConfigError(f"config key 'reference_set': {exc}") from None
+    differences = reference_sets.protocol_differences(manifest["protocol"], protocol_slice(config))
+    if differences:
+        lines = [f"  {_protocol_key(key)}: the set has {shipped!r}, this config {configured!r}"
+                 for key, shipped, configured in differences]
+        raise ConfigError(f"config key 'reference_set': the protocol differs from reference set {name!r}'s, so its "
+                          f"rows are not comparable with this run's:\n" + "\n".join(lines)
+                          + f"\n(drop reference_set, or set these keys to the set's values)")
+    held = set(manifest["methods"])
+    config["methods"] = [m for m in config["methods"] if m not in held]
+
+
+def _protocol_key(key: str) -> str:
+    """A protocol slice's key as the config key a user edits."""
+    section, _, rest = key.partition(".")
+    if section == "split":
+        return f"splits.<main_split>.{rest}" if rest != "name" else "main_split"
+    return key
 
 
 def _check_agents(config: dict, command_line: dict | None) -> None:

@@ -79,7 +79,7 @@ from tapebench import defaults
 from tapebench.defaults import CI, N_RESAMPLES, REFERENCE
 from tapebench.evaluation.records import SOFT_EPSILONS, coerce_episode_frame, soft_success
 from tapebench.registry import registry
-from tapebench.schemas import AGGREGATE_COLUMNS, GROUP, PER_SEED_COLUMNS, SUMMARY_GROUP
+from tapebench.schemas import AGGREGATE_COLUMNS, GROUP, PER_SEED_COLUMNS, RULE_SUM_COLUMNS, SUMMARY_GROUP
 from tapebench.stats.bootstrap import difference_ci, hedges_g, holm, percentile_interval, resample_indices, welch_test
 from tapebench.stats.headroom import best_floor, headroom_ci, normalised_score_ci
 from tapebench.utils.artifacts import read_table
@@ -144,20 +144,64 @@ def _check_matched_checkpoints(curves: pd.DataFrame) -> None:
                              f"(only ID: {only_id}; only OOD: {only_ood})")
 
 
-def seed_tables(episodes: pd.DataFrame, last_k: int = defaults.LAST_K) -> dict[str, pd.DataFrame]:
-    """Per-seed values, learning curves and per-rule values (schemas in the module docstring)."""
-    if not isinstance(last_k, (int, np.integer)) or last_k < 1:
-        raise ValueError(f"last_k must be a positive integer (paper: 3), got {last_k!r}")
+def rule_sums(episodes: pd.DataFrame) -> pd.DataFrame:
+    """Per-episode records -> one row per (split, agent, L, H, seed, side, checkpoint, rule): the rule's type,
+    its episode count and the sum of each metric over those episodes (`schemas.RULE_SUM_COLUMNS`). Every
+    per-seed value, curve and per-rule value is a ratio of these sums, so a shipped reference set holds them
+    instead of the episodes (docs/protocol.md#reference-sets)."""
     episodes = coerce_episode_frame(episodes, with_agent=True)
     if episodes.empty:
         raise ValueError("episode table is empty")
     frame = _metric_frame(episodes)
     _check_episode_keys(frame)
+    by_rule = frame.groupby([*GROUP, "checkpoint", "rule", "type"], sort=True)
+    sums = by_rule[list(METRICS)].sum()
+    sums.insert(0, "n_episodes", by_rule.size())
+    return sums.reset_index()[list(RULE_SUM_COLUMNS)]
 
-    per_checkpoint = frame.groupby([*GROUP, "checkpoint"], sort=True)
-    wide_curves = per_checkpoint[list(METRICS)].mean()
-    wide_curves["n_episodes"] = per_checkpoint.size()
-    wide_curves = wide_curves.reset_index()
+
+def coerce_rule_sums(sums: pd.DataFrame) -> pd.DataFrame:
+    """Check a rule-sums table: its columns, unique keys, positive counts and finite sums."""
+    missing = [c for c in RULE_SUM_COLUMNS if c not in sums.columns]
+    if missing:
+        raise ValueError(f"rule-sums table lacks columns {missing}; expected {list(RULE_SUM_COLUMNS)}")
+    sums = sums[list(RULE_SUM_COLUMNS)].astype(RULE_SUM_COLUMNS)
+    if sums.empty:
+        raise ValueError("rule-sums table is empty")
+    keys = [*GROUP, "checkpoint", "rule"]
+    dup = sums.duplicated(keys, keep=False)
+    if dup.any():
+        first = sums.loc[dup, keys].iloc[0].to_dict()
+        raise ValueError(f"{int(dup.sum())} duplicated rule-sums rows (was a file given twice?), e.g. {first}")
+    if (sums["n_episodes"] < 1).any():
+        raise ValueError("rule-sums table has rows with n_episodes < 1")
+    bad = [m for m in METRICS if not np.isfinite(sums[m].to_numpy()).all()]
+    if bad:
+        raise ValueError(f"rule-sums table contains NaN or infinite sums in {bad}")
+    return sums
+
+
+def _means(sums: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Per group of `keys`: each metric's sum over the group's rows divided by its episodes."""
+    grouped = sums.groupby(keys, sort=True)
+    totals = grouped[["n_episodes", *METRICS]].sum()
+    means = totals[list(METRICS)].div(totals["n_episodes"].astype(np.float64), axis=0)
+    means["n_episodes"] = totals["n_episodes"]
+    return means.reset_index()
+
+
+def seed_tables(episodes: pd.DataFrame, last_k: int = defaults.LAST_K) -> dict[str, pd.DataFrame]:
+    """Per-seed values, learning curves and per-rule values (schemas in the module docstring)."""
+    return seed_tables_from_sums(rule_sums(episodes), last_k=last_k)
+
+
+def seed_tables_from_sums(sums: pd.DataFrame, last_k: int = defaults.LAST_K) -> dict[str, pd.DataFrame]:
+    """`seed_tables` from rule sums (`rule_sums`): the same tables, bit for bit, whether the sums come from this
+    run's episodes or from a reference set."""
+    if not isinstance(last_k, (int, np.integer)) or isinstance(last_k, bool) or last_k < 1:
+        raise ValueError(f"last_k must be a positive integer (paper: 3), got {last_k!r}")
+    sums = coerce_rule_sums(sums)
+    wide_curves = _means(sums, [*GROUP, "checkpoint"])
     _check_matched_checkpoints(wide_curves)
 
     # rank checkpoints from the last one: 0 = last; keep ranks < K
@@ -180,16 +224,14 @@ def seed_tables(episodes: pd.DataFrame, last_k: int = defaults.LAST_K) -> dict[s
     curves = _sorted(curves[[*GROUP, "checkpoint", "metric", "value", "n_episodes"]],
                      [*GROUP, "checkpoint", "metric"])
 
-    per_rule = _per_rule(frame, last[[*GROUP, "checkpoint"]], wide_seed[[*GROUP, "k_used"]])
+    per_rule = _per_rule(sums, last[[*GROUP, "checkpoint"]], wide_seed[[*GROUP, "k_used"]])
     return {"per_seed": per_seed, "curves": curves, "per_rule": per_rule}
 
 
-def _per_rule(frame: pd.DataFrame, used_checkpoints: pd.DataFrame, k_used: pd.DataFrame) -> pd.DataFrame:
-    used = frame.merge(used_checkpoints, on=[*GROUP, "checkpoint"], how="inner")
-    per_ckpt = used.groupby([*GROUP, "rule", "type", "checkpoint"], sort=True)
-    wide = per_ckpt[list(METRICS)].mean()
-    wide["n_episodes"] = per_ckpt.size()
-    by_rule = wide.reset_index().groupby([*GROUP, "rule", "type"], sort=True)
+def _per_rule(sums: pd.DataFrame, used_checkpoints: pd.DataFrame, k_used: pd.DataFrame) -> pd.DataFrame:
+    used = sums.merge(used_checkpoints, on=[*GROUP, "checkpoint"], how="inner")
+    per_ckpt = _means(used, [*GROUP, "rule", "type", "checkpoint"])
+    by_rule = per_ckpt.groupby([*GROUP, "rule", "type"], sort=True)
     wide = by_rule[list(METRICS)].mean()
     wide["n_episodes"] = by_rule["n_episodes"].sum()
     wide = wide.reset_index().merge(k_used, on=GROUP, how="left")
