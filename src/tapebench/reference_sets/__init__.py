@@ -280,6 +280,37 @@ def changed_methods(manifest: dict) -> dict[str, str]:
     return out
 
 
+def compare_cell(shipped: pd.DataFrame, fresh: pd.DataFrame, seed: int, horizons) -> str:
+    """A rerun cell's rule sums against the shipped ones of that seed and those horizons: "identical ..." when
+    every key and value agrees exactly, else "differs ..." with the largest difference per metric and the
+    seed's strict success both ways."""
+    keys = ["split", "agent", "L", "H", "seed", "side", "checkpoint", "rule", "type"]
+    metrics = [c for c in RULE_SUM_COLUMNS if c not in keys]
+    a = shipped[(shipped["seed"] == seed) & shipped["H"].isin(list(horizons))].sort_values(keys)
+    b = fresh[list(RULE_SUM_COLUMNS)].astype(RULE_SUM_COLUMNS).sort_values(keys)
+    a, b = a.reset_index(drop=True), b.reset_index(drop=True)
+    merged = a.merge(b, on=keys, how="outer", suffixes=("_shipped", "_rerun"), indicator=True)
+    only_shipped = int((merged["_merge"] == "left_only").sum())
+    only_rerun = int((merged["_merge"] == "right_only").sum())
+    both = merged[merged["_merge"] == "both"]
+    lines, equal = [], only_shipped == 0 and only_rerun == 0
+    for metric in metrics:
+        diff = (both[f"{metric}_shipped"] - both[f"{metric}_rerun"]).abs()
+        if len(diff) and float(diff.max()) != 0.0:
+            equal = False
+            lines.append(f"  {metric}: {int((diff != 0).sum())} of {len(diff)} rows differ, largest |difference| "
+                         f"{float(diff.max()):.6g}")
+    rates = []
+    for name, frame in (("shipped", a), ("rerun", b)):
+        last = frame[frame["checkpoint"] == frame["checkpoint"].max()] if len(frame) else frame
+        by_side = last.groupby(["H", "side"])[["success", "n_episodes"]].sum()
+        rates.append(f"  {name}: last checkpoint strict success " + ", ".join(
+            f"H={h} {side} {row.success / row.n_episodes:.4f}" for (h, side), row in by_side.iterrows()))
+    head = (f"identical: {len(both)} rule rows of seed {seed} agree exactly" if equal else
+            f"differs: {len(both)} rule rows compared, {only_shipped} only shipped, {only_rerun} only in the rerun")
+    return "\n".join([head, *lines, *rates])
+
+
 def reference_methods(config: dict, root=ROOT) -> list[str]:
     """The methods whose rows come from the config's `reference_set` (none without one)."""
     name = config.get("reference_set")

@@ -1,0 +1,338 @@
+"""`tapebench reference`: the shipped reference sets (docs/protocol.md#reference-sets) — list, show, verify,
+pack a finished run into a set, the tables the pipeline takes from a set, one cell rerun end to end, and the
+reproduction report."""
+from __future__ import annotations
+
+import datetime
+import json
+import platform
+import sys
+from pathlib import Path
+
+from tapebench import layout
+from tapebench.reference_sets import ROOT
+
+SCHEMA = Path("workflow/schemas/config.schema.yaml")   # commands that read the config run from the pipeline folder
+
+
+def register(sub) -> None:
+    p = sub.add_parser("reference", description="Reference sets: a protocol run once, its per-seed, per-checkpoint, "
+                                                "per-rule records shipped under reference/NAME/ with a manifest and "
+                                                "SHA256SUMS (docs/protocol.md#reference-sets).")
+    p.add_argument("--root", default=ROOT, help=f"folder of the reference sets (default {ROOT}/)")
+    verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
+
+    v = verbs.add_parser("list", help="the sets under the root, one line each")
+    v.set_defaults(func=_list)
+
+    v = verbs.add_parser("show", help="what a set holds: protocol, methods, seeds, checkpoints, sizes, commits")
+    v.add_argument("name")
+    v.set_defaults(func=_show)
+
+    v = verbs.add_parser("verify", help="check every file against SHA256SUMS and each method's code against the "
+                                        "code that made it (non-zero exit on a damaged set)")
+    v.add_argument("name")
+    v.set_defaults(func=_verify)
+
+    v = verbs.add_parser("pack", help="write (or extend) a set from a finished run's evaluation records")
+    v.add_argument("name")
+    v.add_argument("--configfile", nargs="*", default=[], metavar="YAML",
+                   help="the presets the run used, merged on top of config/config.yaml")
+    v.add_argument("--results", default="results", help="the run's results folder (default results/)")
+    v.add_argument("--methods", nargs="+", required=True, help="methods to add (each needs every seed and horizon)")
+    v.add_argument("--command", default="", help="the command that ran them, recorded in the manifest")
+    v.add_argument("--where", default="", help="where they ran (machine, session), recorded in the manifest")
+    v.set_defaults(func=_pack)
+
+    v = verbs.add_parser("seed-tables", help="a method's per-seed, curves and per-rule tables from a set (the "
+                                             "pipeline's stand-in for `aggregate-seed`)")
+    v.add_argument("name")
+    v.add_argument("--method", required=True)
+    v.add_argument("--H", type=int, required=True)
+    v.add_argument("--last-k", type=int, required=True)
+    v.add_argument("--out", required=True)
+    v.add_argument("--curves-out", required=True)
+    v.add_argument("--per-rule-out", required=True)
+    v.set_defaults(func=_seed_tables)
+
+    v = verbs.add_parser("reproduce", help="rerun one cell (method, seed) end to end and print its difference to "
+                                           "the shipped records")
+    v.add_argument("name")
+    v.add_argument("--method", required=True)
+    v.add_argument("--seed", type=int, required=True)
+    v.add_argument("--H", type=int, nargs="*", help="horizons (default: the set's)")
+    v.add_argument("--configfile", nargs="*", default=[], metavar="YAML",
+                   help="presets on top of config/config.yaml whose protocol equals the set's (default: none)")
+    v.add_argument("--cores", type=int, default=1, help="Snakemake cores for the rerun (default 1)")
+    v.add_argument("--work", default="results/reproduce", help="folder for the rerun's preset file")
+    v.set_defaults(func=_reproduce)
+
+    v = verbs.add_parser("reproduction", help="the reproduction report: the paper's numbers beside the set's, "
+                                              "with CIs, differences and verdicts (Markdown)")
+    v.add_argument("name")
+    v.add_argument("--out", required=True, help="Markdown file (docs/reproduction.md)")
+    v.add_argument("--tex", help="also the LaTeX section for the compiled report")
+    v.add_argument("--check", action="store_true", help="do not write: exit 1 if --out is not what it would be")
+    v.set_defaults(func=_reproduction)
+
+
+def _list(args) -> int:
+    from tapebench.reference_sets import available, read_manifest
+
+    names = available(args.root)
+    if not names:
+        print(f"no reference sets under {args.root}/")
+    for name in names:
+        manifest = read_manifest(name, args.root)
+        seeds = sorted({len(e.get("seeds", [])) for e in manifest["methods"].values()})
+        print(f"{name}: {len(manifest['methods'])} methods, seeds per method {seeds}, protocol "
+              f"{manifest['protocol_sha256'][:12]}, {manifest.get('title', '')}")
+    return 0
+
+
+def _show(args) -> int:
+    import pandas as pd
+
+    from tapebench.reference_sets import read_manifest, set_dir, summary
+
+    manifest = read_manifest(args.name, args.root)
+    folder = set_dir(args.name, args.root)
+    print(f"{args.name}: {manifest.get('title', '')}")
+    print(f"protocol (sha256 {manifest['protocol_sha256'][:16]}):")
+    print(json.dumps(manifest["protocol"], indent=1, sort_keys=True))
+    table = summary(manifest)
+    table["MB"] = [round((folder / manifest["methods"][m]["records"]).stat().st_size / 1e6, 2)
+                   for m in table["method"]]
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
+        print(table.to_string(index=False))
+    total = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    print(f"{len(table)} methods, {total / 1e6:.1f} MB in {folder}/")
+    return 0
+
+
+def _verify(args) -> int:
+    from tapebench.reference_sets import changed_methods, read_manifest, verify
+
+    problems = verify(args.name, args.root)
+    for line in problems:
+        print(f"FAIL {line}")
+    if problems:
+        print(f"reference set {args.name!r}: {len(problems)} problem(s); restore it with `git checkout -- "
+              f"{args.root}/{args.name}`", file=sys.stderr)
+        return 1
+    manifest = read_manifest(args.name, args.root)
+    changed = changed_methods(manifest)
+    for method, why in sorted(changed.items()):
+        print(f"FLAG {method}: {why}; its rows are still the shipped ones (`tapebench reference reproduce "
+              f"{args.name} --method {method} --seed 0` reruns one cell)")
+    print(f"reference set {args.name!r}: every file matches SHA256SUMS ({len(manifest['methods'])} methods"
+          + (f", {len(changed)} flagged" if changed else "") + ")")
+    return 0
+
+
+def _seed_tables(args) -> int:
+    from tapebench.reference_sets import load_records, read_manifest
+    from tapebench.stats.aggregate import seed_tables_from_sums
+    from tapebench.utils.io import provenance, write_parquet
+
+    manifest = read_manifest(args.name, args.root)
+    sums = load_records(args.name, args.method, args.root)
+    sums = sums[sums["H"] == args.H]
+    if sums.empty:
+        raise ValueError(f"reference set {args.name!r} holds no H = {args.H} records of {args.method!r}")
+    tables = seed_tables_from_sums(sums, last_k=args.last_k)
+    entry = manifest["methods"][args.method]
+    meta = provenance({"last_k": args.last_k, "reference_set": args.name}, None,
+                      reference_set={"name": args.name, "protocol_sha256": manifest["protocol_sha256"],
+                                     "method": args.method, "code_version": entry.get("code_version"),
+                                     "method_code_sha256": entry.get("method_code_sha256")})
+    for key, out in (("per_seed", args.out), ("curves", args.curves_out), ("per_rule", args.per_rule_out)):
+        write_parquet(out, tables[key], meta=meta)
+    print(f"{args.method} H = {args.H}: {tables['per_seed']['seed'].nunique()} seeds from reference set {args.name}")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# pack
+
+
+def _library_versions() -> dict:
+    import importlib.metadata as md
+
+    out = {"python": platform.python_version()}
+    for package in ("torch", "numpy", "numba", "pandas", "pyarrow", "snakemake"):
+        try:
+            out[package] = md.version(package)
+        except md.PackageNotFoundError:
+            out[package] = None
+    return out
+
+
+def _eval_files(results: Path, split: str, method: str, seeds: list[int], horizons: list[int]) -> list[Path]:
+    files, missing = [], []
+    for seed in seeds:
+        for H in horizons:
+            path = results / Path(layout.evaluation(layout.run_dir(split, method, seed), H)).relative_to("results")
+            (files if path.is_file() else missing).append(path)
+    if missing:
+        raise ValueError(f"{method}: {len(missing)} evaluation file(s) missing, e.g. {missing[0]}; pack a method "
+                         f"once every seed and horizon is evaluated")
+    return files
+
+
+def pack_method(config: dict, results: Path, method: str) -> tuple:
+    """(rule sums, manifest entry) of one method from a finished run's records."""
+    import pandas as pd
+
+    from tapebench.reference_sets import method_fingerprint
+    from tapebench.registry import get_method
+    from tapebench.report.compute import evaluation_record, run_record
+    from tapebench.stats.aggregate import rule_sums
+    from tapebench.stats.compute import compute_table
+    from tapebench.utils.artifacts import read_json, read_table
+    from tapebench.utils.io import cpu_name
+
+    split, horizons = config["main_split"], list(config["evaluation"]["horizons"])
+    info = get_method(method)
+    seeds = [0] if info.deterministic else list(range(config["seeds"]))
+    frames, evaluations, versions, hyper = [], [], set(), None
+    for path in _eval_files(results, split, method, seeds, horizons):
+        frame, meta = read_table(path, "episodes")
+        if set(frame["agent"].astype(str)) != {method}:
+            raise ValueError(f"{path}: records of {sorted(set(frame['agent'].astype(str)))}, not {method!r}")
+        frames.append(frame)
+        evaluation = meta.get("evaluation", {})
+        evaluations.append(evaluation_record(meta))
+        versions.add((evaluation.get("run") or {}).get("code_version") or meta.get("code_version"))
+        if not info.trains:
+            hyper = (evaluation.get("method") or {}).get("hyperparameters", hyper)
+    runs, devices = [], set()
+    if info.trains:
+        for seed in seeds:
+            manifest = read_json(results / Path(layout.manifest(layout.run_dir(split, method, seed))).relative_to(
+                "results"), "training manifest")
+            runs.append(run_record(manifest))
+            versions.add(manifest["provenance"]["code_version"])
+            devices.add(manifest.get("device_name") or manifest.get("device"))
+            hyper = manifest["hyperparameters"]
+    sums = rule_sums(pd.concat(frames, ignore_index=True))
+    cost = compute_table(runs, evaluations, [method]).iloc[0]
+    entry = {
+        "display_name": info.display_name, "family": info.family, "trains": info.trains,
+        "seeds": seeds, "horizons": horizons, "checkpoints": sorted(int(c) for c in sums["checkpoint"].unique()),
+        "rules": {side: int(sums.loc[sums["side"] == side, "rule"].nunique()) for side in sorted(sums["side"].unique())},
+        "episodes": int(sums["n_episodes"].sum()), "rows": len(sums),
+        "hyperparameters": hyper or {}, "code_version": sorted(v for v in versions if v),
+        "method_code_sha256": method_fingerprint(method),
+        "cpu_hours": {"training": round(float(cost["train_cpu_hours"]), 4),
+                      "evaluation": round(float(cost["eval_cpu_hours"]), 4),
+                      "total": round(float(cost["cpu_hours"]), 4)},
+        "machine": {"cpu": cpu_name(), "devices": sorted(d for d in devices if d) or ["cpu"],
+                    "platform": platform.platform()},
+        "libraries": _library_versions(),
+    }
+    return sums, entry
+
+
+def _pack(args) -> int:
+    from tapebench.pipeline.config import load_config, protocol_slice, validate_config
+    from tapebench.reference_sets import (FORMAT, ReferenceSetError, protocol_differences, protocol_hash,
+                                          read_manifest, set_dir, write_checksums, write_manifest, write_records)
+
+    config = validate_config(load_config(args.configfile), SCHEMA)
+    protocol = protocol_slice(config)
+    folder = set_dir(args.name, args.root)
+    if (folder / "manifest.json").is_file():
+        manifest = read_manifest(args.name, args.root)
+        differences = protocol_differences(manifest["protocol"], protocol)
+        if differences:
+            raise ReferenceSetError(f"the run's protocol differs from set {args.name!r}'s: "
+                                    + "; ".join(f"{k}: {a!r} vs {b!r}" for k, a, b in differences))
+    else:
+        manifest = {"format": FORMAT, "name": args.name, "protocol": protocol, "protocol_sha256": protocol_hash(protocol),
+                    "title": f"the protocol of config/config.yaml run once, every default method at {config['seeds']} "
+                             "seeds", "methods": {}}
+    folder.mkdir(parents=True, exist_ok=True)
+    today = datetime.date.today().isoformat()
+    for method in args.methods:
+        sums, entry = pack_method(config, Path(args.results), method)
+        entry["records"] = write_records(folder, method, sums)
+        entry["commands"] = [args.command] if args.command else []
+        entry["where"] = args.where
+        entry["packed"] = today
+        manifest["methods"][method] = entry
+        print(f"{method}: {entry['rows']} rows, {len(entry['seeds'])} seeds, {len(entry['checkpoints'])} checkpoints, "
+              f"{entry['cpu_hours']['total']:.3f} CPU-hours, code {', '.join(entry['code_version'])}")
+    manifest["seeds"] = sorted({s for e in manifest["methods"].values() for s in e["seeds"]})
+    write_manifest(folder, manifest)
+    write_checksums(folder)
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# reproduce one cell
+
+
+def _reproduce(args) -> int:
+    import subprocess
+    import time
+
+    import pandas as pd
+
+    from tapebench.reference_sets import ReferenceSetError, compare_cell, load_records, read_manifest
+    from tapebench.stats.aggregate import rule_sums
+    from tapebench.utils.artifacts import read_table
+
+    manifest = read_manifest(args.name, args.root)
+    entry = manifest["methods"].get(args.method)
+    if entry is None:
+        raise ReferenceSetError(f"reference set {args.name!r} holds no {args.method!r}; it holds "
+                                f"{', '.join(sorted(manifest['methods']))}")
+    if args.seed not in entry["seeds"]:
+        raise ReferenceSetError(f"{args.method} in {args.name!r} has seeds {entry['seeds']}, not {args.seed}")
+    horizons = args.H or entry["horizons"]
+    unknown = sorted(set(horizons) - set(entry["horizons"]))
+    if unknown:
+        raise ReferenceSetError(f"{args.method} in {args.name!r} has horizons {entry['horizons']}, not {unknown}")
+    split = manifest["protocol"]["split"]["name"]
+    targets = [layout.evaluation(layout.run_dir(split, args.method, args.seed), H) for H in horizons]
+    preset = Path(args.work) / f"{args.name}-{args.method}-seed{args.seed}.yaml"
+    preset.parent.mkdir(parents=True, exist_ok=True)
+    preset.write_text(json.dumps({"reference_set": None, "methods": [args.method], "seeds": args.seed + 1,
+                                  "agents": {args.method: entry["hyperparameters"]},
+                                  "training": {"seeds_per_job": 1}}))
+    command = ["snakemake", *targets, "--cores", str(args.cores), "--configfile", "config/config.yaml",
+               *args.configfile, str(preset)]
+    print("rerun: " + " ".join(command), flush=True)
+    start = time.perf_counter()
+    subprocess.run(command, check=True)
+    seconds = time.perf_counter() - start
+    fresh = rule_sums(pd.concat([read_table(t, "episodes")[0] for t in targets], ignore_index=True))
+    shipped = load_records(args.name, args.method, args.root)
+    report = compare_cell(shipped, fresh, args.seed, horizons)
+    print(report)
+    print(f"rerun took {seconds:.1f} s wall ({args.method}, seed {args.seed}, H {horizons})")
+    return 0 if report.startswith("identical") else 1
+
+
+def _reproduction(args) -> int:
+    from tapebench.report.reproduction import reproduction_markdown, reproduction_tex
+
+    text = reproduction_markdown(args.name, args.root)
+    out = Path(args.out)
+    if args.check:
+        if not out.is_file() or out.read_text() != text:
+            print(f"{out} is stale: regenerate it with `tapebench reference reproduction {args.name} --out {out}`",
+                  file=sys.stderr)
+            return 1
+        print(f"{out} is current")
+        return 0
+    from tapebench.utils.io import atomic_path
+
+    with atomic_path(out) as tmp:
+        Path(tmp).write_text(text)
+    if args.tex:
+        with atomic_path(args.tex) as tmp:
+            Path(tmp).write_text(reproduction_tex(args.name, args.root))
+    print(f"wrote {out}")
+    return 0
