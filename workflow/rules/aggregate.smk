@@ -19,6 +19,36 @@ rule aggregate_seed:
         " --curves-out {output.curves:q} --per-rule-out {output.per_rule:q} > {log:q} 2>&1"
 
 
+# With a reference_set, the main split's tables of the methods it holds come from its shipped records
+# (`tapebench reference seed-tables`: the same code as aggregate-seed, from per-rule sums); nothing of them runs.
+ruleorder: reference_seed_tables > aggregate_seed
+
+
+rule reference_seed_tables:
+    input:
+        records=lambda w: f"{reference_sets.ROOT}/{REFERENCE_SET}/{reference_sets.records_file(w.agent)}",
+        checksums=f"{reference_sets.ROOT}/{REFERENCE_SET}/{reference_sets.SUMS}",
+    output:
+        per_seed=layout.per_seed("{split}", "{agent}", "{H}"),
+        curves=layout.curves("{split}", "{agent}", "{H}"),
+        per_rule=layout.per_rule("{split}", "{agent}", "{H}"),
+    log:
+        "logs/aggregate/{split}/{agent}_H{H}.reference.log",
+    wildcard_constraints:
+        split=re.escape(MAIN_SPLIT),
+        agent=one_of(HELD),
+    conda:
+        CONDA_ENV
+    params:
+        root=reference_sets.ROOT,
+        name=REFERENCE_SET,
+        last_k=config["evaluation"]["last_k"],
+    shell:
+        "tapebench reference --root {params.root:q} seed-tables {params.name:q} --method {wildcards.agent:q}"
+        " --H {wildcards.H:q} --last-k {params.last_k:q} --out {output.per_seed:q}"
+        " --curves-out {output.curves:q} --per-rule-out {output.per_rule:q} > {log:q} 2>&1"
+
+
 rule aggregate:
     input:
         per_seed_files,

@@ -3,8 +3,11 @@
 # evaluate / aggregate jobs. A helper that one stage or one study uses lives in that stage's or study's .smk.
 from pathlib import Path
 
+import re
+
 from tapebench import layout
 from tapebench import jobserver
+from tapebench import reference_sets
 from tapebench.pipeline.config import (
     checkpoint_eval_slice,
     dumps,
@@ -32,7 +35,10 @@ resource_scopes:
 
 
 SEEDS = list(range(config["seeds"]))
-METHODS = list(config["methods"])
+METHODS = list(config["methods"])  # what runs: with a reference_set, the methods the set lacks
+REFERENCE_SET = config["reference_set"]  # docs/protocol.md#reference-sets
+HELD = reference_sets.reference_methods(config)  # their main-split tables come from the set's records
+SHOWN = reference_sets.shown_methods(config)  # the rows of the main split's tables and figures
 LADDER = config["studies"]["ladder"]  # the severity ladder (ladder.smk, docs/protocol.md#severity-ladders)
 LADDER_SPLIT = LADDER["name"]
 RUN_METHODS = list(dict.fromkeys([*METHODS, *LADDER["methods"]]))  # every method that runs on some split
@@ -281,8 +287,5 @@ def episode_files(wildcards):
 
 
 def per_seed_files(wildcards):
-    return [
-        layout.per_seed(wildcards.split, a, h)
-        for a in split_methods(wildcards.split)
-        for h in split_horizons(wildcards.split)
-    ]
+    shown = SHOWN if wildcards.split == MAIN_SPLIT else split_methods(wildcards.split)
+    return [layout.per_seed(wildcards.split, a, h) for a in shown for h in split_horizons(wildcards.split)]

@@ -219,6 +219,7 @@ def pack_method(config: dict, results: Path, method: str) -> tuple:
     cost = compute_table(runs, evaluations, [method]).iloc[0]
     entry = {
         "display_name": info.display_name, "family": info.family, "trains": info.trains,
+        "deterministic": info.deterministic,
         "seeds": seeds, "horizons": horizons, "checkpoints": sorted(int(c) for c in sums["checkpoint"].unique()),
         "rules": {side: int(sums.loc[sums["side"] == side, "rule"].nunique()) for side in sorted(sums["side"].unique())},
         "episodes": int(sums["n_episodes"].sum()), "rows": len(sums),

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Callable
 
 from tapebench import layout
+from tapebench.reference_sets import reference_methods, shown_methods
 from tapebench.registry import get_method
 from tapebench.registry import registry as method_registry
 from tapebench import defaults
@@ -74,7 +75,8 @@ def _result_table(table: str) -> Callable[[dict], list[Job]]:
             values["H"] = config["env"]["H"]
         if table == "table3":
             values["random_per_rule"] = (layout.per_rule(split, "random", config["env"]["H"])
-                                         if "random" in config["methods"] else None)
+                                         if "random" in shown_methods(config) else None)
+            values["reference_set"] = config.get("reference_set")
             values["min_headroom"] = config["health"]["rule_headroom"]["warn"]
             values["goal"] = config["env"]["goal"]
         return [Job(table, f"results/{table}.tex", values)]
@@ -154,7 +156,9 @@ _TABLES: list[Output] = [
                _value("min_headroom", "the Score column is shown only where the OOD rule-dependent headroom is at least "
                                       "this (the pipeline: health.rule_headroom.warn)", float, required=False),
                _value("goal", f"the protocol's env.goal ({' or '.join(GOAL_MODES)}): the caption's rules solved by "
-                              f"any action (default {ZEROS_GOAL})", required=False, default=ZEROS_GOAL)),
+                              f"any action (default {ZEROS_GOAL})", required=False, default=ZEROS_GOAL),
+               _value("reference_set", "the reference set whose rows the table marks (reference/NAME/)",
+                      required=False)),
            _result_table("table3")),
     Output("table4", TABLE, "Table 4: final distance, AUC, soft success@0.1 by family",
            "tapebench.report.tables:render_table4", (
@@ -210,8 +214,8 @@ RLIABLE = "rliable-style statistics"
 
 
 def _main_runs(config) -> tuple[str, int, list[str]]:
-    """The main split, the training horizon, the configured methods."""
-    return config["main_split"], config["env"]["H"], list(config["methods"])
+    """The main split, the training horizon, the rows shown: the reference set's methods and those that run."""
+    return config["main_split"], config["env"]["H"], shown_methods(config)
 
 
 def _per_rule_values(config) -> dict:
@@ -257,11 +261,23 @@ def _rliable_jobs(config):
 
 
 def _improvement_jobs(config):
-    if len(config["methods"]) < 2:
+    if len(shown_methods(config)) < 2:
         return []
     return [Job("probability_of_improvement", layout.figure("probability_of_improvement"),
                 {**_per_rule_values(config), "side": "test", **_statistics(config),
                  "parquet": "results/probability_of_improvement.parquet"})]
+
+
+def _compare_jobs(config):
+    """Only beside a reference set, and only when this run ran a method of its own."""
+    held = reference_methods(config)
+    if not held or not config["methods"]:
+        return []
+    split, H, agents = _main_runs(config)
+    return [Job("compare", "results/compare.tex", {
+        **_per_rule_values(config), "aggregate": layout.aggregate(split), "methods": list(config["methods"]),
+        "reference_methods": held, "reference_set": config["reference_set"], **_statistics(config),
+        "parquet": "results/compare.parquet", "figure": layout.figure("compare")})]
 
 
 def _profile_jobs(config):
@@ -332,6 +348,19 @@ _FIGURES: list[Output] = [
            "tapebench.report.rliable_outputs:render_performance_profile",
            (_PER_RULE, _SPLIT_IF_SEVERAL, _H_IF_SEVERAL, *_STATISTICS),
            _profile_jobs, category=RLIABLE),
+    Output("compare", TABLE, "A method beside the reference set: its place in Table 3 and P(X > row) per reference row",
+           "tapebench.report.compare:render_compare", (
+               _PER_RULE, _AGGREGATE,
+               _value("methods", "the methods this run ran", many=True),
+               _value("reference_methods", "the reference set's rows", many=True),
+               _SPLIT, _value("H", "evaluation horizon", int),
+               _value("reference_set", "the reference set's name (the caption names it)", required=False),
+               *_STATISTICS,
+               _value("parquet", "also write the comparison table", required=False),
+               _value("figure", "also write the figure to FIGURE.pdf and FIGURE.png", required=False)),
+           _compare_jobs, category=RLIABLE,
+           extra_outputs=lambda job: {"parquet": job.values["parquet"], "pdf": f"{job.values['figure']}.pdf",
+                                      "png": f"{job.values['figure']}.png"}),
 ]
 
 

@@ -16,6 +16,7 @@ import pandas as pd
 from tapebench import defaults
 from tapebench.defaults import REFERENCE
 from tapebench.grid_rules import GridFamily
+from tapebench import reference_sets
 from tapebench import registry as methods
 from tapebench.report.render import render_table, tex_text
 from tapebench.rule_family import ELEMENTARY, family_phrase
@@ -266,8 +267,22 @@ def table4_context(agg: pd.DataFrame, split: str, H: int, L: int | None = None, 
             "seeds": _seeds_text(ns), **_statistics(data, meta or {})}
 
 
+def reference_marks(name: str | None, agents, root=reference_sets.ROOT) -> dict:
+    """Table 3's marks of the rows a reference set supplied: {"name", "code", "rows": {agent: mark}} with mark
+    "\\dagger" (from the set) or "\\ddagger" (from the set, made by other code than the installed one)."""
+    if not name:
+        return {}
+    manifest = reference_sets.read_manifest(name, root)
+    changed = reference_sets.changed_methods(manifest)
+    rows = {a: ("\\ddagger" if a in changed else "\\dagger") for a in agents if a in manifest["methods"]}
+    versions = sorted({v for a in rows for v in manifest["methods"][a].get("code_version", [])})
+    return {"name": name, "code": ", ".join(v.split("+g")[-1][:7] for v in versions), "rows": rows,
+            "changed": sorted(a for a in rows if a in changed)}
+
+
 def render_result_table(table: str, aggregate, out, *, split: str, H=None, L=None, agents=None,
-                        split_file=None, random_per_rule=None, min_headroom=None, goal=ZEROS_GOAL) -> str:
+                        split_file=None, random_per_rule=None, min_headroom=None, goal=ZEROS_GOAL,
+                        reference_set=None) -> str:
     """Render table2/table3/table4 from an aggregate Parquet to `out`; returns the LaTeX text.
 
     `split_file` (the split JSON): the captions name its rule family where it is not the elementary one.
@@ -283,6 +298,7 @@ def render_result_table(table: str, aggregate, out, *, split: str, H=None, L=Non
         per_rule = pd.read_parquet(random_per_rule) if random_per_rule is not None else None
         context = table3_context(agg, split, _single_H(H), L, agents, meta, test_rules, per_rule, rule_family,
                                  min_headroom=min_headroom, goal=goal)
+        context["reference"] = reference_marks(reference_set, [r["agent"] for r in _rows(context["groups"])])
     elif table == "table4":
         context = table4_context(agg, split, _single_H(H), L, agents, meta, rule_family=rule_family)
     elif table == "table2":
@@ -307,9 +323,10 @@ def render_table2(out, *, aggregate, split, H=None, L=None, agents=None, split_f
 
 
 def render_table3(out, *, aggregate, split, H=32, L=None, agents=None, split_file=None, random_per_rule=None,
-                  min_headroom=None, goal=ZEROS_GOAL) -> str:
+                  min_headroom=None, goal=ZEROS_GOAL, reference_set=None) -> str:
     return render_result_table("table3", aggregate, out, split=split, H=H, L=L, agents=agents, split_file=split_file,
-                               random_per_rule=random_per_rule, min_headroom=min_headroom, goal=goal)
+                               random_per_rule=random_per_rule, min_headroom=min_headroom, goal=goal,
+                               reference_set=reference_set)
 
 
 def render_table4(out, *, aggregate, split, H=32, L=None, agents=None, split_file=None) -> str:
