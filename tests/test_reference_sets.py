@@ -204,3 +204,34 @@ def test_drift_methods_that_do_not_train_equal_the_shipped_records(tmp_path):
         for seed in DRIFT_SEEDS:
             text = reference_sets.compare_cell(shipped, fresh[fresh["seed"] == seed], seed, [32])
             assert text.startswith("identical"), f"{method} seed {seed}: {text}"
+
+
+# --- the reproduction report --------------------------------------------------------------------------------------
+def test_docs_reproduction_is_generated_from_the_shipped_set():
+    from tapebench.report.reproduction import reproduction_markdown
+
+    expected = reproduction_markdown(SET, SHIPPED)
+    assert (REPO / "docs" / "reproduction.md").read_text() == expected, (
+        "docs/reproduction.md is stale: tapebench reference reproduction tape-v2 --out docs/reproduction.md")
+
+
+def test_the_reproduction_report_holds_every_paper_cell_with_a_verdict():
+    from tapebench.report.reproduction import DIFFERS, INSIDE, MISSING, OVERLAP, VALUE_IN_OURS, reproduction_frame
+
+    frame, paper, manifest = reproduction_frame(SET, SHIPPED)
+    assert len(frame) == len(paper["cells"]) == 132      # Table 3: 7 x 4, Table 2: 7 x 8, Table 4: 7 x 6, 3 + 3
+    assert set(frame["table"]) == {"Table 1", "Table 2", "Table 3", "Table 4", "Section 6.2"}
+    assert set(frame["verdict"]) <= {INSIDE, OVERLAP, VALUE_IN_OURS, DIFFERS, MISSING}
+    held = frame[frame["method"].isin(manifest["methods"])]
+    assert (held["verdict"] != MISSING).all() and held["ours"].notna().all()
+    assert (held.loc[held["verdict"] == DIFFERS, "why"] != "").all()
+
+
+def test_verdicts_follow_the_paper_interval_rounded():
+    from tapebench.report.reproduction import DIFFERS, INSIDE, OVERLAP, VALUE_IN_OURS, _verdict
+
+    assert _verdict(0.073, 0.072, 0.075, 3, 0.0754, 0.07, 0.08) == INSIDE      # within half a unit of 0.075
+    assert _verdict(0.073, 0.072, 0.075, 3, 0.0760, 0.074, 0.078) == OVERLAP
+    assert _verdict(0.073, 0.072, 0.075, 3, 0.0800, 0.078, 0.082) == DIFFERS
+    assert _verdict(0.187, None, None, 3, 0.30, 0.18, 0.40) == VALUE_IN_OURS
+    assert _verdict(0.187, None, None, 3, 0.30, 0.29, 0.31) == DIFFERS

@@ -1,0 +1,180 @@
+"""The reproduction report: every number of the paper that a reference set can answer (Tables 1-4, the Bayes filter
+of Section 6.2), the paper's value beside ours with CIs, the difference, a verdict and, where they differ, the
+protocol decision or cause that explains it. Generated from the set's records and its `paper.json` alone
+(`tapebench reference reproduction NAME --out docs/reproduction.md`); never typed by hand.
+
+Ours: the set's rule sums -> per-seed values (last K checkpoints, `stats.aggregate.seed_tables_from_sums`) ->
+bootstrap means and percentile CIs over seeds (`stats.aggregate.aggregate_seeds`, the statistics of Table 3).
+Verdicts, the paper's numbers widened by half a unit of their last printed digit (they are rounded):
+  inside the paper's CI   our mean lies in the paper's CI
+  CIs overlap             our CI and the paper's overlap
+  paper value in our CI   the paper gives no CI and its value lies in ours
+  differs                 none of these
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+
+from tapebench.defaults import CI, N_RESAMPLES, STATISTICS_SEED
+from tapebench.reference_sets import PAPER, load_records, read_manifest, require_intact, set_dir
+from tapebench.report.tables import display_name
+from tapebench.stats.aggregate import aggregate_seeds, group_generator, seed_tables_from_sums
+from tapebench.stats.bootstrap import percentile_ci
+
+INSIDE, OVERLAP, VALUE_IN_OURS, DIFFERS, MISSING = ("inside the paper's CI", "CIs overlap", "paper value in our CI",
+                                                    "differs", "not in the set yet")
+COLUMN_NAMES = {("train", "success"): "ID success", ("test", "success"): "OOD success",
+                ("drop", "success"): "drop (ID - OOD)", ("test", "return"): "OOD return",
+                ("train", "final_dist"): "ID final dist.", ("test", "final_dist"): "OOD final dist.",
+                ("train", "auc_dist"): "ID AUC dist.", ("test", "auc_dist"): "OOD AUC dist.",
+                ("train", "soft_success@0.1"): "ID soft success@0.1", ("test", "soft_success@0.1"): "OOD soft success@0.1",
+                ("rules", "success"): "success (all rules)", ("rules", "final_dist"): "final dist. (all rules)",
+                ("rules", "auc_dist"): "AUC dist. (all rules)"}
+REPORT_COLUMNS = ["table", "method", "H", "side", "metric", "column", "paper", "paper_low", "paper_high", "digits",
+                  "ours", "ours_low", "ours_high", "n", "difference", "verdict", "why"]
+
+
+def read_paper(name: str, root) -> dict:
+    require_intact(name, root, [PAPER])
+    return json.loads((set_dir(name, root) / PAPER).read_text())
+
+
+def _ours(name: str, root, manifest: dict) -> tuple[pd.DataFrame, dict]:
+    """(aggregate of every method of the set, {(method, H, metric): (mean, low, high, n)} pooled over all rules)."""
+    last_k = int(manifest["protocol"]["evaluation"]["last_k"])
+    per_seed, pooled = [], {}
+    for method in sorted(manifest["methods"]):
+        sums = load_records(name, method, root)
+        for H, part in sums.groupby("H"):
+            per_seed.append(seed_tables_from_sums(part, last_k=last_k)["per_seed"])
+            last = part[part.groupby("seed")["checkpoint"].rank(method="dense", ascending=False) <= last_k]
+            per_checkpoint = last.groupby(["seed", "checkpoint"])[["n_episodes", "success", "final_dist",
+                                                                   "auc_dist"]].sum()
+            for metric in ("success", "final_dist", "auc_dist"):
+                rates = (per_checkpoint[metric] / per_checkpoint["n_episodes"]).groupby("seed").mean().to_numpy()
+                interval = percentile_ci(rates, N_RESAMPLES, CI, rng=group_generator(
+                    STATISTICS_SEED, (method, int(H), "rules", metric)))
+                pooled[(method, int(H), metric)] = (float(rates.mean()), float(interval.low), float(interval.high),
+                                                    len(rates))
+    agg = aggregate_seeds(pd.concat(per_seed, ignore_index=True), N_RESAMPLES, CI, STATISTICS_SEED)
+    return agg, pooled
+
+
+def _verdict(paper: float, low, high, digits: int, ours: float, ours_low: float, ours_high: float) -> str:
+    half = 0.5 * 10.0 ** -digits
+    if low is not None:
+        if low - half <= ours <= high + half:
+            return INSIDE
+        return OVERLAP if ours_low <= high + half and low - half <= ours_high else DIFFERS
+    return VALUE_IN_OURS if ours_low - half <= paper <= ours_high + half else DIFFERS
+
+
+def _why(cell: dict, trains: bool, explanations: dict) -> str:
+    for key in (cell["method"], cell["metric"]):
+        if key in explanations:
+            return key
+    return "learned" if trains and "learned" in explanations else ""
+
+
+def reproduction_frame(name: str, root) -> tuple[pd.DataFrame, dict, dict]:
+    """(one row per paper cell, the paper's metadata and explanations, the set's manifest)."""
+    manifest = read_manifest(name, root)
+    paper = read_paper(name, root)
+    agg, pooled = _ours(name, root, manifest)
+    rows = []
+    for cell in paper["cells"]:
+        method, H, side, metric = cell["method"], int(cell["H"]), cell["side"], cell["metric"]
+        low, high = (cell["ci"] or (None, None))
+        row = {"table": cell["table"], "method": method, "H": H, "side": side, "metric": metric,
+               "column": COLUMN_NAMES.get((side, metric), f"{side} {metric}"), "paper": float(cell["value"]),
+               "paper_low": low, "paper_high": high, "digits": int(cell["digits"]), "ours": np.nan,
+               "ours_low": np.nan, "ours_high": np.nan, "n": 0, "difference": np.nan, "verdict": MISSING, "why": ""}
+        found = None
+        if side == "rules":
+            found = pooled.get((method, H, metric))
+        else:
+            hit = agg[(agg["agent"] == method) & (agg["H"] == H) & (agg["side"] == side) & (agg["metric"] == metric)]
+            if len(hit):
+                r = hit.iloc[0]
+                found = (float(r["mean"]), float(r["ci_low"]), float(r["ci_high"]), int(r["n"]))
+        if found is not None:
+            ours, ours_low, ours_high, n = found
+            verdict = _verdict(row["paper"], low, high, row["digits"], ours, ours_low, ours_high)
+            entry = manifest["methods"][method]
+            row.update(ours=ours, ours_low=ours_low, ours_high=ours_high, n=n, difference=ours - row["paper"],
+                       verdict=verdict,
+                       why=_why(cell, entry.get("trains", False), paper["explanations"]) if verdict == DIFFERS else "")
+        rows.append(row)
+    return pd.DataFrame(rows, columns=REPORT_COLUMNS), paper, manifest
+
+
+def _num(x: float, digits: int) -> str:
+    return "--" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{x:.{digits}f}"
+
+
+def reproduction_markdown(name: str, root) -> str:
+    frame, paper, manifest = reproduction_frame(name, root)
+    meta = paper["paper"]
+    present = frame[frame["verdict"] != MISSING]
+    counts = present["verdict"].value_counts()
+    versions = sorted({v for e in manifest["methods"].values() for v in e.get("code_version", [])})
+    lines = [
+        f"# Reproduction of {meta['title']} (arXiv:{meta['arxiv']})",
+        "",
+        f"<!-- generated by `tapebench reference reproduction {name} --out docs/reproduction.md` from "
+        f"reference/{name}/; do not edit by hand -->",
+        "",
+        f"Every number of the paper's {meta['where']} beside the reference set `{name}`: the paper protocol run "
+        f"once at {len(manifest['seeds'])} seeds ({len(manifest['methods'])} methods so far; protocol hash "
+        f"`{manifest['protocol_sha256'][:12]}`, records of code {', '.join(versions)}). Ours are means over seeds "
+        f"with bootstrap {100 * CI:g}% CIs ({N_RESAMPLES} resamples), the statistics of Table 3. "
+        "Verdicts: *inside the paper's CI* (our mean), *CIs overlap*, *paper value in our CI* (where the paper "
+        "gives no CI), *differs*; the paper's values are widened by half a unit of their last digit, as they are "
+        "rounded. The cause of each difference is below the tables.",
+        "",
+        f"**Verdict so far**: {len(present)} of {len(frame)} paper cells answered: "
+        + ", ".join(f"{counts.get(v, 0)} {v}" for v in (INSIDE, OVERLAP, VALUE_IN_OURS, DIFFERS))
+        + (f"; {len(frame) - len(present)} wait for methods not yet in the set "
+           f"({', '.join(sorted(set(frame.loc[frame['verdict'] == MISSING, 'method'])))})." if len(present) < len(frame)
+           else "."),
+        "",
+    ]
+    for table, part in frame.groupby("table", sort=False):
+        lines += [f"## {table}", "", "| Method | H | Column | Paper | Ours [95% CI] | n | Ours - paper | Verdict |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in part.itertuples(index=False):
+            d = r.digits
+            paper_text = _num(r.paper, d) + (f" [{_num(r.paper_low, d)}, {_num(r.paper_high, d)}]"
+                                             if r.paper_low is not None and not pd.isna(r.paper_low) else "")
+            ours_text = ("--" if r.verdict == MISSING else
+                         f"{_num(r.ours, d + 1)} [{_num(r.ours_low, d + 1)}, {_num(r.ours_high, d + 1)}]")
+            verdict = r.verdict + (f" ([why](#why-{r.why.replace('_', '-')}))" if r.why else "")
+            diff = "--" if r.verdict == MISSING else f"{r.difference:+.{d + 1}f}"
+            lines.append(f"| {display_name(r.method)} | {r.H} | {r.column} | {paper_text} | {ours_text} | "
+                         f"{r.n or '--'} | {diff} | {verdict} |")
+        lines.append("")
+    used = [k for k in paper["explanations"] if k in set(frame["why"])]
+    if used:
+        lines += ["## Why cells differ", ""]
+        for key in used:
+            lines += [f'<a id="why-{key.replace("_", "-")}"></a>**{key}**: {paper["explanations"][key]}', ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def reproduction_tex(name: str, root) -> str:
+    """The same comparison as a LaTeX longtable-free table for the compiled report."""
+    frame, paper, _ = reproduction_frame(name, root)
+    rows = []
+    for r in frame.itertuples(index=False):
+        d = r.digits
+        ours = "--" if r.verdict == MISSING else f"{_num(r.ours, d + 1)} [{_num(r.ours_low, d + 1)}, {_num(r.ours_high, d + 1)}]"
+        rows.append(f"{r.table} & {display_name(r.method)} & {r.H} & {r.column.replace('_', chr(92) + '_')} & "
+                    f"{_num(r.paper, d)} & {ours} & {r.verdict.replace(chr(39), '')} \\\\")
+    return "\n".join([
+        "% Generated by tapebench (reference reproduction); requires \\usepackage{booktabs}.",
+        "{\\footnotesize", "\\begin{tabular}{llrllll}", "\\toprule",
+        "Source & Method & $H$ & Column & Paper & Ours [95\\% CI] & Verdict \\\\", "\\midrule", *rows,
+        "\\bottomrule", "\\end{tabular}}", ""])
