@@ -235,3 +235,43 @@ def test_verdicts_follow_the_paper_interval_rounded():
     assert _verdict(0.073, 0.072, 0.075, 3, 0.0800, 0.078, 0.082) == DIFFERS
     assert _verdict(0.187, None, None, 3, 0.30, 0.18, 0.40) == VALUE_IN_OURS
     assert _verdict(0.187, None, None, 3, 0.30, 0.29, 0.31) == DIFFERS
+
+
+# --- a run beside a reference set (the tiny protocol) -------------------------------------------------------------
+@pytest.mark.xdist_group("tiny_build_2")
+def test_a_run_beside_a_reference_set_runs_only_its_own_method(tiny_build, tmp_path):
+    from pipeline_helpers import make_workdir, scheduled_jobs, snakemake
+
+    (tmp_path / "work").mkdir()
+    work = make_workdir(tmp_path / "work")
+    packed = _cli("reference", "pack", "tiny", "--configfile", "tiny.yaml", "--results",
+                  str(tiny_build / "results"), "--methods", "dqn", "random", "mpc", cwd=work)
+    assert packed.returncode == 0, packed.stderr
+    assert _cli("reference", "verify", "tiny", cwd=work).returncode == 0
+    (work / "beside.yaml").write_text(json.dumps({
+        "reference_set": "tiny", "methods": ["live_leftmost"],
+        "studies": {"fewshot": {"methods": ["bayes_filter", "random"]}}}))
+    dry = snakemake(work, "-n", "results/table3.tex", configfiles=("tiny.yaml", "beside.yaml"))
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    jobs = scheduled_jobs(dry.stdout)
+    held = {"dqn", "random", "mpc"}
+    assert not [r for r, w in jobs if r.startswith("train")]
+    from_set = sorted((w["agent"], w["H"]) for r, w in jobs if r == "reference_seed_tables")
+    assert from_set == sorted((a, h) for a in held for h in ("8", "16"))
+    evaluated = {w.get("agent") for r, w in jobs if r.startswith("evaluate")}
+    assert evaluated <= {"live_leftmost", "random"}      # random: the health report's floor at the training H only
+    assert {w["agent"] for r, w in jobs if r == "aggregate_seed"} == {"live_leftmost"}
+
+    built = snakemake(work, "results/table3.tex", "results/compare.tex", configfiles=("tiny.yaml", "beside.yaml"))
+    assert built.returncode == 0, built.stderr[-3000:]
+    table = (work / "results" / "table3.tex").read_text()
+    assert table.count("$^{\\dagger}$") == 3 and "reference set \\texttt{tiny}" in table
+    assert "Flip lowest live cell & " in table          # the method this run ran: a row, not marked
+    compare = pd.read_parquet(work / "results" / "compare.parquet")
+    assert set(compare["method"]) == {"live_leftmost"} and set(compare["reference_method"]) == held
+    assert set(compare["side"]) == {"train", "test"} and compare["probability"].between(0, 1).all()
+    assert (work / "results" / "figures" / "compare.png").is_file()
+    for agent in held:      # the set's rows are the original run's, bit for bit
+        for H in (8, 16):
+            name = f"results/aggregate/main/{agent}_H{H}.per_seed.parquet"
+            pd.testing.assert_frame_equal(pd.read_parquet(work / name), pd.read_parquet(tiny_build / name))
