@@ -20,7 +20,7 @@ PREEMPT = REPO / ".ci" / "slurm_preempt.py"
 # --- the workflow in a temporary directory ---------------------------------------------------------
 def make_workdir(path: Path) -> Path:
     """A copy of the workflow (not of results) so tests never touch the checkout's results/."""
-    for name in ("Snakefile", "workflow", "config", "envs"):
+    for name in ("Snakefile", "workflow", "config", "envs", "reference"):
         src = REPO / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, path / name)
     shutil.copy(TINY, path / "tiny.yaml")

@@ -215,6 +215,14 @@ def test_docs_reproduction_is_generated_from_the_shipped_set():
         "docs/reproduction.md is stale: tapebench reference reproduction tape-v2 --out docs/reproduction.md")
 
 
+def test_the_readme_results_block_is_generated_from_the_shipped_set():
+    from tapebench.report.reproduction import readme_results
+
+    assert readme_results(SET, SHIPPED) in (REPO / "README.md").read_text(), (
+        "README's Results block is stale: tapebench reference reproduction tape-v2 --out docs/reproduction.md "
+        "--readme README.md")
+
+
 def test_the_reproduction_report_holds_every_paper_cell_with_a_verdict():
     from tapebench.report.reproduction import DIFFERS, INSIDE, MISSING, OVERLAP, VALUE_IN_OURS, reproduction_frame
 

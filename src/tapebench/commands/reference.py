@@ -72,6 +72,7 @@ def register(sub) -> None:
     v.add_argument("name")
     v.add_argument("--out", required=True, help="Markdown file (docs/reproduction.md)")
     v.add_argument("--tex", help="also the LaTeX section for the compiled report")
+    v.add_argument("--readme", help="also the Results block of this README (between its reference-results markers)")
     v.add_argument("--check", action="store_true", help="do not write: exit 1 if --out is not what it would be")
     v.set_defaults(func=_reproduction)
 
@@ -317,21 +318,25 @@ def _reproduce(args) -> int:
 
 
 def _reproduction(args) -> int:
-    from tapebench.report.reproduction import reproduction_markdown, reproduction_tex
-
-    text = reproduction_markdown(args.name, args.root)
-    out = Path(args.out)
-    if args.check:
-        if not out.is_file() or out.read_text() != text:
-            print(f"{out} is stale: regenerate it with `tapebench reference reproduction {args.name} --out {out}`",
-                  file=sys.stderr)
-            return 1
-        print(f"{out} is current")
-        return 0
+    from tapebench.report.reproduction import readme_results, replace_block, reproduction_markdown, reproduction_tex
     from tapebench.utils.io import atomic_path
 
-    with atomic_path(out) as tmp:
-        Path(tmp).write_text(text)
+    wanted = {Path(args.out): reproduction_markdown(args.name, args.root)}
+    if args.readme:
+        readme = Path(args.readme)
+        wanted[readme] = replace_block(readme.read_text(), readme_results(args.name, args.root))
+    if args.check:
+        stale = [str(p) for p, text in wanted.items() if not p.is_file() or p.read_text() != text]
+        if stale:
+            print(f"stale: {', '.join(stale)}; regenerate with `tapebench reference reproduction {args.name} --out "
+                  f"{args.out}" + (f" --readme {args.readme}" if args.readme else "") + "`", file=sys.stderr)
+            return 1
+        print(f"current: {', '.join(str(p) for p in wanted)}")
+        return 0
+    for path, text in wanted.items():
+        with atomic_path(path) as tmp:
+            Path(tmp).write_text(text)
+    out = Path(args.out)
     if args.tex:
         with atomic_path(args.tex) as tmp:
             Path(tmp).write_text(reproduction_tex(args.name, args.root))
