@@ -24,7 +24,8 @@ from tapebench.health.checks import CHECKS
 from tapebench.methods.worldtest import supports_family
 from tapebench.layout import NOISE_DECIMALS, noise_label
 from tapebench.pipeline import resources
-from tapebench.registry import build_config, check_hyperparameters, check_rule_family, get_method, registry
+from tapebench.registry import (build_config, check_hyperparameters, check_rule_family, get_method, registry,
+                                stated_hyperparameters)
 from tapebench.rule_family import ELEMENTARY, config_family
 from tapebench.rules.mirror import mirror_classes
 from tapebench.rules.sampling import sample_rule_set, spec_from_config
@@ -523,14 +524,14 @@ def fewshot_slice(config: dict, method: str) -> dict:
     if study["adapt"].get(method):
         fewshot["adapt"] = study["adapt"][method]
     return {"env": env_params(config), "evaluation": eval_slice(config)["evaluation"], "fewshot": fewshot,
-            "agent": dict(config["agents"].get(method, {}) or {})}
+            "agent": agent_params(config, method)}
 
 
 def worldtest_slice(config: dict, method: str) -> dict:
     """A world-test job's params (`tapebench worldtest --params`): the env, the task settings, the method's
     hyperparameters. Methods, seeds and budgets are wildcards or the DAG's, not params."""
     return {"env": {k: config["env"][k] for k in ("L", "H", "success_bonus")},
-            "worldtest": worldtest_study(config)["worldtest"], "agent": dict(config["agents"].get(method, {}) or {})}
+            "worldtest": worldtest_study(config)["worldtest"], "agent": agent_params(config, method)}
 
 
 def _check_ladder(config: dict) -> None:
@@ -815,12 +816,19 @@ def dumps(obj) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
 
 
+def agent_params(config: dict, method: str, overrides: dict | None = None) -> dict:
+    """A method's hyperparameters in a job's params: its resolved Config (`agents.<method>`, then `overrides`, over the
+    Config's defaults) in canonical form (`registry.stated_hyperparameters`), so an edit of `agents` that changes no
+    value (stating a default, 5e-4 for 0.0005) changes no job (docs/protocol.md#job-params)."""
+    return stated_hyperparameters(method, {**(config["agents"].get(method) or {}), **(overrides or {})})
+
+
 def train_slice(config: dict, agent: str, seeds: int = 1) -> dict:
     """What a training job of `seeds` seeds of `agent` gets (`tapebench train --params`); `training.stacking` only
     where it changes what the job does (`training_stacking`), so switching it changes no other job's params."""
     stacking = training_stacking(config, agent, seeds)
     return {
-        "agent": config["agents"].get(agent, {}),
+        "agent": agent_params(config, agent),
         "env": env_params(config),
         "training": {**{k: config["training"][k] for k in ("total_steps", "eval_every")},
                      **({"stacking": stacking} if stacking != "auto" else {})},
@@ -839,7 +847,7 @@ def logging_slice(config: dict) -> dict:
 def fixed_z_train_slice(config: dict, agent: str, L: int, H: int) -> dict:
     """A fixed-z study run: the agent's hyperparameters, the study's L, H and schedule (not env.L / training)."""
     fixed = config["studies"]["fixed_z"]
-    return {"agent": config["agents"].get(agent, {}), "env": {**env_params(config), "L": int(L), "H": int(H)},
+    return {"agent": agent_params(config, agent), "env": {**env_params(config), "L": int(L), "H": int(H)},
             "training": {k: fixed[k] for k in ("total_steps", "eval_every")}, **logging_slice(config)}
 
 
@@ -873,7 +881,7 @@ def model_error_slice(config: dict) -> dict:
 def sweep_train_slice(config: dict, value: int) -> dict:
     sweep = config["diagnostics"]["sweep"]
     out = train_slice(config, sweep["method"])
-    out["agent"] = {**out["agent"], sweep["hyperparameter"]: int(value)}
+    out["agent"] = agent_params(config, sweep["method"], {sweep["hyperparameter"]: int(value)})
     return out
 
 
@@ -896,4 +904,4 @@ def ladder_split_slice(config: dict) -> dict:
 
 def method_eval_slice(config: dict, method: str) -> dict:
     """The evaluation job of a method that does not train also depends on its hyperparameters."""
-    return {"agent": config["agents"].get(method, {}), **eval_slice(config)}
+    return {"agent": agent_params(config, method), **eval_slice(config)}
