@@ -190,3 +190,44 @@ def test_training_stacking_reaches_only_the_jobs_it_changes(stacking, device, me
 
 def test_training_stacking_is_auto_or_always():
     assert_rejected(paper_config(training={"stacking": "never"}), "training.stacking", "'never' is not one of")
+
+
+# --- a job's hyperparameters are its method's resolved Config (docs/protocol.md#job-params) ------------------------
+def _every_slice(config: dict, method: str) -> list[str]:
+    """The params of every kind of job of `method` that carries its hyperparameters."""
+    from tapebench.pipeline.config import (dumps, fewshot_slice, fixed_z_train_slice, method_eval_slice,
+                                           worldtest_slice)
+
+    return [dumps(train_slice(config, method)), dumps(fixed_z_train_slice(config, method, 16, 16)),
+            dumps(method_eval_slice(config, method)), dumps(worldtest_slice(config, method)),
+            dumps(fewshot_slice(config, method))]
+
+
+@pytest.mark.parametrize("method, stated", [
+    ("dqn", {"learning_rate": 0.0005}),                 # DQN's default
+    ("dqn", {"learning_rate": 5e-4, "gamma": 0.99, "num_envs": 4}),
+    ("ppo", {"gamma": 0.99}),
+    ("mpc", {"candidates": 512, "horizon": 8}),         # a method that does not train
+])
+def test_stating_a_default_changes_no_params(method, stated):
+    from tapebench.registry import build_config, get_method
+
+    assert build_config(method, stated) == get_method(method).Config()    # the values are the defaults
+    plain = validate_config(paper_config(), SCHEMA)
+    restated = validate_config(paper_config(agents={method: stated}), SCHEMA)
+    assert _every_slice(restated, method) == _every_slice(plain, method)
+
+
+def test_a_changed_value_changes_that_methods_params_only():
+    plain = validate_config(paper_config(), SCHEMA)
+    edited = validate_config(paper_config(agents={"dqn": {"learning_rate": 0.001, "gamma": 0.99}}), SCHEMA)
+    assert train_slice(edited, "dqn")["agent"] == {"learning_rate": 0.001}
+    assert _every_slice(edited, "dqn") != _every_slice(plain, "dqn")
+    assert _every_slice(edited, "ppo") == _every_slice(plain, "ppo")
+
+
+def test_a_whole_number_for_a_float_is_the_same_value():
+    one = validate_config(paper_config(agents={"dqn": {"learning_rate": 1.0e-3, "gamma": 1}}), SCHEMA)
+    other = validate_config(paper_config(agents={"dqn": {"learning_rate": 0.001, "gamma": 1.0}}), SCHEMA)
+    assert _every_slice(one, "dqn") == _every_slice(other, "dqn")
+    assert train_slice(one, "dqn")["agent"] == {"learning_rate": 0.001, "gamma": 1.0}

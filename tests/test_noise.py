@@ -209,7 +209,7 @@ def test_noisy_evaluation_slices():
     ({"levels": [0.0, 0.6]}, "studies.noise.levels.1", "0.6 is greater than the maximum of 0.5"),
     ({"levels": [-0.1]}, "studies.noise.levels.0", "less than the minimum of 0"),
     ({"levels": [0.0123456]}, "studies.noise.levels[0]", "more than 6 decimals"),
-    ({"levels": [0.1], "methods": ["rad_dqn"]}, "studies.noise.methods[0]", "'rad_dqn' is not one of `methods`"),
+    ({"levels": [0.1], "methods": ["nope"]}, "studies.noise.methods[0]", "unknown method 'nope'"),
     ({"levels": [0.1], "horizon": 0}, "studies.noise.horizon", "less than the minimum of 1"),
 ])
 def test_bad_noise_study_config_is_rejected_naming_the_key(noise, key, message):

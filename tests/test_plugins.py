@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from agent_contract import toy_split
+from pipeline_helpers import REPO, make_workdir, scheduled_jobs
 
 from tapebench.registry import Method, _load_plugin
 
@@ -62,6 +64,31 @@ def test_plugin_method_trains_evaluates_and_lands_in_table3(site, tmp_path):
     text = table.read_text()
     assert "\nLinear Q & 1 & " in text and "\nRandom policy & 1 & " in text
     assert text.index("Linear Q &") < text.index("Reference (not learned)") < text.index("Random policy &")
+
+
+def readme_recipe() -> tuple[str, str, str]:
+    """(file name, its text, the command) of the README's plug-in recipe: the ```yaml block under "Plugging in your
+    own method" (its first line names the file) and the command of the ```console block after it."""
+    section = (REPO / "README.md").read_text().split("## Plugging in your own method", 1)[1].split("\n## ", 1)[0]
+    text = re.search(r"^```yaml\n(.*?)^```$", section, re.S | re.M).group(1)
+    command = re.search(r"^```console\n\$ (.*?)\n", section, re.M).group(1)
+    return re.match(r"# (\S+)\n", text).group(1), text, command
+
+
+def test_the_readme_recipe_runs_the_plugin_beside_the_references(site, tmp_path):
+    """The README's recipe as written, a dry run: a preset that narrows `methods` to the plug-in and the reference
+    rows builds Table 3 without an edit of the studies (docs/protocol.md#study-methods)."""
+    name, text, command = readme_recipe()
+    assert "linear_q" in text and command.startswith("snakemake ") and name in command
+    workdir = make_workdir(tmp_path)
+    (workdir / name).write_text(text)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(f"{command} --dry-run", shell=True, cwd=workdir, capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = scheduled_jobs(proc.stdout + proc.stderr)
+    assert ("render_table3", {}) in jobs
+    assert {w.get("agent") for rule, w in jobs if rule.startswith("train")} == {"linear_q"}
 
 
 def test_the_example_plugin_imports_torch_only_to_make_an_agent(site):

@@ -77,3 +77,28 @@ def test_one_run_after_an_edit_leaves_nothing_to_do(workdir):
     dry = snakemake(workdir, "--dry-run", configfiles=configfiles)
     assert dry.returncode == 0, dry.stderr[-3000:]
     assert scheduled_jobs(dry.stdout) == [], dry.stdout[-3000:]
+
+
+@pytest.fixture(scope="module")
+def finished(tiny_build, tmp_path_factory):
+    """A copy of the finished tiny build that no test runs anything in."""
+    return copy_workdir(tiny_build, tmp_path_factory.mktemp("stated_defaults"))
+
+
+def test_stating_a_default_reruns_nothing_and_changing_it_reruns_that_method_only(finished):
+    """A job's hyperparameters are its method's resolved Config (docs/protocol.md#job-params): tiny.yaml's DQN with
+    its default learning rate stated schedules nothing; another learning rate reruns DQN's jobs (and what reads them)
+    and no other method's."""
+    from tapebench.registry import get_method
+
+    default = get_method("dqn").Config().learning_rate
+    stated = snakemake(finished, "--dry-run",
+                       configfiles=_overlay(finished, "stated", {"agents": {"dqn": {"learning_rate": default}}}))
+    assert stated.returncode == 0, stated.stderr[-3000:]
+    assert scheduled_jobs(stated.stdout) == [], stated.stdout[-3000:]
+    changed = snakemake(finished, "--dry-run",
+                        configfiles=_overlay(finished, "changed", {"agents": {"dqn": {"learning_rate": default * 2}}}))
+    assert changed.returncode == 0, changed.stderr[-3000:]
+    jobs = scheduled_jobs(changed.stdout)
+    assert any(rule.startswith("train") for rule, _ in jobs), changed.stdout[-3000:]
+    assert {w["agent"] for _, w in jobs if "agent" in w} == {"dqn"}, jobs

@@ -53,7 +53,6 @@ def _config(**worldtest):
 
 @pytest.mark.parametrize("worldtest,needle", [
     ({"methods": ["dqn"]}, "does not take part in the world test"),
-    ({"methods": ["ensemble_mpc"]}, "trains, and the world test reuses its main-split runs"),
     ({"methods": ["nope"]}, "unknown method 'nope'"),
     ({"tasks": ["prediction", "guessing"]}, "guessing"),
     ({"budgets": [-1]}, "budgets"),

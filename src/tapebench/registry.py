@@ -482,6 +482,35 @@ def check_hyperparameters(method_id: str, overrides: dict | None) -> dict:
     return dataclasses.asdict(build_config(method_id, overrides))
 
 
+def stated_hyperparameters(method_id: str, overrides: dict | None) -> dict:
+    """The canonical form of a method's hyperparameters in a job's params: its resolved `Config` (`overrides` over the
+    defaults, checked as `build_config` checks them) as the fields whose value differs from the default, a whole number
+    given for a float field as a float, tuples as lists. So stating a default, or 5e-4 for 0.0005, or 1 for 1.0, is
+    no change, and two configs that resolve to the same `Config` give the same params (docs/protocol.md#job-params)."""
+    config = build_config(method_id, overrides)
+    default = get_method(method_id).Config()
+    stated = {}
+    for f in dataclasses.fields(config):
+        value, base = _plain(getattr(config, f.name)), _plain(getattr(default, f.name))
+        name = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
+        if name == "float" and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if value != base or type(value) is not type(base):
+            stated[f.name] = value
+    return stated
+
+
+def _plain(value):
+    """A field's value as JSON holds it: tuples (and nested ones) as lists, dataclasses as mappings."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
 def display_name(method_id: str) -> str:
     methods = registry()
     return methods[method_id].display_name if method_id in methods else method_id
@@ -502,6 +531,6 @@ def _check_type(method_id: str, key: str, value, annotation) -> None:
 
 
 __all__ = ["ENTRY_POINT_GROUP", "FAMILIES", "Method", "PolicyContext", "build_config", "check_hyperparameters",
-           "check_rule_family",
+           "check_rule_family", "stated_hyperparameters",
            "runs_on",
            "display_name", "get_method", "make_agent", "register", "registry", "unregister"]

@@ -26,6 +26,7 @@ validate_config(
     config,
     workflow.source_path("../schemas/config.schema.yaml"),
     command_line=dict(workflow.config_settings.config),
+    note=logger.info,  # a study's methods this config does not run: left out, named once per run
 )
 check_every_job()  # jobs behind a training job's ancient() verdict are checked for reruns too (pipeline/reruns.py)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -24,7 +25,8 @@ from tapebench.methods.worldtest import supports_family
 from tapebench.layout import NOISE_DECIMALS, noise_label
 from tapebench.pipeline import resources
 from tapebench import reference_sets
-from tapebench.registry import build_config, check_hyperparameters, check_rule_family, get_method, registry
+from tapebench.registry import (build_config, check_hyperparameters, check_rule_family, get_method, registry,
+                                stated_hyperparameters)
 from tapebench.rule_family import ELEMENTARY, config_family
 from tapebench.rules.mirror import mirror_classes
 from tapebench.rules.sampling import sample_rule_set, spec_from_config
@@ -37,6 +39,10 @@ from tapebench.vocabulary import DERIVED_GOAL, MAX_EXACT_L, PLANNING_TASK, ZEROS
 
 class ConfigError(ValueError):
     pass
+
+
+def _note_to_stderr(text: str) -> None:
+    print(f"note: {text}", file=sys.stderr)
 
 
 _INTEGER_TEXT = re.compile(r"^\s*[+-]?\d+\s*$")
@@ -375,18 +381,48 @@ def _check_studies(config: dict) -> None:
                               f"splits {sorted(config['splits'])}")
 
 
-def _check_noise_study(config: dict) -> None:
+# The studies that reuse the main split's runs (docs/protocol.md#studies), and whether a method that does not train
+# takes part in one without being in `methods`: it needs no run, so the study's own jobs run it (the world test and
+# the few-shot study); the noise study reuses every method's noise-free evaluations at epsilon = 0, which only the
+# methods of `methods` have. The ladder, the fixed-z study and the sweep train runs of their own: not narrowed.
+REUSING_STUDIES = {"worldtest": ("the world test", True), "fewshot": ("the few-shot study", True),
+                   "noise": ("the noise study", False)}
+
+
+def _narrow_study(config: dict, study: str, note) -> list[tuple[int, str]]:
+    """Keep the methods of `studies.<study>.methods` this config can give the study (REUSING_STUDIES), dropping the
+    others with a note (a preset that narrows `methods` needs no edit of the studies); write the kept list back and
+    return it as (index in the configured list, method). A study left with no method is off."""
+    what, untrained_run_anyway = REUSING_STUDIES[study]
+    listed = list(config["studies"][study]["methods"])
+    kept = [(i, m) for i, m in enumerate(listed)
+            if m in config["methods"] or (untrained_run_anyway and not get_method(m).trains)]
+    dropped = [m for m in listed if m not in dict(kept).values()]
+    if dropped:
+        why = (f"they train, and {what} reuses their main-split runs" if untrained_run_anyway
+               else f"{what} evaluates their main-split runs and reuses their noise-free evaluations")
+        names = ", ".join
+        left = f"{what} runs {names(m for _, m in kept)}" if kept else f"{what} is off (no method left)"
+        note(f"studies.{study}.methods leaves out {names(dropped)}: {why}, but they are not in `methods` "
+             f"({names(config['methods'])}); {left}. Add them to `methods` to include them.")
+        config["studies"][study]["methods"] = [m for _, m in kept]
+    return kept
+
+
+def _check_noise_study(config: dict, note) -> None:
     study = config["studies"]["noise"]
     for i, level in enumerate(study["levels"]):
         if float(noise_label(level)) != float(level):
             raise ConfigError(f"config key 'studies.noise.levels[{i}]': {level!r} has more than {NOISE_DECIMALS} "
                               f"decimals; give the level with at most {NOISE_DECIMALS} (its results folder is "
                               f"named after it)")
+    methods = registry()
     for i, method in enumerate(study["methods"]):
-        if method not in config["methods"]:
-            raise ConfigError(f"config key 'studies.noise.methods[{i}]': {method!r} is not one of `methods` "
-                              f"{list(config['methods'])}; the noise study evaluates the main split's runs of "
-                              f"those methods (and reuses their noise-free evaluations at epsilon = 0)")
+        if method not in methods:
+            raise ConfigError(f"config key 'studies.noise.methods[{i}]': unknown method {method!r}; registered "
+                              f"methods: {sorted(methods)}")
+    if study["methods"] and not _narrow_study(config, "noise", note) and study["levels"]:
+        study["levels"] = []     # [] methods would mean every method of `methods`: the study is off instead
 
 
 def _refuse_tape_study_on_grid(config: dict, study: str, what: str) -> None:
@@ -398,11 +434,10 @@ def _refuse_tape_study_on_grid(config: dict, study: str, what: str) -> None:
                           f"studies.{study}.methods: [] (docs/protocol.md#grid-pipeline)")
 
 
-def _check_worldtest(config: dict) -> None:
+def _check_worldtest(config: dict, note) -> None:
     """The world test (docs/protocol.md#world-test): methods that take part, runs that exist, consistent tasks."""
     study = config["studies"]["worldtest"]
     where = "config key 'studies.worldtest"
-    _refuse_tape_study_on_grid(config, "worldtest", "the world test (docs/protocol.md#world-test)")
     methods = registry()
     for i, method in enumerate(study["methods"]):
         if method not in methods:
@@ -411,18 +446,17 @@ def _check_worldtest(config: dict) -> None:
             able = sorted(m for m, entry in methods.items() if entry.worldtest is not None)
             raise ConfigError(f"{where}.methods[{i}]': {method!r} does not take part in the world test (its registry "
                               f"entry has no worldtest); methods that do: {able}")
-        if methods[method].trains and method not in config["methods"]:
-            raise ConfigError(f"{where}.methods[{i}]': {method!r} trains, and the world test reuses its main-split "
-                              f"runs; add it to `methods` {list(config['methods'])} or remove it here")
-    if not study["methods"]:
+    kept = _narrow_study(config, "worldtest", note)
+    if not kept:
         return
+    _refuse_tape_study_on_grid(config, "worldtest", "the world test (docs/protocol.md#world-test)")
     family = config_family(config)
     if not family.elementary:
         if PLANNING_TASK in study["tasks"]:
             raise ConfigError(f"{where}.tasks': world-test planning is defined for the elementary family (exact "
                               f"reasoning plans over the enumerated consistent rules), not {family.describe()}; "
                               f"use tasks {[t for t in study['tasks'] if t != PLANNING_TASK]}")
-        for i, method in enumerate(study["methods"]):
+        for i, method in kept:
             if not supports_family(methods[method].worldtest, family):
                 able = sorted(m for m, entry in methods.items()
                               if entry.worldtest is not None and supports_family(entry.worldtest, family))
@@ -445,11 +479,10 @@ def _check_worldtest(config: dict) -> None:
                           f"env.L = {config['env']['L']}")
 
 
-def _check_fewshot(config: dict) -> None:
+def _check_fewshot(config: dict, note) -> None:
     """The few-shot study (docs/protocol.md#few-shot): methods with runs or policies, recipes only for those listed."""
     study = config["studies"]["fewshot"]
     where = "config key 'studies.fewshot"
-    _refuse_tape_study_on_grid(config, "fewshot", "the few-shot study (docs/protocol.md#few-shot)")
     methods = registry()
     for i, method in enumerate(study["methods"]):
         if method not in methods:
@@ -457,9 +490,14 @@ def _check_fewshot(config: dict) -> None:
         if not methods[method].plays_episodes:
             raise ConfigError(f"{where}.methods[{i}]': {method!r} takes part in the world test only; it plays no TAPE "
                               f"episodes")
-        if methods[method].trains and method not in config["methods"]:
-            raise ConfigError(f"{where}.methods[{i}]': {method!r} trains, and the few-shot study adapts its main-split "
-                              f"runs; add it to `methods` {list(config['methods'])} or remove it here")
+    for method in (study.get("adapt") or {}):
+        if method not in study["methods"]:
+            raise ConfigError(f"{where}.adapt.{method}': {method!r} is not one of studies.fewshot.methods "
+                              f"{list(study['methods'])}")
+    kept = _narrow_study(config, "fewshot", note)
+    study["adapt"] = {m: v for m, v in (study.get("adapt") or {}).items() if m in study["methods"]}
+    _refuse_tape_study_on_grid(config, "fewshot", "the few-shot study (docs/protocol.md#few-shot)")
+    for i, method in kept:
         if not config_family(config).elementary and not methods[method].any_rule_family:
             raise ConfigError(f"{where}.methods[{i}]': {method!r} supports only the elementary family, not "
                               f"{config_family(config).describe()} (rule_set.family)")
@@ -469,10 +507,7 @@ def _check_fewshot(config: dict) -> None:
     if any(methods[m].trains for m in study["methods"]) and study["seeds"] > config["seeds"]:
         raise ConfigError(f"{where}.seeds': {study['seeds']} seeds, but methods that train have runs of seeds "
                           f"0..{config['seeds'] - 1} only (`seeds` = {config['seeds']})")
-    for method, overrides in (study.get("adapt") or {}).items():
-        if method not in study["methods"]:
-            raise ConfigError(f"{where}.adapt.{method}': {method!r} is not one of studies.fewshot.methods "
-                              f"{list(study['methods'])}")
+    for method, overrides in study["adapt"].items():
         if not methods[method].trains:
             raise ConfigError(f"{where}.adapt.{method}': {method!r} does not train; adapt overrides the gradient "
                               f"adaptation of a method that trains")
@@ -490,14 +525,14 @@ def fewshot_slice(config: dict, method: str) -> dict:
     if study["adapt"].get(method):
         fewshot["adapt"] = study["adapt"][method]
     return {"env": env_params(config), "evaluation": eval_slice(config)["evaluation"], "fewshot": fewshot,
-            "agent": dict(config["agents"].get(method, {}) or {})}
+            "agent": agent_params(config, method)}
 
 
 def worldtest_slice(config: dict, method: str) -> dict:
     """A world-test job's params (`tapebench worldtest --params`): the env, the task settings, the method's
     hyperparameters. Methods, seeds and budgets are wildcards or the DAG's, not params."""
     return {"env": {k: config["env"][k] for k in ("L", "H", "success_bonus")},
-            "worldtest": worldtest_study(config)["worldtest"], "agent": dict(config["agents"].get(method, {}) or {})}
+            "worldtest": worldtest_study(config)["worldtest"], "agent": agent_params(config, method)}
 
 
 def _check_ladder(config: dict) -> None:
@@ -580,12 +615,14 @@ def env_params(config: dict) -> dict:
     return env
 
 
-def validate_config(config: dict, schema_path, command_line: dict | None = None) -> dict:
+def validate_config(config: dict, schema_path, command_line: dict | None = None, note=None) -> dict:
     """Validate against the JSON schema plus cross-field checks; fill defaults; raise ConfigError naming the key.
 
     Numeric text under numeric keys (from `snakemake --config`) is turned into numbers in place. `command_line`
     is what `snakemake --config` gave (the Snakefile passes it): an error in a value given there carries the hint
-    that such values arrive as text."""
+    that such values arrive as text. A study's methods the config does not run are left out of it, each study's once
+    with a line to `note` (default: standard error) naming them (`_narrow_study`)."""
+    note = note or _note_to_stderr
     schema = yaml.safe_load(Path(schema_path).read_text())
     _coerce_text(schema, config)
     _check_finite(config)
@@ -620,9 +657,9 @@ def validate_config(config: dict, schema_path, command_line: dict | None = None)
     _check_goal(config)
     _check_sweep(config)
     _check_studies(config)
-    _check_noise_study(config)
-    _check_worldtest(config)
-    _check_fewshot(config)
+    _check_noise_study(config, note)
+    _check_worldtest(config, note)
+    _check_fewshot(config, note)
     _check_ladder(config)
     _check_health(config)
     _check_logging(config)
@@ -827,12 +864,19 @@ def dumps(obj) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
 
 
+def agent_params(config: dict, method: str, overrides: dict | None = None) -> dict:
+    """A method's hyperparameters in a job's params: its resolved Config (`agents.<method>`, then `overrides`, over the
+    Config's defaults) in canonical form (`registry.stated_hyperparameters`), so an edit of `agents` that changes no
+    value (stating a default, 5e-4 for 0.0005) changes no job (docs/protocol.md#job-params)."""
+    return stated_hyperparameters(method, {**(config["agents"].get(method) or {}), **(overrides or {})})
+
+
 def train_slice(config: dict, agent: str, seeds: int = 1) -> dict:
     """What a training job of `seeds` seeds of `agent` gets (`tapebench train --params`); `training.stacking` only
     where it changes what the job does (`training_stacking`), so switching it changes no other job's params."""
     stacking = training_stacking(config, agent, seeds)
     return {
-        "agent": config["agents"].get(agent, {}),
+        "agent": agent_params(config, agent),
         "env": env_params(config),
         "training": {**{k: config["training"][k] for k in ("total_steps", "eval_every")},
                      **({"stacking": stacking} if stacking != "auto" else {})},
@@ -851,7 +895,7 @@ def logging_slice(config: dict) -> dict:
 def fixed_z_train_slice(config: dict, agent: str, L: int, H: int) -> dict:
     """A fixed-z study run: the agent's hyperparameters, the study's L, H and schedule (not env.L / training)."""
     fixed = config["studies"]["fixed_z"]
-    return {"agent": config["agents"].get(agent, {}), "env": {**env_params(config), "L": int(L), "H": int(H)},
+    return {"agent": agent_params(config, agent), "env": {**env_params(config), "L": int(L), "H": int(H)},
             "training": {k: fixed[k] for k in ("total_steps", "eval_every")}, **logging_slice(config)}
 
 
@@ -885,7 +929,7 @@ def model_error_slice(config: dict) -> dict:
 def sweep_train_slice(config: dict, value: int) -> dict:
     sweep = config["diagnostics"]["sweep"]
     out = train_slice(config, sweep["method"])
-    out["agent"] = {**out["agent"], sweep["hyperparameter"]: int(value)}
+    out["agent"] = agent_params(config, sweep["method"], {sweep["hyperparameter"]: int(value)})
     return out
 
 
@@ -908,4 +952,4 @@ def ladder_split_slice(config: dict) -> dict:
 
 def method_eval_slice(config: dict, method: str) -> dict:
     """The evaluation job of a method that does not train also depends on its hyperparameters."""
-    return {"agent": config["agents"].get(method, {}), **eval_slice(config)}
+    return {"agent": agent_params(config, method), **eval_slice(config)}
