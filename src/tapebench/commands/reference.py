@@ -78,6 +78,7 @@ def register(sub) -> None:
 
 
 def _list(args) -> int:
+    # lazy: a command loads only the modules it runs
     from tapebench.reference_sets import available, read_manifest
 
     names = available(args.root)
@@ -92,6 +93,7 @@ def _list(args) -> int:
 
 
 def _show(args) -> int:
+    # lazy: a command loads only the modules it runs
     import pandas as pd
 
     from tapebench.reference_sets import read_manifest, set_dir, summary
@@ -112,6 +114,7 @@ def _show(args) -> int:
 
 
 def _verify(args) -> int:
+    # lazy: a command loads only the modules it runs
     from tapebench.reference_sets import changed_methods, read_manifest, verify
 
     problems = verify(args.name, args.root)
@@ -132,6 +135,7 @@ def _verify(args) -> int:
 
 
 def _seed_tables(args) -> int:
+    # lazy: a command loads only the modules it runs
     from tapebench.reference_sets import load_records, read_manifest
     from tapebench.stats.aggregate import seed_tables_from_sums
     from tapebench.utils.io import provenance, write_parquet
@@ -158,6 +162,7 @@ def _seed_tables(args) -> int:
 
 
 def _library_versions() -> dict:
+    # lazy: a command loads only the modules it runs
     import importlib.metadata as md
 
     out = {"python": platform.python_version()}
@@ -183,6 +188,7 @@ def _eval_files(results: Path, split: str, method: str, seeds: list[int], horizo
 
 def pack_method(config: dict, results: Path, method: str) -> tuple:
     """(rule sums, manifest entry) of one method from a finished run's records."""
+    # lazy: a command loads only the modules it runs
     import pandas as pd
 
     from tapebench.reference_sets import method_fingerprint
@@ -237,6 +243,7 @@ def pack_method(config: dict, results: Path, method: str) -> tuple:
 
 
 def _pack(args) -> int:
+    # lazy: a command loads only the modules it runs
     from tapebench.pipeline.config import load_config, protocol_slice, validate_config
     from tapebench.reference_sets import (FORMAT, ReferenceSetError, protocol_differences, protocol_hash,
                                           read_manifest, set_dir, write_checksums, write_manifest, write_records)
@@ -276,11 +283,13 @@ def _pack(args) -> int:
 
 
 def _reproduce(args) -> int:
+    # lazy: a command loads only the modules it runs
     import subprocess
     import time
 
     import pandas as pd
 
+    # lazy: a command loads only the modules it runs
     from tapebench.reference_sets import ReferenceSetError, compare_cell, load_records, read_manifest
     from tapebench.stats.aggregate import rule_sums
     from tapebench.utils.artifacts import read_table
@@ -318,6 +327,7 @@ def _reproduce(args) -> int:
 
 
 def _reproduction(args) -> int:
+    # lazy: a command loads only the modules it runs
     from tapebench.report.reproduction import readme_results, replace_block, reproduction_markdown, reproduction_tex
     from tapebench.utils.io import atomic_path
 
