@@ -95,7 +95,6 @@ def _list(args) -> int:
 def _show(args) -> int:
     # lazy: a command loads only the modules it runs
     import pandas as pd
-
     from tapebench.reference_sets import read_manifest, set_dir, summary
 
     manifest = read_manifest(args.name, args.root)
@@ -190,7 +189,6 @@ def pack_method(config: dict, results: Path, method: str) -> tuple:
     """(rule sums, manifest entry) of one method from a finished run's records."""
     # lazy: a command loads only the modules it runs
     import pandas as pd
-
     from tapebench.reference_sets import method_fingerprint
     from tapebench.registry import get_method
     from tapebench.report.compute import evaluation_record, run_record
@@ -286,7 +284,6 @@ def _reproduce(args) -> int:
     # lazy: a command loads only the modules it runs
     import subprocess
     import time
-
     import pandas as pd
 
     # lazy: a command loads only the modules it runs
