@@ -112,10 +112,9 @@ def aggregate(args) -> int:
 
     # lazy: a command loads only the modules it runs
     from tapebench.stats.fewshot import aggregate_fewshot
-    from tapebench.utils.artifacts import read_table
-    from tapebench.validation import refuse_duplicates
+    from tapebench.utils.artifacts import read_tables
 
-    frames = [read_table(path, "fewshot")[0] for path in refuse_duplicates(args.inputs, "few-shot")]
+    frames = [frame for frame, _ in read_tables(args.inputs, "fewshot", "few-shot")]
     table = aggregate_fewshot(pd.concat(frames, ignore_index=True), n_resamples=args.n_resamples, ci=args.ci,
                               seed=args.seed)
     config = {"n_resamples": args.n_resamples, "ci": args.ci, "seed": args.seed}

@@ -139,10 +139,9 @@ def _aggregate_worldtest(args) -> int:
 
     # lazy: a command loads only the modules it runs
     from tapebench.stats.worldtest import aggregate_worldtest
-    from tapebench.utils.artifacts import read_table
-    from tapebench.validation import refuse_duplicates
+    from tapebench.utils.artifacts import read_tables
 
-    frames = [read_table(path, "worldtest")[0] for path in refuse_duplicates(args.inputs, "world-test")]
+    frames = [frame for frame, _ in read_tables(args.inputs, "worldtest", "world-test")]
     table = aggregate_worldtest(pd.concat(frames, ignore_index=True), n_resamples=args.n_resamples, ci=args.ci,
                                 seed=args.seed)
     config = {"n_resamples": args.n_resamples, "ci": args.ci, "seed": args.seed}
