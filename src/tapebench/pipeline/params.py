@@ -96,9 +96,9 @@ def allowed(schema: dict) -> str:
     return f"{word} in {left}{-math.inf if low is None else low:g}, {math.inf if high is None else high:g}{right}"
 
 
-def check_value(value, key: str, given_as: str):
-    """`value` as config key `key` allows it; else ConfigError naming `given_as` (the option or --params key), the
-    config key and what it allows. Returns the value."""
+def check_value(value, key: str, given_as: str, params_key: bool = False):
+    """`value` as config key `key` allows it; else ConfigError naming `given_as` (an option, or with `params_key` a
+    --params key), the config key and what it allows. Returns the value."""
     schema = key_schema(key)
     if schema is None:
         raise KeyError(f"the config has no key {key!r}")
@@ -106,8 +106,9 @@ def check_value(value, key: str, given_as: str):
     if errors:
         error = errors[0]
         where = given_as + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
-        raise ConfigError(f"{where}: {error.message}; the config key '{key}' it stands for allows "
-                          f"{allowed(schema)}")
+        where = f"--params key '{where}'" if params_key else where
+        name = f"'{key[:-2]}' (each item)" if key.endswith("[]") else f"'{key}'"
+        raise ConfigError(f"{where}: {error.message}; the config key {name} it stands for allows {allowed(schema)}")
     return value
 
 
@@ -119,7 +120,7 @@ def check_sections(params: dict, sections: dict, skip: tuple = ()) -> None:
         for key, value in (params.get(section) or {}).items():
             if f"{section}.{key}" in skip or key_schema(f"{prefix}.{key}") is None:
                 continue
-            check_value(value, f"{prefix}.{key}", f"--params key '{section}.{key}'")
+            check_value(value, f"{prefix}.{key}", f"{section}.{key}", params_key=True)
 
 
 def check_options(args, options: dict) -> None:
