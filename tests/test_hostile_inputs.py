@@ -75,7 +75,7 @@ def test_records_must_carry_the_provenance_their_path_states(tmp_path, capsys):
     read_table(random, "worldtest")
     out = str(tmp_path / "agg.parquet")
     assert main(["aggregate-worldtest", "--inputs", str(random), str(random.parent / ".." / "random" / random.name),
-                 "--out", out, "--n-resamples", "10"]) == 2
+                 "--out", out, "--n-resamples", "100"]) == 2
     assert "given twice" in capsys.readouterr().err
 
     random.write_bytes(mpc.read_bytes())             # mpc's file copied over random's

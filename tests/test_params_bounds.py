@@ -15,6 +15,7 @@ from tapebench.methods.mpc import MAX_CANDIDATES, MAX_HORIZON, MPCConfig
 from tapebench.methods.ppo_context import MAX_LOOKAHEAD_GAIN
 from tapebench.pipeline.params import ConfigError, allowed, check_value, key_schema
 from tapebench.registry import build_config
+from tapebench.utils.io import write_json
 
 SPLIT = "SPLIT"       # replaced by the toy split's path
 OUT = "OUT"           # replaced by an output path in tmp_path
@@ -181,3 +182,16 @@ def test_a_value_is_checked_against_its_config_key():
         check_value(8.0, "env.L", "--L")
     assert allowed(key_schema("statistics.ci")) == "a number in (0, 1)"
     assert key_schema("evaluation.noise") is None and key_schema("evaluation.horizons[]")["maximum"] == 1024
+
+
+def test_health_gate_checks_the_thresholds_its_report_records(tmp_path, capsys):
+    """health-gate takes no option that stands for a config key; the report it reads records the health thresholds
+    and bootstrap it was made with, checked as the config's."""
+    report = tmp_path / "health.json"
+    health = {"leakage": {"warn": 0.0, "fail": 2.0, "fatal": True}}
+    write_json(report, {"split": "toy", "content_hash": "x", "status": "pass", "checks": {},
+                        "provenance": {"config": {"health": health}}})
+    assert main(["health-gate", str(report), "--out", str(tmp_path / "verdict.json")]) == 2
+    err = capsys.readouterr().err
+    assert f"{report}: provenance.config.health.leakage.fail: 2.0 is greater than the maximum of 1" in err
+    assert not (tmp_path / "verdict.json").exists()

@@ -66,7 +66,14 @@ def run_health(args) -> int:
 def run_gate(args) -> int:
     # lazy: a command loads only the modules it runs
     from tapebench.health.io import write_verdict
+    from tapebench.pipeline.params import check_value
+    from tapebench.utils.artifacts import read_json
 
+    report = read_json(args.report, "health report")
+    recorded = report.get("provenance", {}).get("config", {}) if isinstance(report, dict) else {}
+    for key in ("health", "statistics"):     # the thresholds and bootstrap the report was made with, as the config's
+        if isinstance(recorded, dict) and key in recorded:
+            check_value(recorded[key], key, f"{args.report}: provenance.config.{key}")
     verdict = write_verdict(args.report, args.out)
     print(f"split {verdict['split']} passes every fatal health gate (status {verdict['status']}"
           + (f"; warnings: {', '.join(verdict['warnings'])}" if verdict["warnings"] else "") + ")")

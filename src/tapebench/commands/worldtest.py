@@ -67,13 +67,13 @@ def _check_size(settings: WorldTestSettings, split, L: int) -> None:
     if settings.masked_cells > L:
         raise ValueError(f"--params key 'worldtest.prediction.masked_cells': {settings.masked_cells} is more than "
                          f"env.L = {L}")
-    problems = max(len(split.train), len(split.test)) * settings.problems_per_rule
+    problems = (len(split.train) + len(split.test)) * settings.problems_per_rule     # as pipeline.config estimates
     memory = resources.worldtest_memory(problems, L, settings.prediction_lengths, settings.masked_cells,
                                         settings.planner_candidates, settings.planner_horizon)
     limit = resources.machine_mem_mb()
     if memory.mb > limit:
         key = memory.largest.keys[0]
-        raise ValueError(f"--params key 'worldtest.{key}': a world-test job of {problems:,} problems per side needs "
+        raise ValueError(f"--params key 'worldtest.{key}': a world-test job of {problems:,} problems needs "
                          f"{memory.describe()}; this machine has {limit:,} MB. Lower {key}")
 
 
