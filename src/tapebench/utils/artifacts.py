@@ -249,13 +249,16 @@ def check_records(path, frame: pd.DataFrame, kind: str, meta: dict) -> None:
         row = frame[repeated].iloc[0]
         raise CorruptArtifact(path, f"{int(repeated.sum())} episode record(s) appear twice, e.g. "
                                     f"{ {k: row[k] for k in [*keys, 'rule', 'episode']} }")
-    for group, rows in frame.groupby(keys, sort=True) if keys else [((), frame)]:
-        counts = rows.groupby("rule").size()
-        if counts.nunique() > 1:
-            where = ", ".join(f"{k} {v!r}" for k, v in zip(keys, group if isinstance(group, tuple) else (group,)))
-            raise CorruptArtifact(path, f"its rules have unequal episode counts at {where}: "
-                                        f"{ {int(r): int(n) for r, n in counts.items()} } (every rule plays the same "
-                                        f"episodes)")
+    counts = frame.groupby([*keys, "rule"], sort=True, observed=True).size()
+    spread = counts.groupby(level=list(range(len(keys)))).nunique() if keys else pd.Series([counts.nunique()])
+    if (spread > 1).any():
+        group = spread.index[(spread > 1).to_numpy()][0] if keys else ()
+        group = group if isinstance(group, tuple) else (group,)
+        per_rule = counts.loc[group] if keys else counts
+        where = ", ".join(f"{k} {v!r}" for k, v in zip(keys, group))
+        raise CorruptArtifact(path, f"its rules have unequal episode counts at {where}: "
+                                    f"{ {int(r): int(n) for r, n in per_rule.items()} } (every rule plays the same "
+                                    f"episodes)")
 
 
 # --- records that must agree with their path ---------------------------------------------------------
