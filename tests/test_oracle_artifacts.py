@@ -81,9 +81,9 @@ def test_bad_arguments_give_clear_errors(split_path, tmp_path, capsys):
     assert cli_main(["mpc", "--split", str(split_path), "--out", out]) == 2
     assert "--split needs --side" in capsys.readouterr().err
     assert cli_main(["feasibility", "--L", "22", "--out", out]) == 2
-    assert "got L=22" in capsys.readouterr().err
+    assert "--L: 22 is greater than the maximum of 20" in capsys.readouterr().err
     assert cli_main(["mpc", "--rules", "0", "--candidates", "0", "--out", out]) == 2
-    assert "candidates must be an integer >= 1, got 0" in capsys.readouterr().err
+    assert "candidates must be an integer in 1..65536, got 0" in capsys.readouterr().err
     assert not (tmp_path / "x.parquet").exists()
 
 

@@ -60,8 +60,12 @@ def run(args) -> int:
     from tapebench.splits.io import load_split
     from tapebench.training.loop import resolve_device, torch_settings
 
+    # lazy: a command loads only the modules it runs
+    from tapebench.pipeline.params import check_sections
+
     check_output_file(args.out, "--out")
     params = parse_params(args.params)
+    check_sections(params, {"env": "env", "evaluation": "evaluation", "fewshot": "studies.fewshot"})
     env = {**defaults.ENV, **params.get("env", {})}
     goal_mode, goal_steps = check_goal_mode(env.get("goal", defaults.GOAL), env.get("goal_steps", defaults.GOAL_STEPS))
     evaluation = {"episodes_per_rule": defaults.EPISODES_PER_RULE, "eval_seed": defaults.EVAL_SEED,
@@ -112,10 +116,11 @@ def aggregate(args) -> int:
 
     # lazy: a command loads only the modules it runs
     from tapebench.stats.fewshot import aggregate_fewshot
-    from tapebench.utils.artifacts import read_table
-    from tapebench.validation import refuse_duplicates
+    from tapebench.pipeline.params import STATISTICS_OPTIONS, check_options
+    from tapebench.utils.artifacts import read_tables
 
-    frames = [read_table(path, "fewshot")[0] for path in refuse_duplicates(args.inputs, "few-shot")]
+    check_options(args, STATISTICS_OPTIONS)
+    frames = [frame for frame, _ in read_tables(args.inputs, "fewshot", "few-shot")]
     table = aggregate_fewshot(pd.concat(frames, ignore_index=True), n_resamples=args.n_resamples, ci=args.ci,
                               seed=args.seed)
     config = {"n_resamples": args.n_resamples, "ci": args.ci, "seed": args.seed}

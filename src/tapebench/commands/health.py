@@ -46,11 +46,15 @@ def register(sub) -> None:
 def run_health(args) -> int:
     # lazy: a command loads only the modules it runs
     from tapebench.health.io import load_settings, write_benchmark_health
+    from tapebench.pipeline.params import check_options, check_value
 
+    check_options(args, {"L": "env.L", "H": "evaluation.horizons[]"})
+    settings = check_value(load_settings(args.settings), "health", "--settings")
+    statistics = check_value(load_settings(args.statistics), "statistics", "--statistics")
     report = write_benchmark_health(split_path=args.split, split_health_path=args.split_health,
                                     reference=args.reference, random=args.random,
-                                    identifiability=args.identifiability, settings=load_settings(args.settings),
-                                    statistics=load_settings(args.statistics), L=args.L, H=args.H, out=args.out,
+                                    identifiability=args.identifiability, settings=settings,
+                                    statistics=statistics, L=args.L, H=args.H, out=args.out,
                                     per_rule_out=args.per_rule_out, rule_agnostic=args.rule_agnostic)
     for name, c in report["checks"].items():
         value = "n/a" if c["value"] is None else f"{c['value']:.3f}"
@@ -62,7 +66,14 @@ def run_health(args) -> int:
 def run_gate(args) -> int:
     # lazy: a command loads only the modules it runs
     from tapebench.health.io import write_verdict
+    from tapebench.pipeline.params import check_value
+    from tapebench.utils.artifacts import read_json
 
+    report = read_json(args.report, "health report")
+    recorded = report.get("provenance", {}).get("config", {}) if isinstance(report, dict) else {}
+    for key in ("health", "statistics"):     # the thresholds and bootstrap the report was made with, as the config's
+        if isinstance(recorded, dict) and key in recorded:
+            check_value(recorded[key], key, f"{args.report}: provenance.config.{key}")
     verdict = write_verdict(args.report, args.out)
     print(f"split {verdict['split']} passes every fatal health gate (status {verdict['status']}"
           + (f"; warnings: {', '.join(verdict['warnings'])}" if verdict["warnings"] else "") + ")")

@@ -31,10 +31,24 @@ def _planner_args(p) -> None:
     p.add_argument("--seed", type=seed_argument, default=0, help="planner seed (default 0)")
 
 
+# the options that stand for a config key (pipeline.params checks them with its bounds)
+EPISODE_OPTIONS = {"L": "env.L", "H": "evaluation.horizons[]", "episodes_per_rule": "evaluation.episodes_per_rule",
+                   "eval_seed": "evaluation.eval_seed"}
+PLANNER_OPTIONS = {"horizon": "oracle.horizon", "candidates": "oracle.candidates"}
+
+
+def _check_options(args, options: dict) -> None:
+    # lazy: a command loads only the modules it runs
+    from tapebench.pipeline.params import check_options
+
+    check_options(args, options)
+
+
 def _protocol_kwargs(args) -> dict:
     # lazy: a command loads only the modules it runs
     from tapebench.validation import parse_rule_list
 
+    _check_options(args, {**EPISODE_OPTIONS, **PLANNER_OPTIONS})
     if args.split is not None and args.side is None:
         raise ValueError("--split needs --side train or --side test")
     return {"L": args.L, "H": args.H, "episodes_per_rule": args.episodes_per_rule, "eval_seed": args.eval_seed,
@@ -122,6 +136,7 @@ def _feasibility(args) -> int:
     from tapebench.utils.io import provenance, write_parquet
     from tapebench.validation import parse_rule_list
 
+    _check_options(args, {"L": "oracle.feasibility.L", "H": "oracle.feasibility.H"})
     rules = parse_rule_list(args.rules)
     start = time.perf_counter()
     frame = feasibility_table(rules, args.L, args.H)
@@ -152,6 +167,8 @@ def _by_type(args) -> int:
     from tapebench.methods.mpc import MPCConfig
     from tapebench.oracle.by_type import export_mpc_by_type
 
+    _check_options(args, {**EPISODE_OPTIONS, **PLANNER_OPTIONS,
+                          "episodes_per_rule": "oracle.by_type_episodes_per_rule"})
     payload = export_mpc_by_type(args.out, split=args.split, side=args.side,
                                  episodes_per_rule=args.episodes_per_rule, L=args.L, H=args.H,
                                  eval_seed=args.eval_seed, splits_dir=args.splits_dir,

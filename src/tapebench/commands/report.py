@@ -41,9 +41,15 @@ def register_render(sub) -> None:
 
 def run_render(args) -> int:
     # lazy: `render --help` loads no numerical library
+    from tapebench.pipeline.params import check_value
     from tapebench.validation import check_output_file
 
     entry = registry.OUTPUTS[args.entry]
+    for option in entry.options:    # a value that stands for a config key keeps that key's bounds
+        value = getattr(args, option.name)
+        if option.config_key is not None and value is not None:
+            for v in (value if option.many else [value]):
+                check_value(v, option.config_key, option.flag)
     if entry.kind == TABLE:
         check_output_file(args.out, "--out")
     else:   # a stem: STEM.pdf and STEM.png

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from tapebench import defaults
+from tapebench.pipeline.params import STATISTICS_OPTIONS, check_options
 from tapebench.utils.io import provenance, read_parquet_meta, write_parquet
 from tapebench.validation import seed_argument
 
@@ -89,6 +90,7 @@ def _aggregate_seed(args) -> int:
     # lazy: a command loads only the modules it runs
     from tapebench.stats.aggregate import read_tables, seed_tables
 
+    check_options(args, {"last_k": "evaluation.last_k"})
     episodes = read_tables(args.episodes, "episode")
     tables = seed_tables(episodes, last_k=args.last_k)
     meta = provenance({"last_k": args.last_k}, None, last_k=args.last_k, inputs=_inputs(args.episodes))
@@ -107,6 +109,7 @@ def _aggregate(args) -> int:
     # lazy: a command loads only the modules it runs
     from tapebench.stats.aggregate import aggregate_seeds, method_tests, read_tables
 
+    check_options(args, STATISTICS_OPTIONS)
     per_seed = read_tables(args.per_seed, "per-seed")
     summary = aggregate_seeds(per_seed, n_resamples=args.n_resamples, ci=args.ci, seed=args.seed,
                               reference=args.reference)
@@ -127,6 +130,7 @@ def _aggregate_model_error(args) -> int:
     # lazy: a command loads only the modules it runs
     from tapebench.stats.model_error import aggregate_model_error_files
 
+    check_options(args, STATISTICS_OPTIONS)
     table = aggregate_model_error_files(args.inputs, args.out, n_resamples=args.n_resamples, ci=args.ci,
                                         seed=args.seed)
     print(f"aggregate-model-error: {table['agent'].nunique()} methods, {len(table)} rows -> {args.out}")
@@ -139,10 +143,10 @@ def _aggregate_worldtest(args) -> int:
 
     # lazy: a command loads only the modules it runs
     from tapebench.stats.worldtest import aggregate_worldtest
-    from tapebench.utils.artifacts import read_table
-    from tapebench.validation import refuse_duplicates
+    from tapebench.utils.artifacts import read_tables
 
-    frames = [read_table(path, "worldtest")[0] for path in refuse_duplicates(args.inputs, "world-test")]
+    check_options(args, STATISTICS_OPTIONS)
+    frames = [frame for frame, _ in read_tables(args.inputs, "worldtest", "world-test")]
     table = aggregate_worldtest(pd.concat(frames, ignore_index=True), n_resamples=args.n_resamples, ci=args.ci,
                                 seed=args.seed)
     config = {"n_resamples": args.n_resamples, "ci": args.ci, "seed": args.seed}
@@ -157,6 +161,7 @@ def _protocol_comparison(args) -> int:
     from tapebench.stats.protocol_comparison import compare_protocol_files
     from tapebench.stats.protocols import ComparedProtocol, protocol_files
 
+    check_options(args, STATISTICS_OPTIONS)
     try:
         spec = json.loads(args.protocols)
     except json.JSONDecodeError as exc:

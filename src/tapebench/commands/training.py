@@ -27,12 +27,13 @@ from tapebench import defaults
 from tapebench.evaluation.evaluate import evaluate_untrained, side_protocols, write_evaluation
 from tapebench.evaluation.model_error import summarize
 from tapebench.evaluation.trained_runs import evaluate_run, model_error_run
-from tapebench.pipeline.resources import check_training
-from tapebench.registry import registry
+from tapebench.pipeline.params import check_options, check_sections
+from tapebench.pipeline.resources import check_evaluation, check_training
+from tapebench.registry import build_config, registry
 from tapebench.settings import training_device
 from tapebench.splits.io import load_split
 from tapebench.training.blocks import SEED_FIELD, STACKING, train_block, write_block_record
-from tapebench.training.loop import RunLog, TrainSpec, resolve_device, torch_settings, train
+from tapebench.training.loop import RunLog, TrainSpec, read_manifest, resolve_device, torch_settings, train
 from tapebench.utils.io import provenance, write_parquet
 from tapebench.validation import (check_goal_mode, check_noise, parse_param_sections, parse_rule_list, parse_seed_list,
                                   seed_argument)
@@ -47,8 +48,17 @@ PARAM_SECTIONS = {
 }
 
 
+# each --params section -> the config section whose schema bounds it (pipeline.params)
+CONFIG_SECTIONS = {"env": "env", "training": "training", "evaluation": "evaluation",
+                   "model_error": "diagnostics.model_error", "logging": "logging"}
+
+
 def parse_params(text: str) -> dict:
-    return parse_param_sections(text, PARAM_SECTIONS)
+    """A job's --params, each value within the bounds the config gives its key (a hand-run command accepts what the
+    pipeline accepts); training.stacking also takes "never" (as --stacking)."""
+    params = parse_param_sections(text, PARAM_SECTIONS)
+    check_sections(params, CONFIG_SECTIONS, skip=("training.stacking",))
+    return params
 
 
 def _rule_source(args):
@@ -120,6 +130,7 @@ def _block_seeds(args) -> list[int]:
 
 
 def run_evaluate(args) -> int:
+    check_options(args, {"H": "evaluation.horizons[]"})
     params = parse_params(args.params)
     if (args.run is None) == (args.method is None):
         raise ValueError("give --run DIR (a trained run) or --method ID --seed N (a method that does not train)")
@@ -138,8 +149,31 @@ def run_evaluate(args) -> int:
     return 0
 
 
+def _check_evaluation_memory(args, params: dict, split, rules) -> None:
+    """The job's memory estimate (all episodes of both sides at once), refused above this machine's memory naming
+    the key to lower (as validate_config refuses such a config); a run whose train.json cannot be read is left to
+    the evaluation, which names what is wrong with it."""
+    env, evaluation = params.get("env", {}), params.get("evaluation", {})
+    rule_count = len(split.train) + len(split.test) if split is not None else len(rules)
+    episodes = rule_count * int(evaluation.get("episodes_per_rule", defaults.EPISODES_PER_RULE))
+    if args.method is not None:
+        method, hyperparameters, L = args.method, params.get("agent", {}) or {}, env.get("L", defaults.L)
+    else:
+        try:
+            manifest = read_manifest(args.run, verify=False)
+            method, hyperparameters, L = manifest["agent"], manifest["hyperparameters"], manifest["env"]["L"]
+        except (ValueError, TypeError, KeyError):
+            return
+        try:
+            build_config(method, hyperparameters)
+        except (ValueError, TypeError, KeyError):     # the run's own checks name what is wrong with it
+            return
+    check_evaluation(method, hyperparameters, int(L), int(args.H), episodes)
+
+
 def _evaluate_one(args, params: dict, split, rules) -> int:
     """One seed's evaluation: a trained run's checkpoints (--run) or a method's own seed (--method, --seed)."""
+    _check_evaluation_memory(args, params, split, rules)
     env, evaluation = params.get("env", {}), params.get("evaluation", {})
     common = dict(episodes_per_rule=evaluation.get("episodes_per_rule", defaults.EPISODES_PER_RULE),
                   eval_seed=evaluation.get("eval_seed", defaults.EVAL_SEED),
@@ -167,6 +201,7 @@ def _evaluate_one(args, params: dict, split, rules) -> int:
 
 
 def run_model_error(args) -> int:
+    check_options(args, {"H": "env.H"})
     params = parse_params(args.params)
     split = load_split(args.split)
     evaluation, probe = params.get("evaluation", {}), params.get("model_error", {})

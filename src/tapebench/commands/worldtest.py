@@ -23,6 +23,8 @@ from tapebench import defaults
 from tapebench.episodes.streams import split_key
 from tapebench.evaluation.trained_runs import check_run_params, trained_run_manifest
 from tapebench.evaluation.worldtest import WorldTestSettings, check_family, run_worldtest
+from tapebench.pipeline import resources
+from tapebench.pipeline.params import check_options, check_sections
 from tapebench.registry import build_config, get_method, registry
 from tapebench.splits.io import load_split
 from tapebench.training import checkpoint as ckpt
@@ -54,9 +56,32 @@ def _trained_agent(run_dir: Path, method_id: str, seed: int, split, device, env:
                    "code_version": manifest.get("provenance", {}).get("code_version")}
 
 
+def _check_size(settings: WorldTestSettings, split, L: int) -> None:
+    """What validate_config refuses of the study: more planner rollouts per step than MAX_PLANNER_ROLLOUTS, more
+    masked cells than the tape has, a job over this machine's memory (each naming the --params key)."""
+    rollouts = settings.planner_horizon * settings.planner_candidates
+    if rollouts > resources.MAX_PLANNER_ROLLOUTS:
+        raise ValueError(f"--params key 'worldtest.planner': horizon x candidates = {settings.planner_horizon} x "
+                         f"{settings.planner_candidates} = {rollouts:,} simulated steps per planned step and problem; "
+                         f"at most {resources.MAX_PLANNER_ROLLOUTS:,} (as the config's studies.worldtest.planner)")
+    if settings.masked_cells > L:
+        raise ValueError(f"--params key 'worldtest.prediction.masked_cells': {settings.masked_cells} is more than "
+                         f"env.L = {L}")
+    problems = (len(split.train) + len(split.test)) * settings.problems_per_rule     # as pipeline.config estimates
+    memory = resources.worldtest_memory(problems, L, settings.prediction_lengths, settings.masked_cells,
+                                        settings.planner_candidates, settings.planner_horizon)
+    limit = resources.machine_mem_mb()
+    if memory.mb > limit:
+        key = memory.largest.keys[0]
+        raise ValueError(f"--params key 'worldtest.{key}': a world-test job of {problems:,} problems needs "
+                         f"{memory.describe()}; this machine has {limit:,} MB. Lower {key}")
+
+
 def run(args) -> int:
     check_output_file(args.out, "--out")
+    check_options(args, {"budget": "studies.worldtest.budgets[]"})
     params = parse_params(args.params)
+    check_sections(params, {"env": "env", "worldtest": "studies.worldtest"})
     env = {**defaults.ENV, **params.get("env", {})}
     settings = WorldTestSettings.from_config(params.get("worldtest", {}))
     method = get_method(args.method)
@@ -64,6 +89,7 @@ def run(args) -> int:
         able = sorted(m for m, x in registry().items() if x.worldtest is not None)
         raise ValueError(f"method {args.method!r} does not take part in the world test; methods that do: {able}")
     split = load_split(args.split)
+    _check_size(settings, split, int(env["L"]))
     check_family(method, settings, split.family)
     config = build_config(args.method, params.get("agent", {}))
     device = resolve_device(args.device)

@@ -9,15 +9,16 @@ import pandas as pd
 
 from tapebench.health.checks import enforce_gate, health_report
 from tapebench.splits.io import load_split
-from tapebench.utils.artifacts import read_json
+from tapebench.utils.artifacts import read_json, read_tables
 from tapebench.utils.io import provenance, write_json, write_parquet
 
 
-def _records(paths) -> pd.DataFrame:
+def _records(paths, kind: str = "records", what: str = "records") -> pd.DataFrame:
+    """The records of several files, each checked as every aggregate checks it (`utils.artifacts.read_tables`)."""
     paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
     if not paths:
-        raise ValueError("no records given")
-    return pd.concat([pd.read_parquet(p, columns=None) for p in paths], ignore_index=True)
+        raise ValueError(f"no {what} given")
+    return pd.concat([frame for frame, _ in read_tables(paths, kind, what)], ignore_index=True)
 
 
 def _check_protocol(frame: pd.DataFrame, what: str, L: int, H: int) -> None:
@@ -37,10 +38,10 @@ def write_benchmark_health(*, split_path, split_health_path, reference, random, 
     if identifiability is None and split.family.elementary:
         raise ValueError(f"split {split.name} is of the elementary family: its health report needs identifiability "
                          f"records (tapebench identifiability)")
-    ref, rnd = _records(reference), _records(random)
-    ident = None if identifiability is None else _records(identifiability)
+    ref, rnd = _records(reference, what="reference records"), _records(random, what="random-policy records")
+    ident = None if identifiability is None else _records(identifiability, "identifiability", "identifiability")
     agnostic_paths = [rule_agnostic] if isinstance(rule_agnostic, (str, Path)) else list(rule_agnostic or ())
-    agnostic = _records(agnostic_paths) if agnostic_paths else None
+    agnostic = _records(agnostic_paths, what="rule-agnostic records") if agnostic_paths else None
     for frame, what in ((ref, "reference"), (rnd, "random-policy"), (ident, "identifiability"),
                         (agnostic, "rule-agnostic")):
         if frame is not None:

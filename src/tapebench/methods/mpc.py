@@ -36,6 +36,9 @@ from tapebench.rule_family import ELEMENTARY
 from tapebench.validation import check_goal, check_horizon, check_integer
 
 
+MAX_HORIZON, MAX_CANDIDATES = 256, 65_536    # as the config's oracle.horizon and oracle.candidates
+
+
 @dataclass(frozen=True)
 class MPCConfig:
     """Random-shooting planner budget (paper: horizon 8, 512 candidates)."""
@@ -48,8 +51,8 @@ class MPCConfig:
     """planner seed; candidate actions are a pure function of (seed, episode identity, step)"""
 
     def __post_init__(self):
-        for name in ("horizon", "candidates"):
-            check_integer(getattr(self, name), f"MPC {name}", minimum=1)
+        check_integer(self.horizon, "MPC horizon", minimum=1, maximum=MAX_HORIZON)
+        check_integer(self.candidates, "MPC candidates", minimum=1, maximum=MAX_CANDIDATES)
         check_integer(self.seed, "MPC seed", minimum=0)
 
     def as_dict(self) -> dict:

@@ -61,11 +61,14 @@ class Config(EquivariantConfig):
         if self.lookahead_gain != 0 and not self.lookahead:
             raise ValueError(f"PPO (context) hyperparameter lookahead_gain = {self.lookahead_gain} needs lookahead "
                              f"channels (lookahead 1 or 2), got lookahead = 0")
-        if not math.isfinite(self.lookahead_gain):
-            raise ValueError(f"PPO (context) hyperparameter lookahead_gain must be finite, got {self.lookahead_gain}")
+        if not math.isfinite(self.lookahead_gain) or not 0 <= self.lookahead_gain <= MAX_LOOKAHEAD_GAIN:
+            raise ValueError(f"PPO (context) hyperparameter lookahead_gain must be a number in [0, "
+                             f"{MAX_LOOKAHEAD_GAIN:g}], got {self.lookahead_gain}")
 
 
 LOOKAHEADS = (0, 1, 2)
+MAX_LOOKAHEAD_GAIN = 1024.0   # g x a lookahead value (at most L = 64 mismatches) stays a finite float32 logit; the
+                              # default, 32, already makes the untrained argmax the lookahead's best cell
 # entries of one (rows, L, L, k^(2r+1)) window-probability tensor of the lookahead (32 MB of float32): rows are
 # batched to stay under it (1,024 rows at L = 32 in the elementary family)
 LOOKAHEAD_ENTRIES = 2 ** 23

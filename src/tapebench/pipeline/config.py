@@ -25,6 +25,8 @@ from tapebench.methods.worldtest import supports_family
 from tapebench.layout import NOISE_DECIMALS, noise_label
 from tapebench.pipeline import resources
 from tapebench import reference_sets
+from tapebench.pipeline.params import ConfigError
+from tapebench.pipeline.params import validator as _validator
 from tapebench.registry import (build_config, check_hyperparameters, check_rule_family, get_method, registry,
                                 stated_hyperparameters)
 from tapebench.rule_family import ELEMENTARY, config_family
@@ -35,10 +37,6 @@ from tapebench.settings import (MAX_CHECKPOINTS_PER_RUN, checkpoints_per_run, fe
 from tapebench.splits.ladder import LadderError, draw_training_set, ladder_levels
 from tapebench.validation import parse_rule_list
 from tapebench.vocabulary import DERIVED_GOAL, MAX_EXACT_L, PLANNING_TASK, ZEROS_GOAL
-
-
-class ConfigError(ValueError):
-    pass
 
 
 def _note_to_stderr(text: str) -> None:
@@ -145,14 +143,6 @@ def _check_finite(value, key: str = "") -> None:
     elif isinstance(value, list):
         for i, v in enumerate(value):
             _check_finite(v, f"{key}.{i}")
-
-
-def _validator(schema: dict):
-    """Draft 2020-12, except that 5.0 is not an integer (range(5.0) fails later, far from the key)."""
-    base = jsonschema.Draft202012Validator
-    checker = base.TYPE_CHECKER.redefine(
-        "integer", lambda _, v: isinstance(v, int) and not isinstance(v, bool))
-    return jsonschema.validators.extend(base, type_checker=checker)(schema)
 
 
 SAMPLED_RULES = "sampled"   # a split's `rules` value naming the sampled rule set

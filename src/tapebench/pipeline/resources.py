@@ -99,6 +99,25 @@ def check_training(method: str, hyperparameters: dict, L: int, H: int, seeds: in
     return estimate
 
 
+def check_evaluation(method: str, hyperparameters: dict, L: int, H: int, episodes: int,
+                     limit_mb: int | None = None) -> Estimate:
+    """A hand-run evaluation job's estimate (`episodes` episodes of H steps at once), refused above `limit_mb`
+    (default: this machine's memory) with a ValueError naming the option or --params key to lower, before anything
+    is allocated."""
+    def estimate_with(change: dict) -> Estimate:
+        return evaluation_memory(build_config(method, {**hyperparameters, **change}), L, H, episodes)
+
+    estimate = estimate_with({})
+    limit = machine_mem_mb() if limit_mb is None else int(limit_mb)
+    if estimate.mb > limit:
+        keys = estimate.largest.keys
+        key = {"episodes_per_rule": "--params evaluation.episodes_per_rule", "H": "--H"}.get(keys[0]) or \
+            "--params agent." + culprit(keys, hyperparameters, get_method(method).Config(), estimate_with)
+        raise ValueError(f"{key}: an evaluation of {method!r} at L = {L}, H = {H} ({episodes:,} episodes at once) "
+                         f"needs {estimate.describe()}; this machine has {limit:,} MB. Lower {key.split()[-1]}")
+    return estimate
+
+
 def machine_mem_mb() -> int:
     """This machine's physical memory in MB (the default of `resources.max_mem_mb`)."""
     try:

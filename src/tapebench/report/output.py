@@ -35,6 +35,7 @@ class Option:
     required: bool = True
     type: Callable = str
     default: Any = None
+    config_key: str | None = None   # the config key whose bounds a value (each value of `many`) must keep
 
     @property
     def flag(self) -> str:

@@ -43,8 +43,15 @@ def has_curve(agent: str, curves=None) -> bool:
     return curves.loc[curves["agent"] == agent, "checkpoint"].nunique() > 1
 
 
-def _value(name, help, type=str, many=False, required=True, default=None) -> Option:
-    return Option(name, help, file=False, type=type, many=many, required=required, default=default)
+# value options that stand for a config key: `tapebench render` checks them with the config's bounds (pipeline.params)
+CONFIG_KEYS = {"L": "env.L", "H": "evaluation.horizons[]", "n": "env.grid_n", "depth": "diagnostics.model_error.depth",
+               "levels": "studies.noise.levels[]", "values": "diagnostics.sweep.values[]",
+               "n_resamples": "statistics.n_resamples", "ci": "statistics.ci"}
+
+
+def _value(name, help, type=str, many=False, required=True, default=None, config_key=None) -> Option:
+    return Option(name, help, file=False, type=type, many=many, required=required, default=default,
+                  config_key=config_key or CONFIG_KEYS.get(name))
 
 
 def _main(config) -> str:
@@ -61,7 +68,7 @@ _STATISTICS = (_value("n_resamples", f"bootstrap resamples (default {defaults.N_
                       default=defaults.N_RESAMPLES),
                _value("ci", f"confidence level (default {defaults.CI})", float, required=False, default=defaults.CI),
                _value("seed", f"bootstrap seed (default {defaults.STATISTICS_SEED})", int, required=False,
-                      default=defaults.STATISTICS_SEED))
+                      default=defaults.STATISTICS_SEED, config_key="statistics.seed"))
 
 
 # --- the paper's result tables, the oracle tables, identifiability, world models -------------------------------
@@ -197,7 +204,7 @@ _TABLES: list[Output] = [
                       default=defaults.N_RESAMPLES),
                _value("ci", f"confidence level (default {defaults.CI})", float, required=False, default=defaults.CI),
                _value("seed", f"bootstrap seed (default {defaults.STATISTICS_SEED})", int, required=False,
-                      default=defaults.STATISTICS_SEED),
+                      default=defaults.STATISTICS_SEED, config_key="statistics.seed"),
                _value("parquet", "also write the summary table", required=False),
                _value("figure", "also write the figure to FIGURE.pdf and FIGURE.png", required=False)),
            _sweep_jobs, category="World models",

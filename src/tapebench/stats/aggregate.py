@@ -82,7 +82,7 @@ from tapebench.registry import registry
 from tapebench.schemas import AGGREGATE_COLUMNS, GROUP, PER_SEED_COLUMNS, RULE_SUM_COLUMNS, SUMMARY_GROUP
 from tapebench.stats.bootstrap import difference_ci, hedges_g, holm, percentile_interval, resample_indices, welch_test
 from tapebench.stats.headroom import best_floor, headroom_ci, normalised_score_ci
-from tapebench.utils.artifacts import read_table
+from tapebench.utils import artifacts
 from tapebench.validation import refuse_duplicates
 from tapebench.vocabulary import DROP_SIDE, ID_SIDE, OOD_SIDE, ladder_level
 
@@ -100,7 +100,7 @@ TABLE_KINDS = {"episode": "episodes", "per-seed": "per_seed"}   # `what` -> util
 
 def read_tables(paths, what: str) -> pd.DataFrame:
     """Concatenate Parquet files of one kind ("episode" or "per-seed"), naming any that is missing,
-    damaged or of another kind."""
+    damaged, edited, of another kind, or given twice (`utils.artifacts.read_tables`)."""
 
     paths = refuse_duplicates(paths, what)
     if not paths:
@@ -108,7 +108,7 @@ def read_tables(paths, what: str) -> pd.DataFrame:
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
         raise FileNotFoundError(f"{what} file(s) not found: {', '.join(missing)}")
-    return pd.concat([read_table(p, TABLE_KINDS[what])[0] for p in paths], ignore_index=True)
+    return pd.concat([frame for frame, _ in artifacts.read_tables(paths, TABLE_KINDS[what], what)], ignore_index=True)
 
 
 def _metric_frame(episodes: pd.DataFrame) -> pd.DataFrame:

@@ -13,9 +13,8 @@ from tapebench.schemas import MODEL_ERROR_COLUMNS, MODEL_ERROR_RUN_COLUMNS
 from tapebench.stats.aggregate import group_generator
 from tapebench.defaults import CI, N_RESAMPLES
 from tapebench.stats.bootstrap import percentile_ci
-from tapebench.utils.artifacts import read_table
+from tapebench.utils.artifacts import read_tables
 from tapebench.utils.io import provenance, write_parquet
-from tapebench.validation import refuse_duplicates
 
 ALL_TYPES = "all"
 
@@ -68,8 +67,7 @@ def growth(aggregate: pd.DataFrame, agent: str, side: str, depth: int) -> float:
 
 def aggregate_model_error_files(paths, out, *, n_resamples: int, ci: float, seed: int) -> pd.DataFrame:
     frames, probes = [], []
-    for path in refuse_duplicates(paths, "model-error"):
-        frame, meta = read_table(path, "model_error")
+    for frame, meta in read_tables(paths, "model_error", "model-error"):
         frames.append(frame)
         probes.append({k: meta.get("model_error", {}).get(k) for k in ("context", "depth", "H")})
     if any(p != probes[0] for p in probes):

@@ -41,6 +41,7 @@ Tables (`compare_protocols`):
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 from typing import Mapping
 
 import numpy as np
@@ -48,10 +49,11 @@ import pandas as pd
 from scipy import stats as sps
 
 from tapebench.schemas import PROTOCOL_COMPARISON_COLUMNS, PROTOCOL_REVERSAL_COLUMNS
-from tapebench.stats.aggregate import METRICS, group_generator, read_tables
+from tapebench.stats.aggregate import METRICS, group_generator
 from tapebench.defaults import CI, N_RESAMPLES
 from tapebench.stats.bootstrap import percentile_interval
 from tapebench.stats.protocols import ComparedProtocol, protocol_files
+from tapebench.utils import artifacts
 
 LOWER_IS_BETTER = frozenset({"final_dist", "auc_dist", "steps"})
 DECIMALS = 12
@@ -235,7 +237,16 @@ def _compare_pair(pa: ComparedProtocol, pb: ComparedProtocol, names, means, scor
 
 def compare_protocol_files(protos: list[ComparedProtocol], *, metric: str = "success", n_resamples: int = N_RESAMPLES,
                            ci: float = CI, seed: int = 0) -> dict[str, pd.DataFrame]:
-    """`compare_protocols` on the per-seed files the protocols name (each read once)."""
-
-    tables = {path: read_tables([path], "per-seed") for path in protocol_files(protos)}
+    """`compare_protocols` on the per-seed files the protocols name (each read once; two files of the same
+    content are refused, as by every aggregate)."""
+    paths = protocol_files(protos)
+    missing = [str(p) for p in paths if not Path(p).is_file()]
+    if missing:
+        raise FileNotFoundError(f"per-seed file(s) not found: {', '.join(missing)}")
+    files = {}      # a file named by several protocols (under any spelling) is read once
+    for path in paths:
+        files.setdefault(Path(path).resolve(), path)
+    frames = dict(zip(files, (frame for frame, _ in artifacts.read_tables(list(files.values()), "per_seed",
+                                                                          "per-seed"))))
+    tables = {path: frames[Path(path).resolve()] for path in paths}
     return compare_protocols(tables, protos, metric=metric, n_resamples=n_resamples, ci=ci, seed=seed)

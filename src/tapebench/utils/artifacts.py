@@ -16,7 +16,8 @@ import pandas as pd
 
 from tapebench.layout import CHECKPOINT_DIR, MANIFEST_FILE, RESUME_FILE, path_fields
 from tapebench.schemas import TABLE_KINDS, TableKind
-from tapebench.utils.io import read_parquet_meta
+from tapebench.utils.io import CONTENT_HASH, read_parquet_meta, table_content_hash
+from tapebench.validation import refuse_duplicates
 
 RUN_FILES = (MANIFEST_FILE, RESUME_FILE)
 
@@ -146,8 +147,31 @@ def guess_kind(columns) -> TableKind | None:
 def read_table(path, kind: str) -> tuple[pd.DataFrame, dict]:
     """Read a pipeline Parquet table of the given kind; returns (frame, provenance metadata).
 
-    Missing -> FileNotFoundError; damaged -> CorruptArtifact; another kind of table -> WrongKind,
-    naming what the file looks like and which command writes the expected one."""
+    Missing -> FileNotFoundError; damaged, edited after it was written (its data no longer match the content hash
+    its writer recorded) or inconsistent records -> CorruptArtifact; another kind of table -> WrongKind, naming what
+    the file looks like and which command writes the expected one. A file without a recorded hash (written before
+    tables carried one) is read unverified."""
+    frame, meta, _ = _read_verified(path, kind)
+    return frame, meta
+
+
+def read_tables(paths, kind: str, what: str) -> list[tuple[pd.DataFrame, dict]]:
+    """The input tables of an aggregate, each read by `read_table`: a file given twice (under any spelling of its
+    path) or the same content under another path (a copy) is refused, since its records would count twice."""
+    paths = refuse_duplicates(paths, what)
+    tables, seen = [], {}
+    for path in paths:
+        frame, meta, digest = _read_verified(path, kind)
+        if digest in seen:
+            raise ValueError(f"{what} files {seen[digest]} and {path} hold the same records (a copy under another "
+                             f"path?); each input is counted once: give each file once")
+        seen[digest] = path
+        tables.append((frame, meta))
+    return tables
+
+
+def _read_verified(path, kind: str) -> tuple[pd.DataFrame, dict, str]:
+    """(frame, metadata, content hash) of a table of `kind`, checked as `read_table` describes."""
     path = Path(path)
     expected = next((k for k in table_kinds() if k.name == kind), None)
     if expected is None:
@@ -155,9 +179,14 @@ def read_table(path, kind: str) -> tuple[pd.DataFrame, dict]:
     if not path.is_file():
         raise FileNotFoundError(f"file not found: {path} (expected {expected.label}, written by "
                                 f"`{expected.writer}`)")
+    # pyarrow: loaded only when a Parquet file is read
+    import pyarrow.parquet as pq
+
     try:
-        frame = pd.read_parquet(path)
-        meta = read_parquet_meta(path)
+        table = pq.read_table(path, use_pandas_metadata=True)
+        raw = (table.schema.metadata or {}).get(b"tapebench")
+        meta = json.loads(raw) if raw else {}
+        frame = table.to_pandas()     # as pandas.read_parquet gives it
     except Exception as exc:  # pyarrow raises several types for a damaged file
         raise CorruptArtifact(path, f"not a readable Parquet file: {_short(exc)}") from None
     recorded = meta.get("table")
@@ -167,8 +196,69 @@ def read_table(path, kind: str) -> tuple[pd.DataFrame, dict]:
         looks = f"it looks like {actual.label} (written by `{actual.writer}`)" if actual is not None \
             else f"it lacks the columns {missing}"
         raise WrongKind(f"{path} is not {expected.label}: {looks}. Give the file written by `{expected.writer}`")
+    digest = check_content(path, table, meta)
     check_provenance(path, frame)
-    return frame, meta
+    check_records(path, frame, kind, meta)
+    return frame, meta, digest
+
+
+def check_content(path, table, meta: dict) -> str:
+    """The content hash of a read pyarrow table; CorruptArtifact naming the file when its writer recorded another
+    (`utils.io.write_parquet`): a value edited after the file was written. No recorded hash: unverified."""
+    digest = table_content_hash(table)
+    recorded = meta.get(CONTENT_HASH)
+    if recorded is not None and recorded != digest:
+        raise CorruptArtifact(path, f"its data do not match the content hash written with them ({CONTENT_HASH} "
+                                    f"{str(recorded)[:12]}..., the data hash to {digest[:12]}...): a value was edited "
+                                    f"after the pipeline wrote it")
+    return digest
+
+
+RECORD_KINDS = ("episodes", "records", "fewshot", "worldtest")      # the tables of per-episode (per-problem) records
+# the columns within which every rule of an episode-records file plays the same episodes, each once
+EPISODE_GROUP = ("agent", "seed", "checkpoint", "side", "shots", "adaptation")
+
+
+def check_records(path, frame: pd.DataFrame, kind: str, meta: dict) -> None:
+    """Records that contradict themselves raise CorruptArtifact naming the file: a file at a path of the pipeline's
+    layout without provenance (every command that writes records records it, so such a file was rewritten by
+    something else, e.g. edited with pandas, which drops the content hash with it), strict success where the final
+    distance is not 0 (or the reverse), an episode twice, rules with unequal episode counts at a checkpoint.
+    Records elsewhere without provenance (hand-made tables) are read unverified."""
+    if kind not in RECORD_KINDS:
+        return
+    if not meta and path_fields(path):
+        raise CorruptArtifact(path, "it carries no provenance (the pipeline's metadata under the key 'tapebench', "
+                                    "with the content hash of its data), though every command that writes records "
+                                    "records it: the file was rewritten by something else")
+    if frame.empty:
+        return
+    success, dist = frame["success"], frame["final_dist"]
+    known = success.notna() & dist.notna()
+    wrong = known & (success.astype(bool) != (dist == 0))
+    if wrong.any():
+        row = frame[wrong].iloc[0]
+        raise CorruptArtifact(path, f"{int(wrong.sum())} record(s) with success {bool(row['success'])} but final_dist "
+                                    f"{float(row['final_dist']):g} (success is final_dist = 0), e.g. side "
+                                    f"{row['side']!r} rule {int(row['rule'])}")
+    if "episode" not in frame.columns:
+        return
+    keys = [c for c in EPISODE_GROUP if c in frame.columns]
+    repeated = frame.duplicated([*keys, "rule", "episode"])
+    if repeated.any():
+        row = frame[repeated].iloc[0]
+        raise CorruptArtifact(path, f"{int(repeated.sum())} episode record(s) appear twice, e.g. "
+                                    f"{ {k: row[k] for k in [*keys, 'rule', 'episode']} }")
+    counts = frame.groupby([*keys, "rule"], sort=True, observed=True).size()
+    spread = counts.groupby(level=list(range(len(keys)))).nunique() if keys else pd.Series([counts.nunique()])
+    if (spread > 1).any():
+        group = spread.index[(spread > 1).to_numpy()][0] if keys else ()
+        group = group if isinstance(group, tuple) else (group,)
+        per_rule = counts.loc[group] if keys else counts
+        where = ", ".join(f"{k} {v!r}" for k, v in zip(keys, group))
+        raise CorruptArtifact(path, f"its rules have unequal episode counts at {where}: "
+                                    f"{ {int(r): int(n) for r, n in per_rule.items()} } (every rule plays the same "
+                                    f"episodes)")
 
 
 # --- records that must agree with their path ---------------------------------------------------------

@@ -94,14 +94,73 @@ def provenance(config_slice: dict | None = None, seed: int | None = None, **extr
     return out
 
 
+CONTENT_HASH = "content_sha256"   # the key of a table's data hash in its provenance record (`table_content_hash`)
+
+
+def table_content_hash(table) -> str:
+    """sha256 of a pyarrow Table's data: each column's name and values, in schema order.
+
+    The values are hashed in a canonical form, so the hash is the same for the table a writer builds and the one
+    read back from its Parquet file: integers as int64 (uint64 when unsigned), floats as float64 (every NaN the
+    same), booleans as bytes, strings as UTF-8 with their lengths, dictionary columns (pandas categoricals) decoded
+    to their values, a null mask beside each; no schema metadata, chunking or integer width enters it. Any other
+    column type is hashed as canonical JSON of its values. Every piece is length-prefixed, so no two tables share a
+    serialisation (unlike summing per-row hashes)."""
+    # numpy, pyarrow: loaded only when a table is hashed
+    import numpy as np
+    import pyarrow as pa
+
+    digest = hashlib.sha256()
+
+    def piece(data: bytes) -> None:
+        digest.update(len(data).to_bytes(8, "little"))
+        digest.update(data)
+
+    piece(b"tapebench-table-v1")
+    piece(len(table).to_bytes(8, "little"))
+    for name, column in zip(table.column_names, table.columns):
+        array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        if pa.types.is_dictionary(array.type):
+            array = array.dictionary_decode()
+        kind = array.type
+        nulls = np.asarray(array.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+        if pa.types.is_boolean(kind):
+            tag, values = b"bool", np.asarray(array.fill_null(False).to_numpy(zero_copy_only=False), dtype=np.uint8)
+        elif pa.types.is_integer(kind):
+            wide = pa.uint64() if pa.types.is_unsigned_integer(kind) else pa.int64()
+            tag, values = str(wide).encode(), array.fill_null(0).cast(wide).to_numpy(zero_copy_only=False)
+        elif pa.types.is_floating(kind):
+            values = np.array(array.fill_null(0).cast(pa.float64()).to_numpy(zero_copy_only=False), dtype="<f8")
+            values[np.isnan(values)] = np.nan
+            tag = b"float64"
+        elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
+            tag = b"string"
+            text = array.fill_null("").cast(pa.large_string())
+            offsets = np.frombuffer(text.buffers()[1], dtype="<i8")[text.offset:text.offset + len(text) + 1]
+            data = text.buffers()[2]
+            values = np.diff(offsets).astype("<i8").tobytes() + (
+                bytes(data)[int(offsets[0]):int(offsets[-1])] if len(text) and data is not None else b"")
+        else:
+            tag, values = b"json", json.dumps(array.to_pylist(), sort_keys=True, default=str).encode()
+        piece(name.encode())
+        piece(tag)
+        piece(np.packbits(nulls).tobytes())
+        if not isinstance(values, bytes):
+            values = np.ascontiguousarray(values, dtype=values.dtype.newbyteorder("<")).tobytes()
+        piece(values)
+    return digest.hexdigest()
+
+
 def write_parquet(path, df: pd.DataFrame, meta: dict | None = None) -> None:
-    """Write a DataFrame atomically; `meta` (e.g. provenance) goes into the Parquet schema metadata."""
+    """Write a DataFrame atomically; `meta` (e.g. provenance) goes into the Parquet schema metadata, with the hash
+    of the data (`table_content_hash`) under CONTENT_HASH, which `utils.artifacts.read_table` checks on read."""
     # pyarrow: loaded only when a Parquet file is read or written
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     table = pa.Table.from_pandas(df, preserve_index=False)
     if meta is not None:
+        meta = {**meta, CONTENT_HASH: table_content_hash(table)}
         existing = table.schema.metadata or {}
         table = table.replace_schema_metadata({**existing, b"tapebench": canonical_json(meta).encode()})
     with atomic_path(path) as tmp:
