@@ -274,7 +274,8 @@ def changed_methods(manifest: dict) -> dict[str, str]:
         except (KeyError, ValueError) as exc:
             out[method] = f"not registered here ({exc})"
             continue
-        if current != entry.get("method_code_sha256"):
+        accepted = {entry.get("method_code_sha256"), *(v["method_code_sha256"] for v in entry.get("verified_code", []))}
+        if current not in accepted:
             out[method] = (f"its code differs from the code that made the set (fingerprint "
                            f"{str(entry.get('method_code_sha256'))[:12]} shipped, {current[:12]} installed)")
     return out
@@ -322,6 +323,20 @@ def shown_methods(config: dict, root=ROOT) -> list[str]:
     (`methods`, which validation leaves holding only the methods the set lacks)."""
     held = reference_methods(config, root)
     return held + [m for m in config["methods"] if m not in held]
+
+
+def accept_code(name: str, method: str, how: str, commit: str, root=ROOT) -> None:
+    """Record that the installed code of `method` reproduced the set's records (`how`): its fingerprint joins the
+    entry's `verified_code`, so `verify` stops flagging it; the records and their provenance stay as they were."""
+    folder = set_dir(name, root)
+    manifest = read_manifest(name, root)
+    entry = manifest["methods"][method]
+    current = method_fingerprint(method)
+    known = [v["method_code_sha256"] for v in entry.get("verified_code", [])]
+    if current != entry.get("method_code_sha256") and current not in known:
+        entry.setdefault("verified_code", []).append({"method_code_sha256": current, "commit": commit, "how": how})
+        write_manifest(folder, manifest)
+        write_checksums(folder)
 
 
 def summary(manifest: dict) -> pd.DataFrame:
