@@ -92,6 +92,13 @@ def slurm_available() -> bool:
         return False
 
 
+def abstract_sockets() -> set[str]:
+    """The names of the abstract Unix sockets bound on this machine ("@name", as `ss -x` shows them): the job
+    server's (docs/compute.md#job-server)."""
+    lines = Path("/proc/net/unix").read_text().splitlines()[1:]
+    return {fields[7] for fields in (line.split() for line in lines) if len(fields) > 7 and fields[7].startswith("@")}
+
+
 def make_cpu_profile(out: Path) -> Path:
     """The CPU-only copy of slurm/config.yaml for this (GPU-less) cluster, written by .ci/slurm_cluster.sh."""
     subprocess.run(["bash", str(CLUSTER), "cpu-profile", str(out)], check=True, capture_output=True, text=True)

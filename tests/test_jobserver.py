@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 from agent_contract import tensors_equal, toy_split, train_args
+from pipeline_helpers import abstract_sockets, make_workdir, snakemake
 
 from tapebench import jobserver
 from tapebench.utils.job_client import SOCKET_VARIABLE
@@ -110,29 +112,143 @@ def test_a_killed_client_ends_its_fork(server, tmp_path):
         time.sleep(0.05)
 
 
-def test_without_a_server_the_command_runs_in_its_own_process(tmp_path):
-    env = {**os.environ, SOCKET_VARIABLE: str(tmp_path / "no-server")}
+@pytest.mark.parametrize("name", ["@tapebench-jobserver-none", "no-server"])
+def test_without_a_server_the_command_runs_in_its_own_process(tmp_path, name):
+    env = {**os.environ, SOCKET_VARIABLE: name if name.startswith("@") else str(tmp_path / name)}
     proc = subprocess.run([*TAPEBENCH, "methods"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "dqn" in proc.stdout
 
 
-def test_the_server_ends_with_its_pipeline(tmp_path):
-    """A server whose parent dies (a pipeline killed with SIGKILL) exits and removes its socket."""
+def alive(pid) -> bool:
+    return Path(f"/proc/{pid}").exists() and Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+def started_by_a_pipeline(tmp_path):
+    """A stand-in pipeline (a process that started a server) with TMPDIR in `tmp_path`: (it, server pid, socket)."""
     script = ("import time; from tapebench import jobserver; h = jobserver.start(log=print); "
               "print(h.process.pid, h.socket, flush=True); time.sleep(600)")
-    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "TMPDIR": str(temp)})
     line = parent.stdout.readline()
     while line.startswith("tapebench job server"):
         line = parent.stdout.readline()
-    pid, socket_path = line.split()
-    assert Path(socket_path).exists()
+    pid, name = line.split()
+    return parent, int(pid), name
+
+
+@pytest.mark.parametrize("killed", ["pipeline", "both"])
+def test_no_kill_leaves_anything_behind(tmp_path, killed):
+    """A server whose pipeline is killed with SIGKILL exits; whatever is killed, nothing of it stays: its socket is
+    abstract (no file) and its log an unlinked file, so the temporary folder is empty throughout."""
+    parent, pid, name = started_by_a_pipeline(tmp_path)
+    assert name.startswith("@tapebench-jobserver-") and name in abstract_sockets()
+    assert list((tmp_path / "tmp").iterdir()) == []
+    if killed == "both":
+        os.kill(pid, signal.SIGKILL)
     parent.kill()
     parent.wait()
     deadline = time.monotonic() + 20
-    while Path(f"/proc/{pid}").exists() and Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z":
+    while alive(pid):
         assert time.monotonic() < deadline, "the job server outlived its pipeline"
         time.sleep(0.1)
-    assert not Path(socket_path).exists()
+    assert name not in abstract_sockets()
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_a_connection_from_another_user_is_refused(monkeypatch):
+    """An abstract socket has no file permissions: the server serves its own user's processes only."""
+    from tapebench.utils.job_client import socket_address
+
+    name = f"@tapebench-jobserver-test-{os.getpid()}"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener, \
+            socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+        listener.bind(socket_address(name))
+        listener.listen(1)
+        client.connect(socket_address(name))
+        assert jobserver.peer_uid(listener.accept()[0]) == os.getuid()
+        client2 = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client2.connect(socket_address(name))
+        monkeypatch.setattr(jobserver.os, "getuid", lambda: os.geteuid() + 1)
+        jobserver._accept(listener)               # no request read, no fork: the connection is closed
+        assert client2.recv(1) == b""
+        client2.close()
+
+
+@pytest.mark.parametrize("facts, reason", [
+    ({}, None),
+    ({"enabled": False}, "execution.job_server is false"),
+    ({"local": False}, "the jobs do not run on this machine"),
+    ({"deployment": ["conda"]}, "software deployment method conda"),
+    ({"deployment": ["apptainer", "conda"]}, "software deployment method apptainer, conda"),
+    ({"deployment": ["env_modules"]}, "software deployment method env_modules"),
+    ({"platform": "darwin"}, "the platform is darwin, not Linux"),
+    ({"to_run": jobserver.MIN_JOBS - 1}, f"{jobserver.MIN_JOBS - 1} job(s) to run"),
+])
+def test_the_server_is_on_only_where_a_fork_is_the_jobs_own_process(facts, reason):
+    run = {"enabled": True, "local": True, "deployment": [], "to_run": jobserver.MIN_JOBS, "platform": "linux",
+           **facts}
+    off = jobserver.why_off(**run)
+    assert off == reason if reason is None else off.startswith(reason), off
+
+
+PROBE = """
+import json
+from tapebench import jobserver
+
+onstart:
+    print("FACTS", json.dumps(jobserver.snakemake_run(workflow)), flush=True)
+
+rule all:
+    input: [f"out/{i}.txt" for i in range(9)]
+
+rule one:
+    output: "out/{i}.txt"
+    shell: "echo {wildcards.i} > {output}"
+"""
+
+
+@pytest.mark.parametrize("args, facts", [
+    ([], {"local": True, "deployment": [], "to_run": 10}),
+    (["--sdm", "conda"], {"local": True, "deployment": ["conda"], "to_run": 10}),
+    (["--sdm", "apptainer"], {"local": True, "deployment": ["apptainer"], "to_run": 10}),
+    (["--sdm", "conda", "env-modules"], {"local": True, "deployment": ["conda", "env_modules"], "to_run": 10}),
+])
+def test_the_facts_come_from_the_installed_snakemake(tmp_path, args, facts):
+    """`jobserver.snakemake_run` reads Snakemake's own attributes: on the installed release (pyproject.toml's range),
+    a run's software deployment methods and the number of jobs it has to run are what its command line says."""
+    (tmp_path / "Snakefile").write_text(PROBE)
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", *args], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    line = next((ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("FACTS ")), None)
+    assert line is not None, (proc.stdout + proc.stderr)[-3000:]
+    assert json.loads(line[len("FACTS "):]) == facts
+
+
+@pytest.mark.parametrize("args, started", [([], True), (["--sdm", "conda"], False)])
+def test_the_pipeline_starts_a_server_only_without_a_deployment_method(tmp_path, args, started):
+    """The workflow's own decision (common.smk), on the tiny protocol's Table 3 with `--touch` (no job runs): a local
+    run forks its jobs from a server; under `--sdm conda` it says why it starts none (before the run needs conda, which
+    a machine without it then reports)."""
+    proc = snakemake(make_workdir(tmp_path), "results/table3.tex", "--touch", *args)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0 or not started, output[-3000:]
+    assert ("tapebench job server: jobs fork from process" in output) == started, output[-3000:]
+    assert ("tapebench job server off: software deployment method conda" in output) == (not started), output[-3000:]
+
+
+def test_pyproject_allows_the_tested_snakemake_range_only():
+    import tomllib
+    from importlib.metadata import version
+
+    from packaging.requirements import Requirement
+
+    root = Path(__file__).resolve().parents[1]
+    requirements = tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
+    snakemake = next(Requirement(r) for r in requirements if Requirement(r).name == "snakemake")
+    assert version("snakemake") in snakemake.specifier, (version("snakemake"), str(snakemake.specifier))
+    assert "10.0" not in snakemake.specifier and "8.20" not in snakemake.specifier
 
 
 FORKED_JOB = """

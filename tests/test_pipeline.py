@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tapebench.jobserver import MIN_JOBS
-from pipeline_helpers import REPO, copy_workdir, make_workdir, scheduled_jobs, snakemake
+from pipeline_helpers import REPO, abstract_sockets, copy_workdir, make_workdir, scheduled_jobs, snakemake
 
 pytestmark = pytest.mark.xdist_group("tiny_build")   # with the other users of the session's tiny build
 
@@ -147,7 +147,8 @@ def test_local_jobs_run_through_the_job_server(tiny_run):
     output = (tiny_run / "snakemake.out").read_text()
     started = re.search(r"tapebench job server: jobs fork from process (\d+) \((.*)\)", output)
     assert started, output[-2000:]
-    assert not Path(started.group(2)).parent.exists()
+    assert started.group(2).startswith("@tapebench-jobserver-")        # abstract: nothing on disk
+    assert started.group(2) not in abstract_sockets()                  # stopped at the end
 
 
 def test_a_rerun_of_few_jobs_starts_no_job_server(tiny_run):

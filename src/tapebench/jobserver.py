@@ -2,14 +2,18 @@
 that has already imported what the commands import, instead of starting a new Python process per job. This module
 is the server and the pipeline's start and stop of it; `tapebench.utils.job_client` is the command's side.
 
-`python -m tapebench.jobserver --socket PATH --parent PID` imports what `tapebench` commands import (torch,
-numba with its compiled-kernel cache loaded, pandas, pyarrow, scipy, matplotlib on Agg, jinja2, every command's
-module), then listens on the Unix socket PATH.
-Each connection (`job_client.forward`) brings a command line, a working directory, an environment and three file
-descriptors; the server forks, and the fork takes them as its own (the descriptors become 0, 1 and 2) and runs
-`tapebench.cli.main` on the command line, as a new `tapebench` process would, and sends its exit status. A fork
-whose client disconnects first (the job was killed) terminates itself. The server exits when PID (the pipeline) is
-gone, or on SIGTERM.
+`python -m tapebench.jobserver --socket @NAME --parent PID --ready-fd FD` imports what `tapebench` commands import
+(torch, numba with its compiled-kernel cache loaded, pandas, pyarrow, scipy, matplotlib on Agg, jinja2, every
+command's module), then listens on the Unix socket NAME of Linux's abstract namespace (`job_client.socket_address`: no
+file, so no kill leaves one behind; its log is an unlinked temporary file) and writes one byte to FD.
+Each connection (`job_client.forward`) from a process of the server's own user brings a command line, a working
+directory, an environment and three file descriptors; the server forks, and the fork takes them as its own (the
+descriptors become 0, 1 and 2) and runs `tapebench.cli.main` on the command line, as a new `tapebench` process would,
+and sends its exit status. A fork whose client disconnects first (the job was killed) terminates itself. The server
+exits when PID (the pipeline) is gone, or on SIGTERM.
+
+`why_off` decides whether a pipeline run starts one (docs/compute.md#job-server): only where a job's command would run
+as it does without it, i.e. a local run with no software deployment method, on Linux.
 
 A fork starts from the server's state: modules imported, nothing else. Every command seeds its own random
 streams, sets its own thread counts (numba's from the job's environment: `numba_as_the_job`) and reads no state a
@@ -21,10 +25,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import select
-import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -35,11 +40,41 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tapebench import cli
-from tapebench.utils.job_client import LENGTH, SOCKET_VARIABLE, STARTED, STATUS, STREAMS, receive_exactly
+from tapebench.utils.job_client import (LENGTH, SOCKET_VARIABLE, STARTED, STATUS, STREAMS, receive_exactly,
+                                        socket_address)
 
 MIN_JOBS = 8   # fewer jobs to run: a process per job, as the server's imports (~3 CPU-s) would cost more than they save
 READY_TIMEOUT_S = 120.0   # how long the pipeline waits for the server's imports before running jobs without it
 POLL_S = 1.0              # how often the server checks that the pipeline is still there
+
+
+def why_off(enabled: bool, local: bool, deployment: list[str], to_run: int, platform: str = sys.platform) -> str | None:
+    """Why a pipeline run starts no job server, or None when it starts one. A job forked from the server runs in the
+    server's interpreter with the server's imports, which is the job's own environment only for a local run (a cluster
+    job runs elsewhere) with no software deployment method (conda, apptainer and environment modules each give a rule
+    its own environment, which a fork would bypass); forking after importing torch and numba is safe on Linux only.
+    With fewer than MIN_JOBS jobs to run the server's imports cost more than they save."""
+    if not enabled:
+        return "execution.job_server is false"
+    if not platform.startswith("linux"):
+        return f"the platform is {platform}, not Linux"
+    if not local:
+        return "the jobs do not run on this machine"
+    if deployment:
+        return (f"software deployment method {', '.join(deployment)}: every job starts its own process, in its rule's "
+                f"environment")
+    if to_run < MIN_JOBS:
+        return f"{to_run} job(s) to run, fewer than {MIN_JOBS}"
+    return None
+
+
+def snakemake_run(workflow) -> dict:
+    """`why_off`'s facts about a Snakemake run, read from the Snakefile's `workflow` object: whether its jobs run on this
+    machine, its software deployment methods, how many jobs it has to run. These are Snakemake's attributes, not a
+    documented interface: pyproject.toml allows the Snakemake releases tests/test_jobserver.py reads them from."""
+    return {"local": bool(workflow.local_exec and not workflow.remote_exec),
+            "deployment": sorted(m.name.lower() for m in workflow.deployment_settings.deployment_method),
+            "to_run": sum(1 for _ in workflow.dag.needrun_jobs())}   # len(workflow.dag) counts finished jobs too
 
 
 def preload() -> None:
@@ -113,10 +148,20 @@ def _run_fork(connection: socket.socket, request: dict, streams: list[int]) -> N
         os._exit(int(status) & 0xFF)
 
 
+_CREDENTIALS = struct.Struct("3i")     # struct ucred: pid, uid, gid
+
+
+def peer_uid(connection: socket.socket) -> int:
+    """The user id of the process at the other end of a Unix socket (the kernel's SO_PEERCRED)."""
+    return _CREDENTIALS.unpack(connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CREDENTIALS.size))[1]
+
+
 def _accept(listener: socket.socket) -> None:
     connection, _ = listener.accept()
     streams: list[int] = []
     try:
+        if peer_uid(connection) != os.getuid():   # an abstract socket has no file permissions: only our own user
+            return
         head, streams, _, _ = socket.recv_fds(connection, LENGTH.size, len(STREAMS))
         rest = receive_exactly(connection, LENGTH.size - len(head)) if len(head) < LENGTH.size else b""
         if rest is None or len(streams) != len(STREAMS):
@@ -144,15 +189,16 @@ def _reap() -> None:
         pass
 
 
-def serve(path: Path, parent: int) -> None:
-    """Preload, then run forks for connections on `path` until `parent` is gone or SIGTERM."""
+def serve(name: str, parent: int, ready_fd: int) -> None:
+    """Preload, then run forks for connections on the socket `name` (`job_client.socket_address`) until `parent` is
+    gone or SIGTERM; one byte on `ready_fd` once it accepts."""
     preload()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    pending = path.with_name(path.name + ".binding")
-    listener.bind(str(pending))
+    listener.bind(socket_address(name))
     listener.listen(128)
-    os.replace(pending, path)                 # the socket appears only once the server accepts
+    os.write(ready_fd, b"R")
+    os.close(ready_fd)
     try:
         while os.getppid() == parent:
             readable, _, _ = select.select([listener], [], [], POLL_S)
@@ -161,47 +207,55 @@ def serve(path: Path, parent: int) -> None:
                 _accept(listener)
     finally:
         listener.close()
-        path.unlink(missing_ok=True)
+        if not name.startswith("@"):
+            Path(name).unlink(missing_ok=True)
 
 
 @dataclass
 class Handle:
-    """A started server: its process and the folder of its socket."""
+    """A started server: its process, its socket's name (SOCKET_VARIABLE) and its log (an unlinked file)."""
 
     process: subprocess.Popen
-    folder: Path
-
-    @property
-    def socket(self) -> Path:
-        return self.folder / "socket"
+    socket: str
+    log: object
 
 
 def start(log=print) -> Handle | None:
     """Start a server for this process's jobs and point them at it (`SOCKET_VARIABLE` in this environment); None
-    when it is not ready within READY_TIMEOUT_S (jobs then start their own processes, as without a server)."""
-    folder = Path(tempfile.mkdtemp(prefix="tapebench-jobserver-"))
-    with open(folder / "server.log", "wb") as server_log:
-        handle = Handle(subprocess.Popen([sys.executable, "-m", "tapebench.jobserver", "--socket",
-                                          str(folder / "socket"), "--parent", str(os.getpid())],
+    when it is not ready within READY_TIMEOUT_S (jobs then start their own processes, as without a server). Nothing of
+    it is on disk: the socket is abstract, the log an unlinked temporary file (shown here if the server fails)."""
+    name = f"@tapebench-jobserver-{os.getpid()}-{secrets.token_hex(8)}"
+    server_log = tempfile.TemporaryFile()
+    ready, ready_w = os.pipe()
+    try:
+        handle = Handle(subprocess.Popen([sys.executable, "-m", "tapebench.jobserver", "--socket", name, "--parent",
+                                          str(os.getpid()), "--ready-fd", str(ready_w)],
                                          stdin=subprocess.DEVNULL, stdout=server_log, stderr=server_log,
-                                         start_new_session=True), folder)
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while not handle.socket.exists():
-        if handle.process.poll() is not None or time.monotonic() > deadline:
-            log(f"tapebench job server did not start (see {folder / 'server.log'}); every job starts its own process")
-            stop(handle, keep_log=True)
-            return None
-        time.sleep(0.05)
-    os.environ[SOCKET_VARIABLE] = str(handle.socket)
-    log(f"tapebench job server: jobs fork from process {handle.process.pid} ({handle.socket})")
+                                         pass_fds=(ready_w,), start_new_session=True), name, server_log)
+    finally:
+        os.close(ready_w)
+    try:
+        answered, _, _ = select.select([ready], [], [], READY_TIMEOUT_S)
+        started = bool(answered) and os.read(ready, 1) == b"R"
+    finally:
+        os.close(ready)
+    if not started:
+        server_log.seek(0)
+        tail = server_log.read().decode(errors="replace").strip().splitlines()[-5:]
+        log("tapebench job server did not start" + (": " + " | ".join(tail) if tail else "") +
+            "; every job starts its own process")
+        stop(handle)
+        return None
+    os.environ[SOCKET_VARIABLE] = name
+    log(f"tapebench job server: jobs fork from process {handle.process.pid} ({name})")
     return handle
 
 
-def stop(handle: Handle | None, keep_log: bool = False) -> None:
+def stop(handle: Handle | None) -> None:
     """Stop the server; jobs started later run in their own processes."""
     if handle is None:
         return
-    if os.environ.get(SOCKET_VARIABLE) == str(handle.socket):
+    if os.environ.get(SOCKET_VARIABLE) == handle.socket:
         del os.environ[SOCKET_VARIABLE]
     if handle.process.poll() is None:
         handle.process.terminate()
@@ -210,17 +264,17 @@ def stop(handle: Handle | None, keep_log: bool = False) -> None:
         except subprocess.TimeoutExpired:
             handle.process.kill()
             handle.process.wait()
-    if not keep_log:
-        shutil.rmtree(handle.folder, ignore_errors=True)
+    handle.log.close()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tapebench.jobserver", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--socket", required=True, type=Path, help="the Unix socket to listen on (must not exist)")
+    parser.add_argument("--socket", required=True, help="the Unix socket to listen on: @NAME (abstract) or a path")
     parser.add_argument("--parent", required=True, type=int, help="serve while this process id is the parent")
+    parser.add_argument("--ready-fd", required=True, type=int, help="write one byte to this descriptor when ready")
     args = parser.parse_args(argv)
-    serve(args.socket, args.parent)
+    serve(args.socket, args.parent, args.ready_fd)
     return 0
 
 

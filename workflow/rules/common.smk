@@ -63,12 +63,15 @@ JOB_SERVERS = []  # the job server of this run, once started (docs/compute.md#jo
 
 
 def start_job_server():
-    """A local run's jobs fork from one process that did their imports; a cluster executor's jobs, and a run with
-    fewer than jobserver.MIN_JOBS jobs to run, start their own."""
-    local = workflow.local_exec and not workflow.remote_exec
-    to_run = sum(1 for _ in workflow.dag.needrun_jobs())  # len(workflow.dag) counts the finished jobs too
-    if config["execution"]["job_server"] and local and to_run >= jobserver.MIN_JOBS:
+    """A local run's jobs fork from one process that did their imports, where that cannot change a job's environment:
+    no software deployment method, Linux (jobserver.why_off); other runs' jobs, and a run with fewer than
+    jobserver.MIN_JOBS jobs to run, start their own."""
+    run = jobserver.snakemake_run(workflow)
+    off = jobserver.why_off(config["execution"]["job_server"], **run)
+    if off is None:
         JOB_SERVERS.append(jobserver.start(log=logger.info))
+    elif jobserver.why_off(config["execution"]["job_server"], **{**run, "deployment": []}, platform="linux") is None:
+        logger.info(f"tapebench job server off: {off}")  # a run that would have one otherwise says why not
 
 
 def stop_job_server():
