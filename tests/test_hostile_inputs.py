@@ -48,7 +48,8 @@ def test_a_file_of_another_kind_is_named_not_called_corrupt(tmp_path, capsys):
     write_parquet(table, _worldtest_table("random"), meta={"table": "worldtest"})
     text = tmp_path / "notes.md"
     text.write_text("# not a split\n")
-    expected = {run / "train.json": "a training run's manifest", table: "a world-test table", text: "it is not JSON"}
+    expected = {run / "train.json": "a training run's manifest", table: "a world-test table",
+                text: "it is a Markdown text file"}
     for path, what in expected.items():
         with pytest.raises(WrongKind, match="is not a split file") as info:
             load_split(path)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tapebench.layout import LOG_FILE, MANIFEST_FILE, RESUME_FILE
 from tapebench.pipeline.integrity import scan_results
-from tapebench.utils.artifacts import CorruptArtifact, recovery
+from tapebench.utils.artifacts import CorruptArtifact, recovery, what_file_is
 
 RUNNING_WITHIN_S = 90.0      # a running job writes a progress line at least every 30 s (training.loop)
 RUN_DIR = re.compile(r"^seed(\d+)$")
@@ -222,7 +222,8 @@ def run(args) -> int:
 
     results = Path(args.results)
     if results.exists() and not results.is_dir():
-        raise ValueError(f"--results {results} is a file; give the results folder of a run (default: results)")
+        raise ValueError(f"--results {results} is not a folder: it is {what_file_is(results)}; give the results folder "
+                         f"of a run (default: results)")
     root = results.parent if results.name not in ("", ".", "..") else results.resolve().parent
     logs = Path(args.logs) if args.logs else root / "logs"
     if not results.is_dir() and not (root / "config" / "config.yaml").is_file():

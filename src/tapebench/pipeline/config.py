@@ -30,6 +30,7 @@ from tapebench.rules.sampling import sample_rule_set, spec_from_config
 from tapebench.settings import (MAX_CHECKPOINTS_PER_RUN, checkpoints_per_run, fewshot_study, training_device,
                                 worldtest_study)
 from tapebench.splits.ladder import LadderError, draw_training_set, ladder_levels
+from tapebench.utils.artifacts import what_file_is
 from tapebench.validation import parse_rule_list
 from tapebench.vocabulary import DERIVED_GOAL, MAX_EXACT_L, PLANNING_TASK, ZEROS_GOAL
 
@@ -49,6 +50,7 @@ def load_config_file(path) -> dict:
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
+        _refuse_another_kind(path)
         where = ""
         mark = getattr(exc, "problem_mark", None)
         if mark is not None:
@@ -60,9 +62,20 @@ def load_config_file(path) -> dict:
     if data is None:
         return {}
     if not isinstance(data, dict):
+        _refuse_another_kind(path)
         raise ConfigError(f"config file {path} must hold a mapping of config keys (e.g. 'seeds: 5'), "
                           f"got a {type(data).__name__}")
     return data
+
+
+CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def _refuse_another_kind(path: Path) -> None:
+    """A config file that does not load and is not named as one (README.md, the Snakefile) is named as what it is."""
+    if path.suffix.lower() not in CONFIG_SUFFIXES:
+        raise ConfigError(f"config file {path} is not a YAML config: it is {what_file_is(path)}; give a YAML file "
+                          f"of config keys (config/*.yaml)")
 
 
 def merge_config(base: dict, override: dict) -> dict:
