@@ -225,4 +225,4 @@ def test_output_folders_and_bad_render_options_are_refused_before_any_work(tmp_p
         assert needle in capsys.readouterr().err
     assert not (tmp_path / "t.tex").exists()
     assert main(["status", "--results", str(aggregate)]) == 2
-    assert "is a file; give the results folder" in capsys.readouterr().err
+    assert "is not a folder: it is a Parquet table: a world-test aggregate" in capsys.readouterr().err

@@ -204,11 +204,18 @@ class Method:
             if name == "Config":
                 self._check_config(value)
             object.__setattr__(self, name, value)
+        if name in MAKERS and value is not None:
+            return _named_maker(object.__getattribute__(self, "id"), name, value)
         return value
 
     def _check_config(self, config) -> None:
-        if not dataclasses.is_dataclass(config):
+        if not dataclasses.is_dataclass(config) or not isinstance(config, type):
             raise ValueError(f"method {self.id!r}: Config must be a dataclass, got {config!r}")
+        bare = [f.name for f in dataclasses.fields(config)
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        if bare:
+            raise ValueError(f"method {self.id!r}: Config field(s) {bare} have no default; the method contract asks "
+                             f"for a default on every hyperparameter (the config's agents.{self.id} overrides them)")
         if self.trains and "num_envs" not in {f.name for f in dataclasses.fields(config)}:
             raise ValueError(f"method {self.id!r} trains, so its Config needs a num_envs field")
 
@@ -359,6 +366,37 @@ def _builtin() -> list[Method]:
                goal_conditioned=True,
                summary="exact finite-horizon optimum by dynamic programming over all 2^L tapes (L <= 20)"),
     ]
+
+
+# The parts that make a method's agent or policy: a call is named after the method, and what it returns is checked
+# against the method contract (`methods.contract`), so a plug-in's mistake is one line naming it, not a traceback.
+MAKERS = {"make_agent": "make_agent(config, env_spec, total_steps, device)",
+          "make_policy": "make_policy(config, context)", "grid_policy": "grid_policy(config, context)"}
+
+
+def _named_maker(method_id: str, name: str, make: Callable) -> Callable:
+    def call(*args, **kwargs):
+        # the contract's checks import torch: loaded only when an agent or a policy is made
+        from tapebench.methods.contract import AGENT_METHODS, POLICY_METHODS, ContractError
+
+        try:
+            made = make(*args, **kwargs)
+        except ContractError:
+            raise
+        except Exception as exc:  # a plug-in may raise anything: name the method and the call, keep the cause
+            raise ContractError(f"method {method_id!r}: {MAKERS[name]} raised {type(exc).__name__}: {exc}") from exc
+        needed = AGENT_METHODS if name == "make_agent" else () if callable(made) else POLICY_METHODS
+        missing = [m for m in needed if not callable(getattr(made, m, None))]
+        if made is None or missing:
+            what = "None" if made is None else f"a {type(made).__name__} without {'/'.join(missing)}"
+            wanted = "an agent with " + ", ".join(AGENT_METHODS) if name == "make_agent" else \
+                "a policy with begin, act and observe (or a callable obs -> actions)"
+            raise ContractError(f"method {method_id!r}: {MAKERS[name]} returned {what}; the method contract "
+                                f"(tapebench.methods.contract) asks for {wanted}")
+        return made
+    call.__wrapped__ = make
+    call.__name__ = getattr(make, "__name__", name)
+    return call
 
 
 _REGISTRY: dict[str, Method] | None = None
