@@ -27,8 +27,8 @@ from tapebench.registry import build_config, check_hyperparameters, check_rule_f
 from tapebench.rule_family import ELEMENTARY, config_family
 from tapebench.rules.mirror import mirror_classes
 from tapebench.rules.sampling import sample_rule_set, spec_from_config
-from tapebench.settings import (MAX_CHECKPOINTS_PER_RUN, checkpoints_per_run, fewshot_study, training_device,
-                                worldtest_study)
+from tapebench.settings import (MAX_CHECKPOINTS_PER_RUN, checkpoints_per_run, fewshot_study, sweep_runs,
+                                training_device, worldtest_study)
 from tapebench.splits.ladder import LadderError, draw_training_set, ladder_levels
 from tapebench.utils.artifacts import what_file_is
 from tapebench.validation import parse_rule_list
@@ -744,6 +744,20 @@ def _refuse(key: str, job: str, estimate: resources.Estimate, limit: int) -> Non
                           f"resources.max_mem_mb (the estimate: tapebench.pipeline.resources)")
 
 
+def _refuse_largest(over: list, limit: int, config: dict) -> None:
+    """Of the jobs over the limit (estimate, key thunk, job words), refuse the largest, naming the key that drives it:
+    `resources.max_mem_mb` itself when even a job's fixed process (`resources.BASE_MB`) is over it."""
+    if not over:
+        return
+    estimate, key_of, job = max(over, key=lambda o: o[0].mb)
+    if resources.BASE_MB >= limit:
+        given = "resources.max_mem_mb" if config.get("resources", {}).get("max_mem_mb") else "this machine's memory"
+        raise ConfigError(f"config key 'resources.max_mem_mb': {limit:,} MB ({given}) is less than the "
+                          f"{resources.BASE_MB:,} MB every job's process needs before what the config sizes; {job} "
+                          f"needs {estimate.describe()}. Raise resources.max_mem_mb")
+    _refuse(key_of(), job, estimate, limit)
+
+
 def _culprit(config: dict, method: str, keys: tuple, estimate_with) -> str:
     return resources.culprit(keys, config["agents"].get(method) or {}, get_method(method).Config(), estimate_with)
 
@@ -759,32 +773,47 @@ def _check_resources(config: dict) -> None:
     for table in ("table5", "table6"):
         for m in dict.fromkeys(fixed[table]["methods"] + fixed[table].get("multi_rule", [])):
             runs.append((m, fixed[table]["L"], fixed[table]["H"]))
+    over = []    # (estimate, key thunk, job) of every job in the DAG over the limit; the largest is refused
     for method, L_run, H_run in runs:
         entry = get_method(method)
         if entry.trains:
             memory, _ = training_job(config, method, L=L_run, H=H_run)
             if memory.mb > limit:
-                key = _culprit(config, method, memory.largest.keys,
-                               lambda o: training_job(config, method, L=L_run, H=H_run, overrides=o)[0])
-                _refuse(f"agents.{method}.{key}", f"a training job of {method!r} (L = {L_run}, H = {H_run}, "
-                        f"{seeds} seed(s) per job)", memory, limit)
+                def key(method=method, L_run=L_run, H_run=H_run, memory=memory):
+                    return f"agents.{method}." + _culprit(
+                        config, method, memory.largest.keys,
+                        lambda o: training_job(config, method, L=L_run, H=H_run, overrides=o)[0])
+                over.append((memory, key, f"a training job of {method!r} (L = {L_run}, H = {H_run}, {seeds} seed(s) "
+                                          f"per job)"))
         if entry.plays_episodes:
             memory, _ = evaluation_job(config, method, config["main_split"], L=L_run)
             if memory.mb > limit:
-                keys = memory.largest.keys
-                key = {"episodes_per_rule": "evaluation.episodes_per_rule", "H": "evaluation.horizons"}.get(
-                    keys[0], f"agents.{method}." + _culprit(
-                        config, method, keys, lambda o: evaluation_job(config, method, config["main_split"], L=L_run,
-                                                                        overrides=o)[0]))
-                _refuse(key, f"an evaluation job of {method!r} (L = {L_run})", memory, limit)
+                def key(method=method, L_run=L_run, memory=memory):
+                    keys = memory.largest.keys
+                    return {"episodes_per_rule": "evaluation.episodes_per_rule", "H": "evaluation.horizons"}.get(
+                        keys[0], f"agents.{method}." + _culprit(
+                            config, method, keys, lambda o: evaluation_job(config, method, config["main_split"],
+                                                                            L=L_run, overrides=o)[0]))
+                over.append((memory, key, f"an evaluation job of {method!r} (L = {L_run})"))
     sweep = config["diagnostics"]["sweep"]
-    for i, value in enumerate(sweep["values"]):
-        memory, _ = training_job(config, sweep["method"], overrides={sweep["hyperparameter"]: value})
-        _refuse(f"diagnostics.sweep.values[{i}]", f"a sweep training job of {sweep['method']!r} with "
-                f"{sweep['hyperparameter']} = {value}", memory, limit)
+    for i, value in enumerate(sweep["values"] if sweep_runs(config) else []):
+        point = {sweep["hyperparameter"]: value}
+        memory, _ = training_job(config, sweep["method"], overrides=point)
+        if memory.mb > limit:
+            def key(i=i, point=point, memory=memory):   # the sweep's value, or a hyperparameter all its jobs share
+                given = {**(config["agents"].get(sweep["method"]) or {}), **point}
+                name = resources.culprit(memory.largest.keys, given, get_method(sweep["method"]).Config(),
+                                         lambda o: training_job(config, sweep["method"], overrides={**point, **o})[0])
+                return f"diagnostics.sweep.values[{i}]" if name == sweep["hyperparameter"] else \
+                    f"agents.{sweep['method']}.{name}"
+            over.append((memory, key,
+                         f"a sweep training job of {sweep['method']!r} with {sweep['hyperparameter']} = {value}"))
     if config["studies"]["worldtest"]["methods"]:
         memory = worldtest_job(config)
-        _refuse(f"studies.worldtest.{memory.largest.keys[0]}", "a world-test job", memory, limit)
+        if memory.mb > limit:
+            over.append((memory, lambda memory=memory: f"studies.worldtest.{memory.largest.keys[0]}",
+                         "a world-test job"))
+    _refuse_largest(over, limit, config)
 
 
 def dumps(obj) -> str:
