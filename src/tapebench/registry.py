@@ -11,13 +11,17 @@ the entry point's name. See the README, "Plugging in your own method".
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
 import difflib
 import importlib
+import importlib.util
 import inspect
 import math
 import re
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from importlib import metadata
 from typing import Any, Callable
 
@@ -63,12 +67,29 @@ class Ref:
     optional: bool = False
 
     def load(self):
-        module = importlib.import_module(self.module)
         if self.attribute == "__doc__":
-            return doc_summary(module.__doc__)
+            return doc_summary(module_doc(self.module))
+        module = importlib.import_module(self.module)
         if self.optional:
             return getattr(module, self.attribute, None)
         return getattr(module, self.attribute)
+
+
+def module_doc(name: str) -> str | None:
+    """A module's docstring, read from its source without importing it (an agent module imports torch, and
+    `tapebench methods` lists every summary); a module already imported, or without a Python source, is asked."""
+    if name not in sys.modules:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        origin = getattr(spec, "origin", None)
+        if origin and origin.endswith(".py"):
+            try:
+                return ast.get_docstring(ast.parse(Path(origin).read_text(encoding="utf-8")))
+            except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+                pass
+    return importlib.import_module(name).__doc__
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`(\"'])")

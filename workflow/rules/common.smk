@@ -12,6 +12,7 @@ from tapebench.pipeline.config import (
     method_eval_slice,
     train_slice,
     training_gpus,
+    stated_config,
     training_job,
     validate_config,
 )
@@ -23,6 +24,8 @@ validate_config(
     config,
     workflow.source_path("../schemas/config.schema.yaml"),
     command_line=dict(workflow.config_settings.config),
+    # every --configfile read as the CLI reads it (a key given twice is refused), and what it states checked
+    stated=stated_config(workflow.config_settings.configfiles, dict(workflow.config_settings.config)),
 )
 check_every_job()  # jobs behind a training job's ancient() verdict are checked for reruns too (pipeline/reruns.py)
 

@@ -218,7 +218,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     # lazy: a command loads only the modules it runs
-    from tapebench.pipeline.config import load_config, validate_config
+    from tapebench.pipeline.config import load_config, stated_config, validate_config
 
     results = Path(args.results)
     if results.exists() and not results.is_dir():
@@ -233,7 +233,7 @@ def run(args) -> int:
         config = load_config(args.configfile, root=root)
         schema = root / "workflow" / "schemas" / "config.schema.yaml"
         if schema.is_file():
-            validate_config(config, schema)
+            validate_config(config, schema, stated=stated_config(args.configfile))
             sources = [str(root / "config" / "config.yaml"), *args.configfile]
             note = preset_mismatch(results, config, sources)
             if note is None or args.configfile:     # the presets given are taken at their word

@@ -42,13 +42,41 @@ class ConfigError(ValueError):
 _INTEGER_TEXT = re.compile(r"^\s*[+-]?\d+\s*$")
 
 
+class _DuplicateKey(Exception):
+    def __init__(self, key: str, first: int, again: int):
+        self.key, self.first, self.again = key, first, again
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, except that a key given twice in one mapping is an error (YAML keeps the last silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.setdefault(key, key_node.start_mark.line + 1)
+                except TypeError:        # an unhashable key: the safe loader refuses it itself
+                    continue
+                if first != key_node.start_mark.line + 1:
+                    raise _DuplicateKey(key, first, key_node.start_mark.line + 1)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_config_file(path) -> dict:
-    """Read one YAML (or JSON) config file; a missing or malformed file is reported with its name."""
+    """Read one YAML (or JSON) config file; a missing or malformed file, or a key given twice in one mapping, is
+    reported with its name."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)
+    except _DuplicateKey as dup:
+        raise ConfigError(f"config file {path}: key {dup.key!r} is given twice in one mapping (lines {dup.first} and "
+                          f"{dup.again}); YAML would keep only the last silently. Give it once") from None
     except yaml.YAMLError as exc:
         _refuse_another_kind(path)
         where = ""
@@ -95,6 +123,15 @@ def load_config(configfiles=(), root=".") -> dict:
     for path in configfiles:
         merge_config(config, load_config_file(path))
     return config
+
+
+def stated_config(configfiles=(), command_line: dict | None = None) -> dict:
+    """What the user stated on top of config/config.yaml: `configfiles` merged, then `command_line` (snakemake
+    --config). Validation reads it where a key the user gave contradicts one the config derives (env.L of a grid)."""
+    stated: dict = {}
+    for path in configfiles:
+        merge_config(stated, load_config_file(path))
+    return merge_config(stated, dict(command_line or {}))
 
 
 def _key_path(error: jsonschema.ValidationError) -> str:
@@ -203,7 +240,7 @@ def is_grid_config(config: dict) -> bool:
     return isinstance(config_family(config), GridFamily)
 
 
-def _check_grid(config: dict) -> None:
+def _check_grid(config: dict, stated: dict | None = None) -> None:
     """The 2D grid family (docs/protocol.md#grid): its family key, the torus side (env.L becomes n * n), the rule set
     (every rule in Golly notation or an id of the neighbourhood, refused here naming its key), splits over it."""
     section = config["rule_set"]
@@ -215,7 +252,13 @@ def _check_grid(config: dict) -> None:
     if "grid_n" not in env:
         raise ConfigError(f"config key 'env.grid_n': the {family.name} grid family needs the torus side n "
                           f"(3..8: one 64-bit word per grid)")
-    env["L"] = int(env["grid_n"]) ** 2
+    n = int(env["grid_n"])
+    given = ((stated or {}).get("env") or {}).get("L") if isinstance((stated or {}).get("env"), dict) else None
+    if given is not None and str(given).strip() != str(n * n):
+        raise ConfigError(f"config keys 'env.L' and 'env.grid_n' contradict each other: env.L = {given}, but the grid "
+                          f"family plays env.grid_n x env.grid_n = {n} x {n} = {n * n} cells; leave env.L out (the "
+                          f"grid sets it) or give env.L: {n * n}")
+    env["L"] = n ** 2
     if env["goal"] != ZEROS_GOAL:
         raise ConfigError(f"config key 'env.goal': the grid family's goal is the all-zero grid; use env.goal: "
                           f"{ZEROS_GOAL}, got {env['goal']!r}")
@@ -251,9 +294,9 @@ def _check_grid(config: dict) -> None:
                               f"(rule_set); use rules: {SAMPLED_RULES} (or leave it out), got {split['rules']!r}")
 
 
-def _check_rule_set(config: dict) -> None:
+def _check_rule_set(config: dict, stated: dict | None = None) -> None:
     if is_grid_config(config):
-        _check_grid(config)
+        _check_grid(config, stated)
         return
     for key in ("rules", "sample.b0"):
         head, _, tail = key.partition(".")
@@ -592,12 +635,14 @@ def env_params(config: dict) -> dict:
     return env
 
 
-def validate_config(config: dict, schema_path, command_line: dict | None = None) -> dict:
+def validate_config(config: dict, schema_path, command_line: dict | None = None, stated: dict | None = None) -> dict:
     """Validate against the JSON schema plus cross-field checks; fill defaults; raise ConfigError naming the key.
 
     Numeric text under numeric keys (from `snakemake --config`) is turned into numbers in place. `command_line`
     is what `snakemake --config` gave (the Snakefile passes it): an error in a value given there carries the hint
-    that such values arrive as text."""
+    that such values arrive as text. `stated` is what the user's config files and --config gave on top of
+    config/config.yaml (`stated_config`; default: `command_line`): a key stated there that contradicts one the
+    config derives is refused (env.L of a grid)."""
     schema = yaml.safe_load(Path(schema_path).read_text())
     _coerce_text(schema, config)
     _check_finite(config)
@@ -610,7 +655,7 @@ def validate_config(config: dict, schema_path, command_line: dict | None = None)
         raise ConfigError(f"config key 'main_split': {config['main_split']!r} is not one of the configured "
                           f"splits {sorted(config['splits'])}")
     _check_schedule(config)
-    _check_rule_set(config)
+    _check_rule_set(config, command_line if stated is None else stated)
     _check_splits(config)
 
     methods = registry()
