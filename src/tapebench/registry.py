@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import difflib
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -415,9 +416,7 @@ def _named_maker(method_id: str, name: str, make: Callable) -> Callable:
             raise ContractError(f"method {method_id!r}: {MAKERS[name]} returned {what}; the method contract "
                                 f"(tapebench.methods.contract) asks for {wanted}")
         return made
-    call.__wrapped__ = make
-    call.__name__ = getattr(make, "__name__", name)
-    return call
+    return functools.update_wrapper(call, make)   # its module, name, attributes (fewshot reads __module__)
 
 
 _REGISTRY: dict[str, Method] | None = None
