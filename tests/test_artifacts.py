@@ -62,7 +62,8 @@ def finished_run(split_file, tmp_path_factory):
 
 @pytest.fixture
 def run(finished_run, tmp_path):
-    copy = tmp_path / "seed0"
+    """A copy of the finished run where the pipeline keeps runs (results/): its damage is advised deleted."""
+    copy = tmp_path / "results" / "runs" / "toy" / "dqn" / "seed0"
     shutil.copytree(finished_run, copy)
     return copy
 
@@ -168,19 +169,23 @@ def test_aggregate_commands_refuse_the_wrong_kind(tables, tmp_path, capsys):
 
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
 def test_damaged_aggregate_is_named_with_recovery(tables, tmp_path, capsys, damage):
-    bad = tmp_path / "aggregate.parquet"
-    bad.write_bytes(DAMAGE[damage]((tables / "aggregate.parquet").read_bytes()))
-    assert main(["render", "table3", "--aggregate", str(bad), "--split", "toy", "--H", "8",
-                 "--out", str(tmp_path / "t.tex")]) == 2
-    err = capsys.readouterr().err
-    assert f"{bad} is corrupt or unreadable" in err and f"rm {bad}" in err and "Traceback" not in err
-    with pytest.raises(CorruptArtifact):
-        read_table(bad, "aggregate")
+    """Under results/ the recovery is deleting it; elsewhere (not the pipeline's file) writing it again."""
+    for bad, recovery in ((tmp_path / "results" / "aggregate.parquet", "rm {bad}"),
+                          (tmp_path / "aggregate.parquet", "write it again with `tapebench aggregate --out`")):
+        bad.parent.mkdir(exist_ok=True)
+        bad.write_bytes(DAMAGE[damage]((tables / "aggregate.parquet").read_bytes()))
+        assert main(["render", "table3", "--aggregate", str(bad), "--split", "toy", "--H", "8",
+                     "--out", str(tmp_path / "t.tex")]) == 2
+        err = capsys.readouterr().err
+        assert f"{bad} is corrupt or unreadable" in err and recovery.format(bad=bad) in err and "Traceback" not in err
+        assert ("rm " in err) == recovery.startswith("rm ")
+        with pytest.raises(CorruptArtifact):
+            read_table(bad, "aggregate")
 
 
 def test_scan_results_finds_every_damaged_artifact(run, tables, split_file, tmp_path):
     results = tmp_path / "results"
-    shutil.copytree(run, results / "runs/toy/dqn/seed0")
+    assert run == results / "runs/toy/dqn/seed0"     # the fixture's copy is in this results folder
     shutil.copy(tables / "aggregate.parquet", results / "aggregate.parquet")
     shutil.copy(split_file, results / "splits.json")
     (results / "splits").mkdir()

@@ -195,7 +195,7 @@ def test_the_env_follows_the_reference_over_random_episodes(family, n):
     for episode in range(6):
         obs, info = env.reset(seed=episode)
         rule = env.rule
-        assert info["rule"] == rule.id and rule in rules
+        assert info["rule"] == str(rule) and info["rule_id"] == rule.id and rule in rules
         grid = obs[:-1].reshape(n, n).astype(np.uint8)
         for t in range(1, 13):
             action = int(rng.integers(n * n))
@@ -298,7 +298,7 @@ def test_the_batched_env_matches_the_gymnasium_env_step_for_step(family, n):
         for row, (env, action) in enumerate(zip(envs, actions)):
             o, r, te, tr, i = env.step(int(action))
             assert np.array_equal(obs[row].numpy(), o) and reward[row].item() == pytest.approx(r, abs=1e-6)
-            assert (terminated[row].item(), truncated[row].item()) == (te, tr) and info["rule"][row] == i["rule"]
+            assert (terminated[row].item(), truncated[row].item()) == (te, tr) and info["rule"][row] == i["rule_id"]
             assert info["dist"][row].item() == pytest.approx(i["dist"], abs=1e-7)
 
 

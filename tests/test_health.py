@@ -229,3 +229,38 @@ def test_an_elementary_split_needs_identifiability_records(inputs, capsys):
     assert main(argv) != 0
     assert "split toy is of the elementary family: its health report needs identifiability records" in \
         capsys.readouterr().err
+
+
+def test_wrong_records_and_settings_are_named_not_key_errors(inputs, capsys):
+    """DQN's records given as the random policy's, the random policy's as the reference, a split as the report,
+    settings without a key: each refused in one line naming the file or the key."""
+    from tapebench.utils.io import read_parquet_meta, write_parquet
+
+    frame = pd.read_parquet(inputs / "random0.parquet")
+    frame["agent"] = "dqn"
+    dqn = inputs / "dqn0.parquet"
+    write_parquet(dqn, frame, meta=read_parquet_meta(inputs / "random0.parquet"))
+    base = {"--split": str(inputs / "toy.json"), "--split-health": str(inputs / "toy.health.json"),
+            "--reference": str(inputs / "exact.parquet"), "--random": str(inputs / "random0.parquet"),
+            "--identifiability": str(inputs / "ident.parquet"), "--settings": json.dumps(default_health()),
+            "--L": str(L), "--H": str(H), "--out": str(inputs / "wrong.json"),
+            "--per-rule-out": str(inputs / "wrong.parquet")}
+    settings = default_health()
+    del settings["headroom"]["warn"]
+    cases = [({"--random": str(dqn)}, f"{dqn} holds records of ['dqn'], not the random policy's"),
+             ({"--reference": str(inputs / "random0.parquet")}, "holds records of ['random'], not the reference"),
+             ({"--rule-agnostic": str(dqn)}, "holds records of ['dqn'], not a rule-agnostic method's"),
+             ({"--settings": json.dumps(settings)}, "'health.headroom.warn' must be a number in [0, 1], got None"),
+             ({"--settings": "{}"}, "'health.trivial_success' must be a number in (0, 1], got None"),
+             ({"--statistics": json.dumps({"n_resamples": 10})}, "statistics.seed must be an integer >= 0, got None")]
+    for change, needle in cases:
+        argv = ["benchmark-health", *[x for kv in {**base, **change}.items() for x in kv]]
+        assert main(argv) == 2, change
+        err = capsys.readouterr().err
+        assert needle in err and err.count("\n") == 1, err
+    assert not (inputs / "wrong.json").exists()
+    assert main(["health-gate", str(inputs / "toy.json"), "--out", str(inputs / "v.json")]) == 2
+    err = capsys.readouterr().err
+    assert "toy.json is not a benchmark health report: it is a split file" in err and err.count("\n") == 1
+    assert main(["health-gate", str(inputs / "toy.health.json"), "--out", str(inputs / "v.json")]) == 2
+    assert "is not a benchmark health report" in capsys.readouterr().err

@@ -48,7 +48,8 @@ def test_a_file_of_another_kind_is_named_not_called_corrupt(tmp_path, capsys):
     write_parquet(table, _worldtest_table("random"), meta={"table": "worldtest"})
     text = tmp_path / "notes.md"
     text.write_text("# not a split\n")
-    expected = {run / "train.json": "a training run's manifest", table: "a world-test table", text: "it is not JSON"}
+    expected = {run / "train.json": "a training run's manifest", table: "a world-test table",
+                text: "it is a Markdown text file"}
     for path, what in expected.items():
         with pytest.raises(WrongKind, match="is not a split file") as info:
             load_split(path)
@@ -224,4 +225,4 @@ def test_output_folders_and_bad_render_options_are_refused_before_any_work(tmp_p
         assert needle in capsys.readouterr().err
     assert not (tmp_path / "t.tex").exists()
     assert main(["status", "--results", str(aggregate)]) == 2
-    assert "is a file; give the results folder" in capsys.readouterr().err
+    assert "is not a folder: it is a Parquet table: a world-test aggregate" in capsys.readouterr().err

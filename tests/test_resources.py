@@ -72,8 +72,32 @@ def test_max_mem_mb_defaults_to_this_machines_memory_and_bounds_the_tiny_jobs():
     assert max_mem_mb(config) == resources.machine_mem_mb() > 1000
     assert "max_mem_mb" not in config["resources"]      # not written into the config: job params stay machine-free
     config = tiny()
-    config["resources"]["max_mem_mb"] = 500      # below any torch process
-    with pytest.raises(ConfigError, match=r"config key 'agents\.dqn\..*resources.max_mem_mb = 500 MB"):
+    config["resources"]["max_mem_mb"] = 500      # below any torch process: no hyperparameter is to blame
+    with pytest.raises(ConfigError, match=r"config key 'resources\.max_mem_mb': 500 MB \(resources.max_mem_mb\) is "
+                                          r"less than the 800 MB every job's process needs") as error:
+        validate_config(config, SCHEMA)
+    assert "agents." not in str(error.value)
+
+
+def test_the_refusal_names_the_largest_job_of_the_dag():
+    """Two methods over the limit: the larger job's key is named, whichever comes first in `methods`."""
+    config = tiny()
+    config["methods"] = list(dict.fromkeys([*config["methods"], "dqn", "ppo"]))
+    config["agents"]["dqn"] = {**config["agents"].get("dqn", {}), "buffer_size": 10 ** 9}
+    config["agents"]["ppo"] = {**config["agents"].get("ppo", {}), "hidden_size": 10 ** 8}
+    with pytest.raises(ConfigError, match=r"config key 'agents\.ppo\.hidden_size'"):
+        validate_config(config, SCHEMA)
+
+
+def test_a_sweep_outside_the_dag_is_not_refused_for_its_memory():
+    config = tiny()
+    config["diagnostics"]["sweep"] = {"method": "dreamer", "hyperparameter": "hidden_size", "values": [100_000]}
+    config["methods"] = [m for m in config["methods"] if m != "dreamer"]
+    validate_config(config, SCHEMA)             # no sweep job runs: nothing to refuse
+    config = tiny()
+    config["diagnostics"]["sweep"] = {"method": "dreamer", "hyperparameter": "hidden_size", "values": [100_000]}
+    config["methods"] = list(dict.fromkeys([*config["methods"], "dreamer"]))
+    with pytest.raises(ConfigError, match=r"config key 'diagnostics\.sweep\.values\[0\]': a sweep training job"):
         validate_config(config, SCHEMA)
 
 

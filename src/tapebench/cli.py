@@ -118,10 +118,28 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(requested_command(argv))
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()      # a reader that closed the pipe is met here, not in the interpreter's exit
+        return status
+    except BrokenPipeError:
+        return closed_pipe()
     except (ValueError, FileNotFoundError) as exc:
         print(f"tapebench {args.command}: error: {exc}", file=sys.stderr)
         return 2
+
+
+SIGPIPE_STATUS = 128 + 13   # what a shell reports for a process a closed pipe ended
+
+
+def closed_pipe() -> int:
+    """The reader of stdout went away (`tapebench methods -v | head`): stop quietly, as a command ended by SIGPIPE
+    does, and point stdout at /dev/null so the interpreter's last flush raises nothing either."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no file descriptor (a captured stdout): nothing is left to flush
+        pass
+    return SIGPIPE_STATUS
 
 
 if __name__ == "__main__":

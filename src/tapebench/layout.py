@@ -13,6 +13,10 @@ MANIFEST_FILE = "train.json"
 LOG_FILE = "train.log"
 TENSORBOARD_DIR = "tensorboard"   # TensorBoard event files, when the config turns them on (logging.tensorboard)
 
+RESULTS_DIR = "results"   # the folder every artifact below lives in
+# the kinds of file the pipeline writes there (a damaged one of these, and only these, is advised deleted)
+ARTIFACT_SUFFIXES = (".parquet", ".json", ".pt")
+
 REPORT_TEX = "results/report.tex"
 REPORT_PDF = "results/report.pdf"
 LATEX_CHECK = "results/.latex_check"  # the marker of the LaTeX check before the compiled report

@@ -11,13 +11,18 @@ the entry point's name. See the README, "Plugging in your own method".
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
 import difflib
+import functools
 import importlib
+import importlib.util
 import inspect
 import math
 import re
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from importlib import metadata
 from typing import Any, Callable
 
@@ -63,12 +68,29 @@ class Ref:
     optional: bool = False
 
     def load(self):
-        module = importlib.import_module(self.module)
         if self.attribute == "__doc__":
-            return doc_summary(module.__doc__)
+            return doc_summary(module_doc(self.module))
+        module = importlib.import_module(self.module)
         if self.optional:
             return getattr(module, self.attribute, None)
         return getattr(module, self.attribute)
+
+
+def module_doc(name: str) -> str | None:
+    """A module's docstring, read from its source without importing it (an agent module imports torch, and
+    `tapebench methods` lists every summary); a module already imported, or without a Python source, is asked."""
+    if name not in sys.modules:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        origin = getattr(spec, "origin", None)
+        if origin and origin.endswith(".py"):
+            try:
+                return ast.get_docstring(ast.parse(Path(origin).read_text(encoding="utf-8")))
+            except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+                pass
+    return importlib.import_module(name).__doc__
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`(\"'])")
@@ -204,11 +226,18 @@ class Method:
             if name == "Config":
                 self._check_config(value)
             object.__setattr__(self, name, value)
+        if name in MAKERS and value is not None:
+            return _named_maker(object.__getattribute__(self, "id"), name, value)
         return value
 
     def _check_config(self, config) -> None:
-        if not dataclasses.is_dataclass(config):
+        if not dataclasses.is_dataclass(config) or not isinstance(config, type):
             raise ValueError(f"method {self.id!r}: Config must be a dataclass, got {config!r}")
+        bare = [f.name for f in dataclasses.fields(config)
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        if bare:
+            raise ValueError(f"method {self.id!r}: Config field(s) {bare} have no default; the method contract asks "
+                             f"for a default on every hyperparameter (the config's agents.{self.id} overrides them)")
         if self.trains and "num_envs" not in {f.name for f in dataclasses.fields(config)}:
             raise ValueError(f"method {self.id!r} trains, so its Config needs a num_envs field")
 
@@ -359,6 +388,35 @@ def _builtin() -> list[Method]:
                goal_conditioned=True,
                summary="exact finite-horizon optimum by dynamic programming over all 2^L tapes (L <= 20)"),
     ]
+
+
+# The parts that make a method's agent or policy: a call is named after the method, and what it returns is checked
+# against the method contract (`methods.contract`), so a plug-in's mistake is one line naming it, not a traceback.
+MAKERS = {"make_agent": "make_agent(config, env_spec, total_steps, device)",
+          "make_policy": "make_policy(config, context)", "grid_policy": "grid_policy(config, context)"}
+
+
+def _named_maker(method_id: str, name: str, make: Callable) -> Callable:
+    def call(*args, **kwargs):
+        # the contract's checks import torch: loaded only when an agent or a policy is made
+        from tapebench.methods.contract import AGENT_METHODS, POLICY_METHODS, ContractError
+
+        try:
+            made = make(*args, **kwargs)
+        except ContractError:
+            raise
+        except Exception as exc:  # a plug-in may raise anything: name the method and the call, keep the cause
+            raise ContractError(f"method {method_id!r}: {MAKERS[name]} raised {type(exc).__name__}: {exc}") from exc
+        needed = AGENT_METHODS if name == "make_agent" else () if callable(made) else POLICY_METHODS
+        missing = [m for m in needed if not callable(getattr(made, m, None))]
+        if made is None or missing:
+            what = "None" if made is None else f"a {type(made).__name__} without {'/'.join(missing)}"
+            wanted = "an agent with " + ", ".join(AGENT_METHODS) if name == "make_agent" else \
+                "a policy with begin, act and observe (or a callable obs -> actions)"
+            raise ContractError(f"method {method_id!r}: {MAKERS[name]} returned {what}; the method contract "
+                                f"(tapebench.methods.contract) asks for {wanted}")
+        return made
+    return functools.update_wrapper(call, make)   # its module, name, attributes (fewshot reads __module__)
 
 
 _REGISTRY: dict[str, Method] | None = None

@@ -20,6 +20,11 @@ def training_device(device: str, stacked: bool) -> str:
     return "cpu" if str(device) == "auto" and not stacked else device
 
 
+def sweep_runs(config: dict) -> bool:
+    """Whether the hyperparameter sweep (diagnostics.sweep) is in the DAG: its method is one the config runs."""
+    return config["diagnostics"]["sweep"]["method"] in config["methods"]
+
+
 def noise_study(config: dict) -> dict:
     """The noise study's resolved settings: levels (sorted), methods (default: all of `methods`), horizon H
     (default: env.H), split (the main split)."""

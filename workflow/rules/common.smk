@@ -15,6 +15,7 @@ from tapebench.pipeline.config import (
     method_eval_slice,
     train_slice,
     training_gpus,
+    stated_config,
     training_job,
     validate_config,
 )
@@ -27,6 +28,8 @@ validate_config(
     workflow.source_path("../schemas/config.schema.yaml"),
     command_line=dict(workflow.config_settings.config),
     note=logger.info,  # a study's methods this config does not run: left out, named once per run
+    # every --configfile read as the CLI reads it (a key given twice is refused), and what it states checked
+    stated=stated_config(workflow.config_settings.configfiles, dict(workflow.config_settings.config)),
 )
 check_every_job()  # jobs behind a training job's ancient() verdict are checked for reruns too (pipeline/reruns.py)
 

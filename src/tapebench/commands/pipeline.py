@@ -21,14 +21,14 @@ def register(sub) -> None:
 
 def run(args) -> int:
     # lazy: a command loads only the modules it runs
-    from tapebench.pipeline.config import load_config, validate_config
+    from tapebench.pipeline.config import load_config, stated_config, validate_config
     from tapebench.settings import checkpoints_per_run
 
     root = Path(args.workflow)
     schema = root / "workflow" / "schemas" / "config.schema.yaml"
     if not schema.is_file():
         raise FileNotFoundError(f"{schema} not found; run from the pipeline folder or give --workflow DIR")
-    config = validate_config(load_config(args.configfile, root=root), schema)
+    config = validate_config(load_config(args.configfile, root=root), schema, stated=stated_config(args.configfile))
     print(yaml.safe_dump(config, sort_keys=False).rstrip())
     training, evaluation = config["training"], config["evaluation"]
     # lazy: a command loads only the modules it runs

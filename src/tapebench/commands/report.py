@@ -115,7 +115,7 @@ def run_report(args) -> int:
 
 def _config(args, root: Path) -> tuple[dict, list]:
     # lazy: config validation loads the registry and the health checks; only --configfile needs it
-    from tapebench.pipeline.config import load_config, validate_config
+    from tapebench.pipeline.config import load_config, stated_config, validate_config
 
     if args.config_json is not None:
         if args.configfile:
@@ -124,4 +124,5 @@ def _config(args, root: Path) -> tuple[dict, list]:
     schema = root / "workflow" / "schemas" / "config.schema.yaml"
     if not schema.is_file():
         raise FileNotFoundError(f"{schema} not found; run from the pipeline folder or give --workflow DIR")
-    return validate_config(load_config(args.configfile, root=root), schema), list(args.configfile)
+    return (validate_config(load_config(args.configfile, root=root), schema, stated=stated_config(args.configfile)),
+            list(args.configfile))

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tapebench.layout import LOG_FILE, MANIFEST_FILE, RESUME_FILE
 from tapebench.pipeline.integrity import scan_results
-from tapebench.utils.artifacts import CorruptArtifact, recovery
+from tapebench.utils.artifacts import CorruptArtifact, recovery, what_file_is
 
 RUNNING_WITHIN_S = 90.0      # a running job writes a progress line at least every 30 s (training.loop)
 RUN_DIR = re.compile(r"^seed(\d+)$")
@@ -218,11 +218,12 @@ def register(sub) -> None:
 
 def run(args) -> int:
     # lazy: a command loads only the modules it runs
-    from tapebench.pipeline.config import load_config, validate_config
+    from tapebench.pipeline.config import load_config, stated_config, validate_config
 
     results = Path(args.results)
     if results.exists() and not results.is_dir():
-        raise ValueError(f"--results {results} is a file; give the results folder of a run (default: results)")
+        raise ValueError(f"--results {results} is not a folder: it is {what_file_is(results)}; give the results folder "
+                         f"of a run (default: results)")
     root = results.parent if results.name not in ("", ".", "..") else results.resolve().parent
     logs = Path(args.logs) if args.logs else root / "logs"
     if not results.is_dir() and not (root / "config" / "config.yaml").is_file():
@@ -232,7 +233,7 @@ def run(args) -> int:
         config = load_config(args.configfile, root=root)
         schema = root / "workflow" / "schemas" / "config.schema.yaml"
         if schema.is_file():
-            validate_config(config, schema)
+            validate_config(config, schema, stated=stated_config(args.configfile))
             sources = [str(root / "config" / "config.yaml"), *args.configfile]
             note = preset_mismatch(results, config, sources)
             if note is None or args.configfile:     # the presets given are taken at their word

@@ -32,8 +32,9 @@ class GridEnv(gym.Env):
             with rules given in notation.
 
     Observation: the grid flattened row-major, then t/H (float32, n² + 1 entries). `reset(options=...)` takes
-    "rule" (a rule of the family) and "grid" ((n, n) 0/1, not all zero). info: "dist", "rule" (the rule id
-    within the family, `GridRule.id`), "t".
+    "rule" (a rule of the family) and "grid" ((n, n) 0/1, not all zero). info: "dist", "rule" (the rule in Golly
+    notation, e.g. "B3/S23"), "rule_id" (its id within the family, `GridRule.id`, as the batched env's
+    info["rule"]), "t".
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 4}
@@ -57,7 +58,8 @@ class GridEnv(gym.Env):
         return np.append(self.grid.ravel().astype(np.float32), np.float32(self.t / self.H))
 
     def _info(self) -> dict:
-        return {"dist": grid_reference.distance(self.grid), "rule": self.rule.id, "t": self.t}
+        return {"dist": grid_reference.distance(self.grid), "rule": str(self.rule), "rule_id": self.rule.id,
+                "t": self.t}
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)

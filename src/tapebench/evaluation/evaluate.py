@@ -48,7 +48,7 @@ def play(policy, method: Method, episodes: EpisodeSet, protocol: EvalProtocol, r
                          f"protocol (env.goal: derived, docs/protocol.md#multi-goal)")
     results = run_episodes(policy, episodes, protocol.H, goal=protocol.goal_tape(),
                            success_bonus=protocol.success_bonus, device=device,
-                           reveal_rules=method.sees_true_rule, by_rule=method.by_rule)
+                           reveal_rules=method.sees_true_rule, by_rule=method.by_rule, who=f"method {method.id!r}")
     return episode_frame(results, episodes, H=protocol.H, split=protocol.split, rule_types=rule_types)
 
 

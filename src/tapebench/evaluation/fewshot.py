@@ -191,7 +191,7 @@ def _sides(split, settings: FewShotSettings, *, L, H, episodes_per_rule, eval_se
 
 def _play(policy, episodes: EpisodeSet, side: _Side, method: Method, device) -> dict:
     return run_episodes(policy, episodes, side.H, goal=side.goal, success_bonus=side.success_bonus, device=device,
-                        reveal_rules=method.sees_true_rule, by_rule=method.by_rule)
+                        reveal_rules=method.sees_true_rule, by_rule=method.by_rule, who=f"method {method.id!r}")
 
 
 def _frame(results: dict, episodes: EpisodeSet, side: _Side, split_name: str, shots: int, mode: str,

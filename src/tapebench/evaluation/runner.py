@@ -13,13 +13,13 @@ from tapebench import defaults
 from tapebench.envs.factory import batched_env
 from tapebench.episodes.sets import EpisodeSet
 from tapebench.evaluation.records import coerce_episode_frame
-from tapebench.methods.contract import EpisodeBatch, as_policy
+from tapebench.methods.contract import EpisodeBatch, as_policy, check_actions
 from tapebench.validation import check_goal
 
 
 def run_episodes(policy, episodes: EpisodeSet, H: int, *, goal=None, success_bonus: float = defaults.SUCCESS_BONUS,
                  device="cpu", batch_size: int | None = None, reveal_rules: bool = False,
-                 by_rule: bool = False) -> dict:
+                 by_rule: bool = False, who: str = "the evaluation policy") -> dict:
     """Play every episode of `episodes` to termination or H steps; returns per-episode arrays.
 
     `policy` is an `EvalPolicy` (or a callable obs -> actions). Episodes are played in batches of
@@ -31,7 +31,7 @@ def run_episodes(policy, episodes: EpisodeSet, H: int, *, goal=None, success_bon
     Episodes with their own goals (`episodes.goals`, docs/protocol.md#multi-goal) are judged against them and the
     policy sees [s, g, t/H]; `goal` is then the all-zero default.
     """
-    policy = as_policy(policy)
+    policy = as_policy(policy, who)
     n = len(episodes)
     if by_rule:
         batches = [np.flatnonzero(episodes.rules == z) for z in dict.fromkeys(episodes.rules.tolist())]
@@ -39,14 +39,14 @@ def run_episodes(policy, episodes: EpisodeSet, H: int, *, goal=None, success_bon
         size = batch_size or n
         batches = [np.arange(start, min(n, start + size)) for start in range(0, n, size)]
     goal = check_goal(goal, episodes.tapes.shape[1], family=episodes.family)
-    parts = [_run_batch(policy, episodes.subset(rows), H, goal, success_bonus, torch.device(device), reveal_rules)
-             for rows in batches]
+    parts = [_run_batch(policy, episodes.subset(rows), H, goal, success_bonus, torch.device(device), reveal_rules,
+                        who) for rows in batches]
     order = np.argsort(np.concatenate(batches), kind="stable")
     return {k: np.concatenate([p[k] for p in parts])[order] for k in parts[0]}
 
 
 @torch.no_grad()
-def _run_batch(policy, episodes: EpisodeSet, H, goal, success_bonus, device, reveal_rules) -> dict:
+def _run_batch(policy, episodes: EpisodeSet, H, goal, success_bonus, device, reveal_rules, who) -> dict:
     n, L = episodes.tapes.shape
     derived = episodes.goals is not None
     env = batched_env(n, L=L, H=H, rules=sorted(set(episodes.rules.tolist())), family=episodes.family,
@@ -63,7 +63,7 @@ def _run_batch(policy, episodes: EpisodeSet, H, goal, success_bonus, device, rev
     steps = torch.zeros(n, dtype=torch.int64, device=env.device)
     final_dist = env.distance().double()
     for t in range(H):
-        actions = policy.act(obs)
+        actions = check_actions(policy.act(obs), n, who)
         next_obs, reward, terminated, truncated, info = env.step(actions, episodes.flips(t))
         policy.observe(obs, actions, reward, next_obs, terminated, truncated)
         obs = next_obs

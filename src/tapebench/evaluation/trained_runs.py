@@ -25,6 +25,7 @@ from tapebench.registry import get_method
 from tapebench.rule_family import family_from_config
 from tapebench.training import checkpoint as ckpt
 from tapebench.training.loop import read_manifest, resolve_device, torch_settings
+from tapebench.utils.artifacts import WrongKind, what_file_is
 from tapebench.vocabulary import SPLIT_SIDES
 
 
@@ -133,6 +134,9 @@ def model_error_run(run_dir, H: int, *, split, episodes_per_rule: int = EPISODES
 
 
 def _finished_manifest(run_dir: Path) -> dict:
+    if Path(run_dir).is_file():
+        raise WrongKind(f"{run_dir} is not a training run's folder: it is {what_file_is(run_dir)}; give the folder "
+                        f"written by `tapebench train --out`")
     manifest = read_manifest(run_dir)
     if manifest is None:
         raise FileNotFoundError(f"no finished training run in {run_dir}: {ckpt.MANIFEST_FILE} is missing "

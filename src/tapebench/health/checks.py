@@ -29,6 +29,7 @@ import pandas as pd
 
 from tapebench.stats.bootstrap import paired_ci, percentile_ci
 from tapebench.stats.headroom import best_floor
+from tapebench.validation import check_integer
 from tapebench.vocabulary import MAX_EXACT_L
 
 PASS, WARN, FAIL, NOT_APPLICABLE = "pass", "warn", "fail", "n/a"
@@ -59,6 +60,39 @@ CHECK_NAMES = tuple(c.name for c in CHECKS)
 
 class HealthGateError(ValueError):
     """A split failed a fatal check; the message names the split, each failed gate and its rules."""
+
+
+def _fraction(value, key: str, low_open: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value <= 1 if low_open
+                                                                               else 0 <= value <= 1):
+        raise ValueError(f"health setting '{key}' must be a number in {'(0' if low_open else '[0'}, 1], got {value!r}")
+    return float(value)
+
+
+def check_settings(settings, statistics) -> None:
+    """The health: section and the bootstrap settings a report is built from, checked before any record is read:
+    a missing or malformed key is named (`health.headroom.warn`), not a KeyError deep in the checks."""
+    if not isinstance(settings, dict):
+        raise ValueError(f"health settings must be a JSON object (the config's health: section), got {settings!r}")
+    _fraction(settings.get("trivial_success"), "health.trivial_success", low_open=True)
+    for check in CHECKS:
+        t = settings.get(check.name)
+        if not isinstance(t, dict):
+            raise ValueError(f"health setting 'health.{check.name}' must be an object {{warn, fail, fatal}}, got {t!r}")
+        _fraction(t.get("warn"), f"health.{check.name}.warn")
+        _fraction(t.get("fail"), f"health.{check.name}.fail")
+        if not isinstance(t.get("fatal"), bool):
+            raise ValueError(f"health setting 'health.{check.name}.fatal' must be true or false, got {t.get('fatal')!r}")
+    if not isinstance(statistics, dict):
+        raise ValueError(f"statistics must be a JSON object {{n_resamples, ci, seed}}, got {statistics!r}")
+    check_integer(statistics.get("n_resamples"), "statistics.n_resamples", 1)
+    check_integer(statistics.get("seed"), "statistics.seed", 0)
+    ci = statistics.get("ci")
+    if isinstance(ci, bool) or not isinstance(ci, (int, float)) or not 0 < ci < 1:
+        raise ValueError(f"statistics.ci must be a number in (0, 1), got {ci!r}")
+
+
+REPORT_FIELDS = ("split", "content_hash", "status", "checks", "fatal_failures")
 
 
 def reference_oracle(L: int, family=None) -> str:

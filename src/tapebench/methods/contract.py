@@ -173,19 +173,47 @@ class StatelessPolicy:
         pass
 
 
+class ContractError(ValueError):
+    """A method broke the method contract: the message names the method and the rule it broke (no traceback from
+    deep inside the runner or the loop)."""
+
+
+POLICY_METHODS = ("begin", "act", "observe")
+AGENT_METHODS = ("act", "observe", "update", "state_dict", "load_state_dict", "policy_state_dict",
+                 "load_policy_state_dict")
+
+
+def check_actions(actions, n: int, who: str, call: str = "act(obs)"):
+    """`actions` as the contract asks of `act`: an (n,) tensor (or array) of integer cell indices; else
+    ContractError naming `who` (e.g. "method 'x'") and what it returned."""
+    shape = getattr(actions, "shape", None)
+    dtype = getattr(actions, "dtype", None)
+    integer = dtype is not None and (not dtype.is_floating_point and not dtype.is_complex and dtype != torch.bool
+                                     if isinstance(dtype, torch.dtype) else np.issubdtype(dtype, np.integer))
+    if shape is None or tuple(shape) != (n,) or not integer:
+        got = "None" if actions is None else f"a {type(actions).__name__}" + (
+            f" of shape {tuple(shape)} and dtype {dtype}" if shape is not None else "")
+        raise ContractError(f"{who}: {call} returned {got}; the method contract (tapebench.methods.contract) asks "
+                            f"for an integer tensor of cell indices of shape ({n},), one per row")
+    return actions
+
+
 class BlockUnsupported(NotImplementedError):
     """Raised by a method's `make_block(agents, generators)` for a configuration it cannot stack (another
     network, say): the seed block then trains its seeds one after another, bit for bit one-seed runs."""
 
 
-def as_policy(policy) -> EvalPolicy:
-    """An EvalPolicy as it is, or a callable obs -> actions wrapped as a stateless one."""
+def as_policy(policy, who: str = "an evaluation policy") -> EvalPolicy:
+    """An EvalPolicy as it is, or a callable obs -> actions wrapped as a stateless one; else ContractError naming
+    `who` and the methods it lacks."""
     if isinstance(policy, EvalPolicy):
         return policy
     if callable(policy):
         return StatelessPolicy(policy)
-    raise TypeError(f"an evaluation policy needs begin/act/observe or must be a callable obs -> actions, "
-                    f"got {type(policy).__name__}")
+    missing = [m for m in POLICY_METHODS if not callable(getattr(policy, m, None))]
+    raise ContractError(f"{who}: its evaluation policy (a {type(policy).__name__}) has no {'/'.join(missing)}; the "
+                        f"method contract (tapebench.methods.contract) asks for begin(batch), act(obs) and "
+                        f"observe(...), or a callable obs -> actions")
 
 
 def greedy_policy(agent) -> EvalPolicy:

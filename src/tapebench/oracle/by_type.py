@@ -59,7 +59,7 @@ def read_by_type(path) -> dict:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"by-type export not found: {path} (written by `tapebench export-mpc-by-type`)")
-    payload = read_json(path, "by-type export")
+    payload = read_json(path, "by-type export", writer="tapebench export-mpc-by-type")
     missing = [k for k in ("by_type", "all", "protocol") if not isinstance(payload, dict) or k not in payload]
     if missing:
         raise ValueError(f"{path} is not a by-type export: missing {missing}")

@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from tapebench.evaluation.protocol import protocol_differences, read_records
+from tapebench.utils.artifacts import expect_parquet
 from tapebench.utils.io import read_parquet_meta
 
 REQUIRED_FIELDS = ("L", "H", "split_hash", "side", "episodes_per_rule", "eval_seed")
@@ -30,9 +31,9 @@ def oracle_success(path) -> tuple[float, dict]:
 def evaluation_protocol(path, side: str) -> dict:
     """The protocol of one side of a learned agent's evaluation file (`tapebench evaluate` records)."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(f"evaluation records not found: {path}")
-    meta = read_parquet_meta(path)
+    meta = read_parquet_meta(expect_parquet(path, "evaluation records", "tapebench evaluate"))
     evaluation = meta.get("evaluation")
     if not evaluation or not all(k in evaluation for k in ("H", "episodes_per_rule", "eval_seed")):
         raise ValueError(f"{path} records no evaluation protocol (H, episodes_per_rule, eval_seed) in its provenance")

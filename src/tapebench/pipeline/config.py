@@ -32,9 +32,10 @@ from tapebench.registry import (build_config, check_hyperparameters, check_rule_
 from tapebench.rule_family import ELEMENTARY, config_family
 from tapebench.rules.mirror import mirror_classes
 from tapebench.rules.sampling import sample_rule_set, spec_from_config
-from tapebench.settings import (MAX_CHECKPOINTS_PER_RUN, checkpoints_per_run, fewshot_study, training_device,
-                                worldtest_study)
+from tapebench.settings import (MAX_CHECKPOINTS_PER_RUN, checkpoints_per_run, fewshot_study, sweep_runs,
+                                training_device, worldtest_study)
 from tapebench.splits.ladder import LadderError, draw_training_set, ladder_levels
+from tapebench.utils.artifacts import what_file_is
 from tapebench.validation import parse_rule_list
 from tapebench.vocabulary import DERIVED_GOAL, MAX_EXACT_L, PLANNING_TASK, ZEROS_GOAL
 
@@ -46,14 +47,43 @@ def _note_to_stderr(text: str) -> None:
 _INTEGER_TEXT = re.compile(r"^\s*[+-]?\d+\s*$")
 
 
+class _DuplicateKey(Exception):
+    def __init__(self, key: str, first: int, again: int):
+        self.key, self.first, self.again = key, first, again
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, except that a key given twice in one mapping is an error (YAML keeps the last silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.setdefault(key, key_node.start_mark.line + 1)
+                except TypeError:        # an unhashable key: the safe loader refuses it itself
+                    continue
+                if first != key_node.start_mark.line + 1:
+                    raise _DuplicateKey(key, first, key_node.start_mark.line + 1)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_config_file(path) -> dict:
-    """Read one YAML (or JSON) config file; a missing or malformed file is reported with its name."""
+    """Read one YAML (or JSON) config file; a missing or malformed file, or a key given twice in one mapping, is
+    reported with its name."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)
+    except _DuplicateKey as dup:
+        raise ConfigError(f"config file {path}: key {dup.key!r} is given twice in one mapping (lines {dup.first} and "
+                          f"{dup.again}); YAML would keep only the last silently. Give it once") from None
     except yaml.YAMLError as exc:
+        _refuse_another_kind(path)
         where = ""
         mark = getattr(exc, "problem_mark", None)
         if mark is not None:
@@ -65,9 +95,20 @@ def load_config_file(path) -> dict:
     if data is None:
         return {}
     if not isinstance(data, dict):
+        _refuse_another_kind(path)
         raise ConfigError(f"config file {path} must hold a mapping of config keys (e.g. 'seeds: 5'), "
                           f"got a {type(data).__name__}")
     return data
+
+
+CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def _refuse_another_kind(path: Path) -> None:
+    """A config file that does not load and is not named as one (README.md, the Snakefile) is named as what it is."""
+    if path.suffix.lower() not in CONFIG_SUFFIXES:
+        raise ConfigError(f"config file {path} is not a YAML config: it is {what_file_is(path)}; give a YAML file "
+                          f"of config keys (config/*.yaml)")
 
 
 def merge_config(base: dict, override: dict) -> dict:
@@ -87,6 +128,15 @@ def load_config(configfiles=(), root=".") -> dict:
     for path in configfiles:
         merge_config(config, load_config_file(path))
     return config
+
+
+def stated_config(configfiles=(), command_line: dict | None = None) -> dict:
+    """What the user stated on top of config/config.yaml: `configfiles` merged, then `command_line` (snakemake
+    --config). Validation reads it where a key the user gave contradicts one the config derives (env.L of a grid)."""
+    stated: dict = {}
+    for path in configfiles:
+        merge_config(stated, load_config_file(path))
+    return merge_config(stated, dict(command_line or {}))
 
 
 def _key_path(error: jsonschema.ValidationError) -> str:
@@ -187,7 +237,7 @@ def is_grid_config(config: dict) -> bool:
     return isinstance(config_family(config), GridFamily)
 
 
-def _check_grid(config: dict) -> None:
+def _check_grid(config: dict, stated: dict | None = None) -> None:
     """The 2D grid family (docs/protocol.md#grid): its family key, the torus side (env.L becomes n * n), the rule set
     (every rule in Golly notation or an id of the neighbourhood, refused here naming its key), splits over it."""
     section = config["rule_set"]
@@ -199,7 +249,13 @@ def _check_grid(config: dict) -> None:
     if "grid_n" not in env:
         raise ConfigError(f"config key 'env.grid_n': the {family.name} grid family needs the torus side n "
                           f"(3..8: one 64-bit word per grid)")
-    env["L"] = int(env["grid_n"]) ** 2
+    n = int(env["grid_n"])
+    given = ((stated or {}).get("env") or {}).get("L") if isinstance((stated or {}).get("env"), dict) else None
+    if given is not None and str(given).strip() != str(n * n):
+        raise ConfigError(f"config keys 'env.L' and 'env.grid_n' contradict each other: env.L = {given}, but the grid "
+                          f"family plays env.grid_n x env.grid_n = {n} x {n} = {n * n} cells; leave env.L out (the "
+                          f"grid sets it) or give env.L: {n * n}")
+    env["L"] = n ** 2
     if env["goal"] != ZEROS_GOAL:
         raise ConfigError(f"config key 'env.goal': the grid family's goal is the all-zero grid; use env.goal: "
                           f"{ZEROS_GOAL}, got {env['goal']!r}")
@@ -235,9 +291,9 @@ def _check_grid(config: dict) -> None:
                               f"(rule_set); use rules: {SAMPLED_RULES} (or leave it out), got {split['rules']!r}")
 
 
-def _check_rule_set(config: dict) -> None:
+def _check_rule_set(config: dict, stated: dict | None = None) -> None:
     if is_grid_config(config):
-        _check_grid(config)
+        _check_grid(config, stated)
         return
     for key in ("rules", "sample.b0"):
         head, _, tail = key.partition(".")
@@ -605,13 +661,16 @@ def env_params(config: dict) -> dict:
     return env
 
 
-def validate_config(config: dict, schema_path, command_line: dict | None = None, note=None) -> dict:
+def validate_config(config: dict, schema_path, command_line: dict | None = None, stated: dict | None = None,
+                    note=None) -> dict:
     """Validate against the JSON schema plus cross-field checks; fill defaults; raise ConfigError naming the key.
 
     Numeric text under numeric keys (from `snakemake --config`) is turned into numbers in place. `command_line`
     is what `snakemake --config` gave (the Snakefile passes it): an error in a value given there carries the hint
-    that such values arrive as text. A study's methods the config does not run are left out of it, each study's once
-    with a line to `note` (default: standard error) naming them (`_narrow_study`)."""
+    that such values arrive as text. `stated` is what the user's config files and --config gave on top of
+    config/config.yaml (`stated_config`; default: `command_line`): a key stated there that contradicts one the
+    config derives is refused (env.L of a grid). A study's methods the config does not run are left out of it, each
+    study's once with a line to `note` (default: standard error) naming them (`_narrow_study`)."""
     note = note or _note_to_stderr
     schema = yaml.safe_load(Path(schema_path).read_text())
     _coerce_text(schema, config)
@@ -625,7 +684,7 @@ def validate_config(config: dict, schema_path, command_line: dict | None = None,
         raise ConfigError(f"config key 'main_split': {config['main_split']!r} is not one of the configured "
                           f"splits {sorted(config['splits'])}")
     _check_schedule(config)
-    _check_rule_set(config)
+    _check_rule_set(config, command_line if stated is None else stated)
     _check_splits(config)
     _apply_reference_set(config)
 
@@ -806,6 +865,20 @@ def _refuse(key: str, job: str, estimate: resources.Estimate, limit: int) -> Non
                           f"resources.max_mem_mb (the estimate: tapebench.pipeline.resources)")
 
 
+def _refuse_largest(over: list, limit: int, config: dict) -> None:
+    """Of the jobs over the limit (estimate, key thunk, job words), refuse the largest, naming the key that drives it:
+    `resources.max_mem_mb` itself when even a job's fixed process (`resources.BASE_MB`) is over it."""
+    if not over:
+        return
+    estimate, key_of, job = max(over, key=lambda o: o[0].mb)
+    if resources.BASE_MB >= limit:
+        given = "resources.max_mem_mb" if config.get("resources", {}).get("max_mem_mb") else "this machine's memory"
+        raise ConfigError(f"config key 'resources.max_mem_mb': {limit:,} MB ({given}) is less than the "
+                          f"{resources.BASE_MB:,} MB every job's process needs before what the config sizes; {job} "
+                          f"needs {estimate.describe()}. Raise resources.max_mem_mb")
+    _refuse(key_of(), job, estimate, limit)
+
+
 def _culprit(config: dict, method: str, keys: tuple, estimate_with) -> str:
     return resources.culprit(keys, config["agents"].get(method) or {}, get_method(method).Config(), estimate_with)
 
@@ -821,32 +894,47 @@ def _check_resources(config: dict) -> None:
     for table in ("table5", "table6"):
         for m in dict.fromkeys(fixed[table]["methods"] + fixed[table].get("multi_rule", [])):
             runs.append((m, fixed[table]["L"], fixed[table]["H"]))
+    over = []    # (estimate, key thunk, job) of every job in the DAG over the limit; the largest is refused
     for method, L_run, H_run in runs:
         entry = get_method(method)
         if entry.trains:
             memory, _ = training_job(config, method, L=L_run, H=H_run)
             if memory.mb > limit:
-                key = _culprit(config, method, memory.largest.keys,
-                               lambda o: training_job(config, method, L=L_run, H=H_run, overrides=o)[0])
-                _refuse(f"agents.{method}.{key}", f"a training job of {method!r} (L = {L_run}, H = {H_run}, "
-                        f"{seeds} seed(s) per job)", memory, limit)
+                def key(method=method, L_run=L_run, H_run=H_run, memory=memory):
+                    return f"agents.{method}." + _culprit(
+                        config, method, memory.largest.keys,
+                        lambda o: training_job(config, method, L=L_run, H=H_run, overrides=o)[0])
+                over.append((memory, key, f"a training job of {method!r} (L = {L_run}, H = {H_run}, {seeds} seed(s) "
+                                          f"per job)"))
         if entry.plays_episodes:
             memory, _ = evaluation_job(config, method, config["main_split"], L=L_run)
             if memory.mb > limit:
-                keys = memory.largest.keys
-                key = {"episodes_per_rule": "evaluation.episodes_per_rule", "H": "evaluation.horizons"}.get(
-                    keys[0], f"agents.{method}." + _culprit(
-                        config, method, keys, lambda o: evaluation_job(config, method, config["main_split"], L=L_run,
-                                                                        overrides=o)[0]))
-                _refuse(key, f"an evaluation job of {method!r} (L = {L_run})", memory, limit)
+                def key(method=method, L_run=L_run, memory=memory):
+                    keys = memory.largest.keys
+                    return {"episodes_per_rule": "evaluation.episodes_per_rule", "H": "evaluation.horizons"}.get(
+                        keys[0], f"agents.{method}." + _culprit(
+                            config, method, keys, lambda o: evaluation_job(config, method, config["main_split"],
+                                                                            L=L_run, overrides=o)[0]))
+                over.append((memory, key, f"an evaluation job of {method!r} (L = {L_run})"))
     sweep = config["diagnostics"]["sweep"]
-    for i, value in enumerate(sweep["values"]):
-        memory, _ = training_job(config, sweep["method"], overrides={sweep["hyperparameter"]: value})
-        _refuse(f"diagnostics.sweep.values[{i}]", f"a sweep training job of {sweep['method']!r} with "
-                f"{sweep['hyperparameter']} = {value}", memory, limit)
+    for i, value in enumerate(sweep["values"] if sweep_runs(config) else []):
+        point = {sweep["hyperparameter"]: value}
+        memory, _ = training_job(config, sweep["method"], overrides=point)
+        if memory.mb > limit:
+            def key(i=i, point=point, memory=memory):   # the sweep's value, or a hyperparameter all its jobs share
+                given = {**(config["agents"].get(sweep["method"]) or {}), **point}
+                name = resources.culprit(memory.largest.keys, given, get_method(sweep["method"]).Config(),
+                                         lambda o: training_job(config, sweep["method"], overrides={**point, **o})[0])
+                return f"diagnostics.sweep.values[{i}]" if name == sweep["hyperparameter"] else \
+                    f"agents.{sweep['method']}.{name}"
+            over.append((memory, key,
+                         f"a sweep training job of {sweep['method']!r} with {sweep['hyperparameter']} = {value}"))
     if config["studies"]["worldtest"]["methods"]:
         memory = worldtest_job(config)
-        _refuse(f"studies.worldtest.{memory.largest.keys[0]}", "a world-test job", memory, limit)
+        if memory.mb > limit:
+            over.append((memory, lambda memory=memory: f"studies.worldtest.{memory.largest.keys[0]}",
+                         "a world-test job"))
+    _refuse_largest(over, limit, config)
 
 
 def dumps(obj) -> str:

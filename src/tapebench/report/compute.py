@@ -43,7 +43,7 @@ def run_manifests(paths) -> list:
     files = []
     for path in paths:
         if layout.SEED_BLOCK_RECORD.search(str(path)):
-            files += [layout.manifest(run["run"]) for run in read_json(path, "a seed block's record")["runs"]]
+            files += [layout.manifest(run["run"]) for run in read_json(path, "a seed block's record", writer="tapebench train --block-record")["runs"]]
         else:
             files.append(path)
     return files
@@ -51,7 +51,7 @@ def run_manifests(paths) -> list:
 
 def render_compute_table(out, *, split, evaluations, manifests=None, agents=None, parquet=None) -> str:
     """The compute table at `out` (LaTeX) and, with `parquet`, its rows."""
-    runs = [run_record(read_json(path, "a training run's train.json")) for path in run_manifests(manifests or [])]
+    runs = [run_record(read_json(path, "a training run's train.json", writer="tapebench train")) for path in run_manifests(manifests or [])]
     evals = [evaluation_record(read_parquet_meta(path)) for path in evaluations]
     table = compute_table(runs, evals, list(agents) if agents else None)
     if parquet:

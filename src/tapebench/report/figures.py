@@ -32,7 +32,7 @@ from tapebench.report.tables import FAMILY_ORDER, display_name, family
 from tapebench.stats.aggregate import group_generator, rule_agnostic_ids
 from tapebench.stats.bootstrap import percentile_ci
 from tapebench.stats.headroom import best_floor
-from tapebench.utils.artifacts import read_table
+from tapebench.utils.artifacts import expect_parquet, read_table
 from tapebench.utils.io import read_parquet_meta
 from tapebench.vocabulary import SPLIT_SIDES
 
@@ -355,10 +355,10 @@ def oracle_gap_points(gap: pd.DataFrame) -> pd.DataFrame:
 
 
 def read_gap(path) -> pd.DataFrame:
-    if not Path(path).is_file():
+    if not Path(path).exists():
         raise FileNotFoundError(f"oracle-gap table not found: {path} (written by `tapebench oracle-gap`, "
                                 "the fixed_z_oracle rule)")
-    return pd.read_parquet(path)
+    return pd.read_parquet(expect_parquet(path, "an oracle-gap table", "tapebench oracle-gap"))
 
 
 def _label_points(ax, x: np.ndarray, y: np.ndarray, labels: list[str]) -> None:

@@ -37,7 +37,7 @@ def health_rows(reports: list[dict]) -> list[dict]:
 
 def render_health(out, *, reports) -> str:
     """One row per health report (`results/health/<split>.json`, paths)."""
-    reports = [read_json(p, "benchmark health report") for p in reports]
+    reports = [read_json(p, "benchmark health report", writer="tapebench benchmark-health") for p in reports]
     if not reports:
         raise ValueError("the benchmark health table needs at least one report")
     protocols = {(r["protocol"]["L"], r["protocol"]["H"]) for r in reports}

@@ -21,7 +21,7 @@ from tapebench.registry import registry as method_registry
 from tapebench import defaults
 from tapebench.report.output import FIGURE, TABLE, Job, Option, Output, elementary_only, grid_only
 from tapebench.rule_family import config_family
-from tapebench.settings import fewshot_study, noise_study, worldtest_study
+from tapebench.settings import fewshot_study, noise_study, sweep_runs, worldtest_study
 from tapebench.stats.protocols import protocols
 from tapebench.vocabulary import GOAL_MODES, SPLIT_SIDES, ZEROS_GOAL
 
@@ -122,7 +122,7 @@ def _model_error_jobs(config):
 
 def _sweep_jobs(config):
     sweep = config["diagnostics"]["sweep"]
-    if sweep["method"] not in config["methods"]:
+    if not sweep_runs(config):
         return []
     split, values = _main(config), [int(v) for v in sweep["values"]]
     points = [layout.sweep_point(split, sweep["method"], sweep["hyperparameter"], v) for v in values]

@@ -295,7 +295,7 @@ def render_result_table(table: str, aggregate, out, *, split: str, H=None, L=Non
         loaded = load_split(split_file)
         test_rules, rule_family = list(loaded.test), loaded.family
     if table == "table3":
-        per_rule = pd.read_parquet(random_per_rule) if random_per_rule is not None else None
+        per_rule = read_table(random_per_rule, "per_rule")[0] if random_per_rule is not None else None
         context = table3_context(agg, split, _single_H(H), L, agents, meta, test_rules, per_rule, rule_family,
                                  min_headroom=min_headroom, goal=goal)
         context["reference"] = reference_marks(reference_set, [r["agent"] for r in _rows(context["groups"])])

@@ -45,7 +45,7 @@ from tapebench.ca.packed import pack, step_words_rules
 from tapebench.ca.reference import ca_step
 from tapebench.rule_family import ELEMENTARY, RuleFamily, family_from_config
 from tapebench.rules.mirror import class_representative, mirror_rule, reflect_tape
-from tapebench.utils.artifacts import CorruptArtifact
+from tapebench.utils.artifacts import CorruptArtifact, expect_parquet
 from tapebench.utils.io import provenance, read_parquet_meta, write_parquet
 from tapebench.validation import check_integer, check_length, check_rules
 from tapebench.vocabulary import GOAL_MODES, ZEROS_GOAL
@@ -288,13 +288,14 @@ def write_features(path, protocol: FeatureProtocol | None = None, rules=None,
 def read_features(path) -> tuple[pd.DataFrame, dict]:
     """Load a features artifact and check it has what splits need; returns (frame, metadata)."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(f"features file not found: {path} (create it with `tapebench features --out {path}`)")
+    expect_parquet(path, "a rule-features table", "tapebench features")
     try:
         frame = pd.read_parquet(path)
         meta = read_parquet_meta(path)
     except Exception as exc:  # pyarrow raises several types for a damaged file
-        raise CorruptArtifact(path, f"not a readable Parquet file: {exc}") from None
+        raise CorruptArtifact(path, f"not a readable Parquet file: {exc}", "tapebench features") from None
     feature_names = meta.get("config", {}).get("feature_names", list(FEATURE_NAMES))
     missing = [c for c in ("rule", "type", *feature_names) if c not in frame.columns]
     if missing:

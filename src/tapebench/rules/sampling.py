@@ -251,7 +251,7 @@ def write_rule_set(path, family: RuleFamily, spec: SampleSpec) -> dict:
 
 def read_rule_set(path) -> tuple[RuleFamily, list[int], dict]:
     """(family, rules, payload) of a rule-set artifact; a damaged file names its path."""
-    raw = read_json(Path(path), "rule set")
+    raw = read_json(Path(path), "rule set", writer="tapebench rule-set")
     if not isinstance(raw, dict) or not {"family", "rules"} <= set(raw):
         raise CorruptArtifact(Path(path), "not a rule-set file: expected a JSON object with 'family' and 'rules' "
                                           "(written by `tapebench rule-set`)")

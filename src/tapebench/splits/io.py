@@ -12,7 +12,6 @@ must not change when an unrelated commit changes the code version.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -82,12 +81,7 @@ def load_split(path) -> Split:
     what = describe_file(path)
     if what is not None and not what.startswith("a split file"):
         raise WrongKind(f"{path} is not a split file: it is {what}; {expected}")
-    if path.suffix != ".json":   # not named as a split: unreadable JSON means another kind of file, not damage
-        try:
-            json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise WrongKind(f"{path} is not a split file: it is not JSON; {expected}") from None
-    raw = read_json(path, "split file")
+    raw = read_json(path, "split file", writer="tapebench split")   # not JSON and not named .json: WrongKind
     if not isinstance(raw, dict):
         raise WrongKind(f"{path} is not a split file: expected a JSON object, got a {type(raw).__name__}; {expected}")
     required = ("name", "train", "test", "types", "content_hash")

@@ -46,7 +46,7 @@ from tapebench.envs.batched import BatchedTapeEnv
 from tapebench.envs.factory import batched_env, is_grid
 from tapebench.envs.grid_batched import BatchedGridEnv
 from tapebench.layout import TENSORBOARD_DIR
-from tapebench.methods.contract import EnvSpec
+from tapebench.methods.contract import EnvSpec, check_actions
 from tapebench.methods.equivariant import fingerprint_hyperparameters
 from tapebench.episodes.sets import TrainingGoals
 from tapebench.registry import build_config, check_rule_family, get_method, registry
@@ -386,7 +386,7 @@ def train(spec: TrainSpec, out_dir, *, device="cpu", threads: int | None = 1, co
         last_log, metrics = segment_start, {}
         try:
             while iteration < total_iterations:
-                actions = agent.act(obs)
+                actions = check_actions(agent.act(obs), obs.shape[0], f"method {spec.agent!r}")
                 next_obs, rewards, terminated, truncated, info = env.step(actions)
                 # info["final_obs"] is the observation before auto-reset: the true successor of every row
                 agent.observe(obs, actions, rewards, info["final_obs"], terminated, truncated)

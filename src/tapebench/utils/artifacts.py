@@ -1,8 +1,11 @@
 """Is an artifact on disk whole, and is it the kind of file the reader expects?
 
-Every check raises `CorruptArtifact` (a ValueError) whose message names the file, what is wrong
-with it and the command that recovers: delete the file (or, for a training run's files, the run
-directory) and run the pipeline again, which regenerates exactly what is missing.
+A file that is not of the kind asked for (README.md given as records, a YAML file as a split) raises
+`WrongKind`, naming what the file is and what was expected; it is not damaged and nothing advises deleting it.
+A file that claims the kind (by its name's suffix or its content) but cannot be used raises `CorruptArtifact`
+(a ValueError) whose message names the file, what is wrong with it and how to recover: for a file the pipeline
+wrote under results/, delete it (or, for a training run's files, the run directory) and run the pipeline again,
+which regenerates exactly what is missing; for any other file, write it again with the command that made it.
 `pipeline.integrity.scan_results` applies the cheap checks to a whole results folder.
 """
 from __future__ import annotations
@@ -14,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tapebench.layout import CHECKPOINT_DIR, MANIFEST_FILE, RESUME_FILE, path_fields
+from tapebench.layout import ARTIFACT_SUFFIXES, CHECKPOINT_DIR, MANIFEST_FILE, RESULTS_DIR, RESUME_FILE, path_fields
 from tapebench.schemas import TABLE_KINDS, TableKind
 from tapebench.utils.io import CONTENT_HASH, read_parquet_meta, table_content_hash
 from tapebench.validation import refuse_duplicates
@@ -25,9 +28,9 @@ RUN_FILES = (MANIFEST_FILE, RESUME_FILE)
 class CorruptArtifact(ValueError):
     """A file that exists but cannot be used: truncated, empty, garbage, or edited after it was written."""
 
-    def __init__(self, path, problem: str):
+    def __init__(self, path, problem: str, writer: str | None = None):
         self.path, self.problem = Path(path), problem
-        super().__init__(f"{path} is corrupt or unreadable ({problem}); {recovery(path)}")
+        super().__init__(f"{path} is corrupt or unreadable ({problem}); {recovery(path, writer)}")
 
 
 class WrongKind(ValueError):
@@ -70,6 +73,96 @@ def describe_file(path) -> str | None:
     return None
 
 
+# What a file is by its name, when its content does not say: the words a WrongKind message names it by.
+_KINDS_BY_NAME = {"Snakefile": "a Snakemake workflow (Snakefile)"}
+_KINDS_BY_SUFFIX = {
+    ".md": "a Markdown text file", ".rst": "a reStructuredText file", ".txt": "a text file",
+    ".yaml": "a YAML file", ".yml": "a YAML file", ".toml": "a TOML file", ".cfg": "a configuration file",
+    ".ini": "a configuration file", ".py": "a Python source file", ".smk": "a Snakemake rules file",
+    ".tex": "a LaTeX file", ".csv": "a CSV file", ".pdf": "a PDF file", ".png": "a PNG image",
+    ".log": "a log file", ".sh": "a shell script", ".j2": "a template", ".html": "an HTML file",
+}
+
+
+def what_file_is(path) -> str:
+    """What a file is, in words, for a message that refuses it: the pipeline's own kinds by content
+    (`describe_file`), else Parquet or JSON by content, else by its name, else text or binary."""
+    path = Path(path)
+    if path.is_dir():
+        return "a folder"
+    known = describe_file(path)
+    if known is not None:
+        return known
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError as exc:
+        return f"a file that cannot be read ({type(exc).__name__})"
+    if not head:
+        return "an empty file"
+    named = _KINDS_BY_NAME.get(path.name) or _KINDS_BY_SUFFIX.get(path.suffix.lower())
+    if named is not None:
+        return named
+    try:
+        json.loads(path.read_text())
+        return "a JSON file"
+    except (OSError, ValueError):   # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        pass
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError:
+        return "a binary file"
+    return "a text file"
+
+
+def claims_kind(path, suffix: str, magic: bytes | None = None) -> bool:
+    """Whether a file says it is of the kind: its name ends with `suffix`, or its content starts with `magic`.
+    Such a file that cannot be read is damaged (CorruptArtifact); any other is of another kind (WrongKind)."""
+    path = Path(path)
+    if path.suffix == suffix:
+        return True
+    if magic is None or not path.is_file():
+        return False
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(magic)) == magic
+    except OSError:
+        return False
+
+
+def refuse_other_kind(path, suffix: str, expected: str, writer: str | None = None, magic: bytes | None = None) -> None:
+    """Raise WrongKind when `path` is not a file of the kind (`claims_kind`), naming what it is and what was
+    expected: `expected` (e.g. "an aggregate table"), written by `writer`."""
+    path = Path(path)
+    if path.is_file() and claims_kind(path, suffix, magic):
+        return
+    give = f"give the file written by `{writer}`" if writer else f"give {expected}"
+    raise WrongKind(f"{path} is not {expected}: it is {what_file_is(path)}; {give}")
+
+
+def expect_parquet(path, expected: str, writer: str | None = None) -> Path:
+    """A Parquet input that exists and is Parquet: FileNotFoundError, WrongKind (another kind of file) or
+    CorruptArtifact (a damaged Parquet file) otherwise. Returns the path."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"file not found: {path} (expected {expected}"
+                                + (f", written by `{writer}`)" if writer else ")"))
+    refuse_other_kind(path, ".parquet", expected, writer, PARQUET_MAGIC)
+    check_parquet(path, writer)
+    return path
+
+
+def under_results(path) -> bool:
+    """A path inside a results folder (`layout.RESULTS_DIR`), where the pipeline writes."""
+    return RESULTS_DIR in Path(path).absolute().parts[:-1]
+
+
+def written_by_pipeline(path) -> bool:
+    """A file of a kind the pipeline writes (`layout.ARTIFACT_SUFFIXES`), in a results folder: the only files
+    any message advises deleting."""
+    return under_results(path) and Path(path).suffix in ARTIFACT_SUFFIXES
+
+
 def run_dir_of(path) -> Path | None:
     """The training run a file belongs to (its checkpoints, train.json, resume.pt), else None."""
     path = Path(path)
@@ -80,11 +173,17 @@ def run_dir_of(path) -> Path | None:
     return None
 
 
-def recovery(path) -> str:
+def recovery(path, writer: str | None = None) -> str:
+    """How to recover from a damaged file: delete it and let the pipeline regenerate it when the pipeline wrote it
+    (`written_by_pipeline`); otherwise write it again (a run: train it again, which starts a damaged run over)."""
     run = run_dir_of(path)
+    if written_by_pipeline(path):
+        if run is not None:
+            return f"delete the run and run the pipeline again to retrain it: rm -r {run}"
+        return f"delete the file and run the pipeline again to regenerate it: rm {path}"
     if run is not None:
-        return f"delete the run and run the pipeline again to retrain it: rm -r {run}"
-    return f"delete the file and run the pipeline again to regenerate it: rm {path}"
+        return f"train the run again (`tapebench train --out {run}` starts a damaged run over)"
+    return f"write it again with `{writer}`" if writer else "write it again with the command that made it"
 
 
 def file_sha256(path) -> str:
@@ -101,18 +200,21 @@ def _short(exc: Exception) -> str:
 
 
 # --- single files ---------------------------------------------------------------------------------
-def read_json(path, what: str = "JSON file"):
-    """Parse a JSON artifact; a missing file raises FileNotFoundError, a damaged one CorruptArtifact."""
+def read_json(path, what: str = "JSON file", writer: str | None = None):
+    """Parse a JSON artifact; a missing file raises FileNotFoundError, a file that is not JSON and not named .json
+    WrongKind (naming what it is), a damaged one CorruptArtifact."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"{what} not found: {path}")
+        raise FileNotFoundError(f"{what} not found: {path}" + (" (a folder)" if path.is_dir() else ""))
     try:
         return json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CorruptArtifact(path, f"not valid JSON: {_short(exc)}") from None
+        if not claims_kind(path, ".json"):
+            refuse_other_kind(path, ".json", f"a {what}" if not what.startswith(("a ", "an ")) else what, writer)
+        raise CorruptArtifact(path, f"not valid JSON: {_short(exc)}", writer) from None
 
 
-def check_parquet(path) -> None:
+def check_parquet(path, writer: str | None = None) -> None:
     """Read the Parquet footer (schema and row groups); catches empty, truncated and garbage files."""
     # pyarrow: loaded only when a Parquet file is read or written
     import pyarrow.parquet as pq
@@ -120,7 +222,7 @@ def check_parquet(path) -> None:
     try:
         pq.read_metadata(path)
     except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ... for a damaged file
-        raise CorruptArtifact(path, f"not a readable Parquet file: {_short(exc)}") from None
+        raise CorruptArtifact(path, f"not a readable Parquet file: {_short(exc)}", writer) from None
 
 
 def check_checkpoint_archive(path) -> None:
@@ -176,9 +278,7 @@ def _read_verified(path, kind: str) -> tuple[pd.DataFrame, dict, str]:
     expected = next((k for k in table_kinds() if k.name == kind), None)
     if expected is None:
         raise ValueError(f"unknown table kind {kind!r}; known: {[k.name for k in table_kinds()]}")
-    if not path.is_file():
-        raise FileNotFoundError(f"file not found: {path} (expected {expected.label}, written by "
-                                f"`{expected.writer}`)")
+    expect_parquet(path, expected.label, expected.writer)
     # pyarrow: loaded only when a Parquet file is read
     import pyarrow.parquet as pq
 
@@ -188,7 +288,7 @@ def _read_verified(path, kind: str) -> tuple[pd.DataFrame, dict, str]:
         meta = json.loads(raw) if raw else {}
         frame = table.to_pandas()     # as pandas.read_parquet gives it
     except Exception as exc:  # pyarrow raises several types for a damaged file
-        raise CorruptArtifact(path, f"not a readable Parquet file: {_short(exc)}") from None
+        raise CorruptArtifact(path, f"not a readable Parquet file: {_short(exc)}", expected.writer) from None
     recorded = meta.get("table")
     missing = [c for c in expected.columns if c not in frame.columns]
     if missing or (recorded and recorded != kind):
