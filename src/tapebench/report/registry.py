@@ -12,9 +12,11 @@ Adding a table or figure is one builder function plus one entry here.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable
 
 from tapebench import layout
+from tapebench import reference_sets
 from tapebench.reference_sets import reference_methods, shown_methods
 from tapebench.registry import get_method
 from tapebench.registry import registry as method_registry
@@ -287,6 +289,15 @@ def _compare_jobs(config):
         "parquet": "results/compare.parquet", "figure": layout.figure("compare")})]
 
 
+def _reproduction_jobs(config):
+    """Beside a reference set that holds the paper's numbers."""
+    name = config.get("reference_set")
+    if not name or not (Path(reference_sets.ROOT) / name / reference_sets.PAPER).is_file():
+        return []
+    return [Job("reproduction", "results/reproduction.tex", {
+        "checksums": f"{reference_sets.ROOT}/{name}/{reference_sets.SUMS}", "reference_set": name})]
+
+
 def _profile_jobs(config):
     return [Job("performance_profile", layout.figure("performance_profile"),
                 {**_per_rule_values(config), **_statistics(config)})]
@@ -355,6 +366,11 @@ _FIGURES: list[Output] = [
            "tapebench.report.rliable_outputs:render_performance_profile",
            (_PER_RULE, _SPLIT_IF_SEVERAL, _H_IF_SEVERAL, *_STATISTICS),
            _profile_jobs, category=RLIABLE),
+    Output("reproduction", TABLE, "The paper's Table 3 beside the reference set, with the verdicts of Tables 1-4",
+           "tapebench.report.reproduction:render_reproduction", (
+               Option("checksums", "the reference set's SHA256SUMS"),
+               _value("reference_set", "the reference set's name")),
+           _reproduction_jobs, category=RLIABLE),
     Output("compare", TABLE, "A method beside the reference set: its place in Table 3 and P(X > row) per reference row",
            "tapebench.report.compare:render_compare", (
                _PER_RULE, _AGGREGATE,
