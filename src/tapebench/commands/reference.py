@@ -188,6 +188,25 @@ def _eval_files(results: Path, split: str, method: str, seeds: list[int], horizo
     return files
 
 
+def _same_code(method: str, versions: set) -> None:
+    """Refuse to pack records whose method code differs from this checkout's: the manifest's fingerprint is this
+    checkout's, so it must be the code that ran (git compares the method's sources with the records' commit)."""
+    # lazy: a command loads only the modules it runs
+    import subprocess
+    from tapebench.reference_sets import method_sources
+
+    commits = {v.split("+g", 1)[1].split("-")[0] for v in versions if v and "+g" in v}
+    if any(v and v.endswith("-dirty") for v in versions):
+        raise ValueError(f"{method}: its records were made by a checkout with uncommitted changes ({sorted(versions)});"
+                         " a reference set's records name a commit")
+    for commit in sorted(commits):
+        changed = subprocess.run(["git", "diff", "--quiet", commit, "--", *method_sources(method)],
+                                 capture_output=True).returncode
+        if changed == 1:
+            raise ValueError(f"{method}: its code here differs from commit {commit}, which made its records; pack "
+                             f"from a checkout of {commit} (or rerun it here)")
+
+
 def pack_method(config: dict, results: Path, method: str) -> tuple:
     """(rule sums, manifest entry) of one method from a finished run's records."""
     # lazy: a command loads only the modules it runs
@@ -223,6 +242,7 @@ def pack_method(config: dict, results: Path, method: str) -> tuple:
             versions.add(manifest["provenance"]["code_version"])
             devices.add(manifest.get("device_name") or manifest.get("device"))
             hyper = manifest["hyperparameters"]
+    _same_code(method, versions)
     sums = rule_sums(pd.concat(frames, ignore_index=True))
     cost = compute_table(runs, evaluations, [method]).iloc[0]
     entry = {

@@ -243,6 +243,19 @@ def _part_name(part) -> str:
     return getattr(part, "__qualname__", type(part).__name__)
 
 
+def method_sources(method_id: str) -> list[str]:
+    """The source files of the parts of a method that decide its numbers (`method_fingerprint`)."""
+    method = get_method(method_id)
+    files = set()
+    for name in CODE_PARTS:
+        part = getattr(method, name)
+        if part is not None:
+            source = _source_file(inspect.unwrap(part))
+            if source:
+                files.add(source)
+    return sorted(files)
+
+
 def method_fingerprint(method_id: str) -> str:
     """SHA-256 over the source files of the parts of a method that decide its numbers (its Config, agent, seed
     block, policy and training-environment modules) and its Config's defaults: a shipped row whose fingerprint
@@ -253,6 +266,7 @@ def method_fingerprint(method_id: str) -> str:
     for name in CODE_PARTS:
         part = getattr(method, name)        # imported: an optional part that is absent reads as None
         if part is not None:
+            part = inspect.unwrap(part)     # the registry's contract checks wrap a method's own functions
             parts.append(f"{name}={_part_name(part)}")
             source = _source_file(part)
             if source:
