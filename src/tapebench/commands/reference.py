@@ -15,6 +15,14 @@ from tapebench.reference_sets import ROOT
 SCHEMA = Path("workflow/schemas/config.schema.yaml")   # commands that read the config run from the pipeline folder
 
 
+def _verb(verbs, name: str, text: str):
+    return verbs.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
+
+
+def _name(v) -> None:
+    v.add_argument("name", help="the set's name, a folder under the root (e.g. tape-v2)")
+
+
 def register(sub) -> None:
     p = sub.add_parser("reference", description="Reference sets: a protocol run once, its per-seed, per-checkpoint, "
                                                 "per-rule records shipped under reference/NAME/ with a manifest and "
@@ -22,44 +30,47 @@ def register(sub) -> None:
     p.add_argument("--root", default=ROOT, help=f"folder of the reference sets (default {ROOT}/)")
     verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
 
-    v = verbs.add_parser("list", help="the sets under the root, one line each")
+    v = _verb(verbs, "list", "the sets under the root, one line each: methods, seeds per method, protocol hash")
     v.set_defaults(func=_list)
 
-    v = verbs.add_parser("show", help="what a set holds: protocol, methods, seeds, checkpoints, sizes, commits")
-    v.add_argument("name")
+    v = _verb(verbs, "show", "what a set holds: its protocol, and per method seeds, horizons, checkpoints, rows, "
+                             "size, CPU-hours and code version")
+    _name(v)
     v.set_defaults(func=_show)
 
-    v = verbs.add_parser("verify", help="check every file against SHA256SUMS and each method's code against the "
-                                        "code that made it (non-zero exit on a damaged set)")
-    v.add_argument("name")
+    v = _verb(verbs, "verify", "check every file of a set against its SHA256SUMS (exit 1 on a damaged set) and flag "
+                               "each method whose code differs from the code that made its records")
+    _name(v)
     v.set_defaults(func=_verify)
 
-    v = verbs.add_parser("pack", help="write (or extend) a set from a finished run's evaluation records")
-    v.add_argument("name")
+    v = _verb(verbs, "pack", "write or extend a set from a finished run's evaluation records (every seed and horizon "
+                             "of each method), with its manifest entry and the set's SHA256SUMS")
+    _name(v)
     v.add_argument("--configfile", nargs="*", default=[], metavar="YAML",
                    help="the presets the run used, merged on top of config/config.yaml")
     v.add_argument("--results", default="results", help="the run's results folder (default results/)")
     v.add_argument("--methods", nargs="+", required=True, help="methods to add (each needs every seed and horizon)")
-    v.add_argument("--command", default="", help="the command that ran them, recorded in the manifest")
+    v.add_argument("--command", dest="run_command", default="",
+                   help="the command that ran them, recorded in the manifest")
     v.add_argument("--where", default="", help="where they ran (machine, session), recorded in the manifest")
     v.set_defaults(func=_pack)
 
-    v = verbs.add_parser("seed-tables", help="a method's per-seed, curves and per-rule tables from a set (the "
-                                             "pipeline's stand-in for `aggregate-seed`)")
-    v.add_argument("name")
-    v.add_argument("--method", required=True)
-    v.add_argument("--H", type=int, required=True)
-    v.add_argument("--last-k", type=int, required=True)
-    v.add_argument("--out", required=True)
-    v.add_argument("--curves-out", required=True)
-    v.add_argument("--per-rule-out", required=True)
+    v = _verb(verbs, "seed-tables", "a method's per-seed, learning-curve and per-rule tables from a set at one "
+                                    "horizon (what the pipeline runs instead of aggregate-seed for the set's methods)")
+    _name(v)
+    v.add_argument("--method", required=True, help="a method the set holds")
+    v.add_argument("--H", type=int, required=True, help="evaluation horizon")
+    v.add_argument("--last-k", type=int, required=True, help="checkpoints averaged into a seed's value")
+    v.add_argument("--out", required=True, help="per-seed Parquet")
+    v.add_argument("--curves-out", required=True, help="learning-curve Parquet")
+    v.add_argument("--per-rule-out", required=True, help="per-rule Parquet")
     v.set_defaults(func=_seed_tables)
 
-    v = verbs.add_parser("reproduce", help="rerun one cell (method, seed) end to end and print its difference to "
-                                           "the shipped records")
-    v.add_argument("name")
-    v.add_argument("--method", required=True)
-    v.add_argument("--seed", type=int, required=True)
+    v = _verb(verbs, "reproduce", "rerun one cell of a set (a method and a seed) end to end through Snakemake in this "
+                                  "clone and print its difference to the shipped records (exit 0 when identical)")
+    _name(v)
+    v.add_argument("--method", required=True, help="a method the set holds")
+    v.add_argument("--seed", type=int, required=True, help="one of its seeds")
     v.add_argument("--H", type=int, nargs="*", help="horizons (default: the set's)")
     v.add_argument("--configfile", nargs="*", default=[], metavar="YAML",
                    help="presets on top of config/config.yaml whose protocol equals the set's (default: none)")
@@ -70,13 +81,13 @@ def register(sub) -> None:
                         "fingerprint joins the manifest's verified_code), so `verify` stops flagging it")
     v.set_defaults(func=_reproduce)
 
-    v = verbs.add_parser("reproduction", help="the reproduction report: the paper's numbers beside the set's, "
-                                              "with CIs, differences and verdicts (Markdown)")
-    v.add_argument("name")
+    v = _verb(verbs, "reproduction", "the reproduction report: the paper's numbers beside the set's with CIs, "
+                                     "differences, verdicts and causes (Markdown; README's Results block)")
+    _name(v)
     v.add_argument("--out", required=True, help="Markdown file (docs/reproduction.md)")
     v.add_argument("--tex", help="also the LaTeX section for the compiled report")
     v.add_argument("--readme", help="also the Results block of this README (between its reference-results markers)")
-    v.add_argument("--check", action="store_true", help="do not write: exit 1 if --out is not what it would be")
+    v.add_argument("--check", action="store_true", help="do not write: exit 1 if a file is not what it would be")
     v.set_defaults(func=_reproduction)
 
 
@@ -287,7 +298,7 @@ def _pack(args) -> int:
     for method in args.methods:
         sums, entry = pack_method(config, Path(args.results), method)
         entry["records"] = write_records(folder, method, sums)
-        entry["commands"] = [args.command] if args.command else []
+        entry["commands"] = [args.run_command] if args.run_command else []
         entry["where"] = args.where
         entry["packed"] = today
         manifest["methods"][method] = entry
