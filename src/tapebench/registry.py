@@ -102,6 +102,27 @@ def doc_summary(doc: str | None) -> str:
     return _SENTENCE_END.split(paragraph, maxsplit=1)[0]
 
 
+def field_docs(config: type) -> dict[str, str]:
+    """Each field of a `Config` dataclass and its docstring (the string literal under the field, the method contract's
+    "a docstring per field"), wrapped lines joined; a subclass's docstring of a field replaces its base's, and a field
+    without one maps to "". Read from the classes' source, so a class without one (made at run time) gives ""."""
+    docs = {f.name: "" for f in dataclasses.fields(config)}
+    for cls in reversed(config.__mro__):
+        if not dataclasses.is_dataclass(cls):
+            continue
+        try:
+            tree = ast.parse(inspect.cleandoc("\n" + inspect.getsource(cls)))
+        except (OSError, TypeError, SyntaxError):
+            continue
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for statement, following in zip(body, body[1:]):
+            if (isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name)
+                    and statement.target.id in docs and isinstance(following, ast.Expr)
+                    and isinstance(following.value, ast.Constant) and isinstance(following.value.value, str)):
+                docs[statement.target.id] = " ".join(following.value.value.split())
+    return docs
+
+
 LAZY_PARTS = ("Config", "make_agent", "make_block", "make_policy", "grid_policy", "training_env", "worldtest",
               "summary")
 
@@ -456,6 +477,11 @@ def _load_plugin(ep) -> Method:
     return method
 
 
+def builtin_ids() -> set[str]:
+    """The ids of the methods tapebench itself registers (a plug-in's are not among them)."""
+    return {m.id for m in _builtin()}
+
+
 def register(method: Method) -> Method:
     """Add a method at run time (tests, notebooks). Pipelines should use the entry-point group instead:
     Snakemake jobs run in fresh processes that only see installed plug-ins."""
@@ -588,7 +614,8 @@ def _check_type(method_id: str, key: str, value, annotation) -> None:
         raise ValueError(f"hyperparameter {key!r} of method {method_id!r} must be a finite number, got {value!r}")
 
 
-__all__ = ["ENTRY_POINT_GROUP", "FAMILIES", "Method", "PolicyContext", "build_config", "check_hyperparameters",
+__all__ = ["ENTRY_POINT_GROUP", "FAMILIES", "Method", "PolicyContext", "build_config", "builtin_ids",
+           "check_hyperparameters", "field_docs",
            "check_rule_family", "stated_hyperparameters",
            "runs_on",
            "display_name", "get_method", "make_agent", "register", "registry", "unregister"]
