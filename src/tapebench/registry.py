@@ -3,7 +3,7 @@
 A method is a learned agent (it trains; its module follows the agent contract in `tapebench.methods.contract`),
 or a controller that does not train (a planner, a filter, an oracle, the random floor) and only has an
 evaluation policy. Both evaluate through the one runner (`evaluation.runner`) on the same
-common-random-number episodes. docs/methods.md describes the contract and every method.
+common-random-number episodes. docs/methods/ describes the contract and every method.
 
 Third-party packages add methods without editing this repository through the entry-point group
 `tapebench.methods`: each entry point names a `Method` (or a function returning one) whose `id` equals
