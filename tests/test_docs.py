@@ -12,7 +12,7 @@ from pipeline_helpers import REPO, make_workdir
 
 SOURCES = [*REPO.glob("src/**/*.py"), *REPO.glob("tests/*.py"), *REPO.glob("workflow/**/*.smk"),
            *REPO.glob("workflow/**/*.yaml"), *REPO.glob("config/*.yaml"), *REPO.glob("config/*.md"),
-           *REPO.glob("docs/*.md"), REPO / "README.md", REPO / "Snakefile"]
+           *REPO.glob("docs/**/*.md"), REPO / "README.md", REPO / "Snakefile"]
 POINTER = re.compile(r"docs/protocol\.md#([\w-]+)((?:, #[\w-]+)*)")
 
 
@@ -37,10 +37,10 @@ def test_every_pointer_names_an_existing_section():
 
 
 # --- every example executes ------------------------------------------------------------------------------------
-# A fenced ```python block of README.md or docs/*.md runs as written, in a fresh interpreter in an empty folder;
+# A fenced ```python block of README.md or docs/**/*.md runs as written, in a fresh interpreter in an empty folder;
 # a ```console block's `$ ` lines run too (each must exit 0, and every other line of the block must appear in
 # what the commands print). A block is skipped only when the line before it is `<!-- skip-example: REASON -->`.
-DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("**/*.md"))]
 FENCE = re.compile(r"(?:<!-- skip-example: ([^>]*?) -->\n)?^```(\w*)\n(.*?)^```$", re.S | re.M)
 
 

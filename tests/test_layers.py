@@ -20,7 +20,7 @@ LAYERS = (
     ("environments, rule space and splits", ("tapebench.envs", "tapebench.rules", "tapebench.splits")),
     ("episodes and random streams", ("tapebench.episodes",)),
     ("methods", ("tapebench.methods",)),
-    ("registry", ("tapebench.registry",)),
+    ("registry", ("tapebench.registry", "tapebench.method_pages")),
     ("evaluation and training", ("tapebench.evaluation", "tapebench.training", "tapebench.oracle")),
     ("statistics and health", ("tapebench.stats", "tapebench.health")),
     ("reference sets", ("tapebench.reference_sets",)),

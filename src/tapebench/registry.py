@@ -3,7 +3,7 @@
 A method is a learned agent (it trains; its module follows the agent contract in `tapebench.methods.contract`),
 or a controller that does not train (a planner, a filter, an oracle, the random floor) and only has an
 evaluation policy. Both evaluate through the one runner (`evaluation.runner`) on the same
-common-random-number episodes. docs/methods.md describes the contract and every method.
+common-random-number episodes. docs/methods/ describes the contract and every method.
 
 Third-party packages add methods without editing this repository through the entry-point group
 `tapebench.methods`: each entry point names a `Method` (or a function returning one) whose `id` equals
@@ -100,6 +100,27 @@ def doc_summary(doc: str | None) -> str:
     """The first sentence of a docstring's first paragraph, its wrapped lines joined (a method's summary)."""
     paragraph = " ".join(line.strip() for line in (doc or "").strip().split("\n\n")[0].splitlines())
     return _SENTENCE_END.split(paragraph, maxsplit=1)[0]
+
+
+def field_docs(config: type) -> dict[str, str]:
+    """Each field of a `Config` dataclass and its docstring (the string literal under the field, the method contract's
+    "a docstring per field"), wrapped lines joined; a subclass's docstring of a field replaces its base's, and a field
+    without one maps to "". Read from the classes' source, so a class without one (made at run time) gives ""."""
+    docs = {f.name: "" for f in dataclasses.fields(config)}
+    for cls in reversed(config.__mro__):
+        if not dataclasses.is_dataclass(cls):
+            continue
+        try:
+            tree = ast.parse(inspect.cleandoc("\n" + inspect.getsource(cls)))
+        except (OSError, TypeError, SyntaxError):
+            continue
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for statement, following in zip(body, body[1:]):
+            if (isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name)
+                    and statement.target.id in docs and isinstance(following, ast.Expr)
+                    and isinstance(following.value, ast.Constant) and isinstance(following.value.value, str)):
+                docs[statement.target.id] = " ".join(following.value.value.split())
+    return docs
 
 
 LAZY_PARTS = ("Config", "make_agent", "make_block", "make_policy", "grid_policy", "training_env", "worldtest",
@@ -456,6 +477,11 @@ def _load_plugin(ep) -> Method:
     return method
 
 
+def builtin_ids() -> set[str]:
+    """The ids of the methods tapebench itself registers (a plug-in's are not among them)."""
+    return {m.id for m in _builtin()}
+
+
 def register(method: Method) -> Method:
     """Add a method at run time (tests, notebooks). Pipelines should use the entry-point group instead:
     Snakemake jobs run in fresh processes that only see installed plug-ins."""
@@ -588,7 +614,8 @@ def _check_type(method_id: str, key: str, value, annotation) -> None:
         raise ValueError(f"hyperparameter {key!r} of method {method_id!r} must be a finite number, got {value!r}")
 
 
-__all__ = ["ENTRY_POINT_GROUP", "FAMILIES", "Method", "PolicyContext", "build_config", "check_hyperparameters",
+__all__ = ["ENTRY_POINT_GROUP", "FAMILIES", "Method", "PolicyContext", "build_config", "builtin_ids",
+           "check_hyperparameters", "field_docs",
            "check_rule_family", "stated_hyperparameters",
            "runs_on",
            "display_name", "get_method", "make_agent", "register", "registry", "unregister"]

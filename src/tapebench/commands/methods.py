@@ -8,13 +8,41 @@ def register(sub) -> None:
     p = sub.add_parser("methods", description="List every method the pipeline can run: its id (the key under `agents:` in "
                                    "the config), table name, family, whether it trains, and its hyperparameters "
                                    "with defaults.")
-    p.add_argument("--verbose", "-v", action="store_true", help="also list each method's hyperparameters")
-    p.set_defaults(func=_list)
+    p.add_argument("--verbose", "-v", action="store_true", help="also list each method's hyperparameters, each with "
+                   "what it means")
+    p.add_argument("--write-docs", metavar="DIR",
+                   help="instead of listing, rewrite the generated parts of the method pages in DIR (docs/methods: "
+                        "each page's registry entry and hyperparameter table, the index in README.md), start a page "
+                        "for a method that has none, and list what remains to fix")
+    p.set_defaults(func=_run)
+
+
+def _run(args) -> int:
+    return _write_docs(args.write_docs) if args.write_docs else _list(args)
+
+
+def _write_docs(folder: str) -> int:
+    # lazy: a command loads only the modules it runs
+    from tapebench.method_pages import problems, write_pages
+
+    try:
+        written = write_pages(folder)
+    except (OSError, ValueError) as exc:
+        print(f"tapebench methods --write-docs: {exc}")
+        return 1
+    for path in written:
+        print(f"wrote {path}")
+    remaining = problems(folder)
+    for problem in remaining:
+        print(problem)
+    if not written and not remaining:
+        print(f"{folder}: every method page is current")
+    return 1 if remaining else 0
 
 
 def _list(args) -> int:
     # lazy: a command loads only the modules it runs
-    from tapebench.registry import FAMILIES, registry
+    from tapebench.registry import FAMILIES, field_docs, registry
 
     methods = sorted(registry().values(), key=lambda m: (list(FAMILIES).index(m.family), m.id))
     width = max([14, *(len(m.id) for m in methods)])
@@ -35,7 +63,9 @@ def _list(args) -> int:
                      if flag]
             if notes:
                 print(f"{'':<{width + 2}}[{'; '.join(notes)}]")
+            meanings = field_docs(m.Config)
             for f in dataclasses.fields(m.Config):
                 default = f.default if f.default is not dataclasses.MISSING else "(required)"
-                print(f"{'':<{width + 2}}{f.name} = {default!r}")
+                meaning = f"  # {meanings[f.name]}" if meanings[f.name] else ""
+                print(f"{'':<{width + 2}}{f.name} = {default!r}{meaning}")
     return 0

@@ -1,4 +1,4 @@
-"""The in-context world model (docs/methods.md#in-context-world-model): a rule table read out of a context of
+"""The in-context world model (docs/methods/context_mpc.md): a rule table read out of a context of
 transitions of any length, with a learned prior where the context is silent.
 
 A rule of the family (k colours, radius r) maps the neighbourhood of every cell (its window of 2r + 1 cells,

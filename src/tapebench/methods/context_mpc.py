@@ -1,4 +1,4 @@
-"""Context MPC (docs/methods.md#context-mpc): random-shooting MPC through the rule table an in-context world model
+"""Context MPC (docs/methods/context_mpc.md): random-shooting MPC through the rule table an in-context world model
 (`context_model.py`) reads out of the episode so far.
 
 Training (through the shared loop): uniformly random cells, as the ensemble MPC collects its data. Every

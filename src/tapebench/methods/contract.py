@@ -1,10 +1,10 @@
-"""The method contract: what every method implements, learned or not (docs/methods.md).
+"""The method contract: what every method implements, learned or not (docs/methods/README.md).
 
 Evaluation
 ----------
 The evaluation-policy contract: what the runner drives on the common-random-number episodes.
 
-Every method evaluates through one interface (docs/methods.md, "The method contract"). The runner
+Every method evaluates through one interface (docs/methods/README.md, "The method contract"). The runner
 plays a batch of episodes that all start together; it calls
 
 * `begin(batch)` once, before the first step: every row of `batch` starts a new episode, so a
@@ -112,7 +112,7 @@ A method whose block is bit for bit its one-seed runs on some devices says so on
 (`make_block.bit_exact_devices`, e.g. ("cpu",)); elsewhere a seed's run fingerprint includes its block's seeds, so a
 rerun of the same config reproduces it. `stacked.stacked_linear` computes the forward pass and the gradients with
 products that round as `F.linear`'s do (one batched product for the shapes where a probe finds it exact, seed by
-seed elsewhere). Which methods stack, and how exactly: docs/methods.md#seed-blocks.
+seed elsewhere). Which methods stack, and how exactly: docs/methods/README.md#seed-blocks.
 """
 from __future__ import annotations
 

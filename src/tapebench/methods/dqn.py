@@ -60,7 +60,7 @@ class Config:
     """gradient-norm clipping threshold"""
     network: str = "mlp"
     """Q-network: "mlp" (hidden_size x hidden_layers on [tape, t/H]) or "equivariant" (circular convolutions
-    over the cells, Q(s, a) read from cell a's features; docs/methods.md, "Equivariant networks")"""
+    over the cells, Q(s, a) read from cell a's features; docs/methods/dqn_equivariant.md#equivariant-networks)"""
     conv_channels: int = equivariant.CHANNELS
     """equivariant network: feature channels per cell"""
     conv_layers: int = equivariant.LAYERS
@@ -253,7 +253,7 @@ class EquivariantConfig(Config):
 
     network: str = "equivariant"
     """Q-network: "mlp" (hidden_size x hidden_layers on [tape, t/H]) or "equivariant" (circular convolutions
-    over the cells, Q(s, a) read from cell a's features; docs/methods.md, "Equivariant networks")"""
+    over the cells, Q(s, a) read from cell a's features; docs/methods/dqn_equivariant.md#equivariant-networks)"""
 
 
 def make(config: Config, env_spec, total_steps: int, device) -> DQNAgent:

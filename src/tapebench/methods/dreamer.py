@@ -17,7 +17,7 @@ layer of 128, batch 16 chunks x 32 steps, train ratio 16 replayed steps per envi
 world-model and one actor-critic update every 32 environment steps), imagination from 256 of the 512
 replayed posterior states. DreamerV3's own presets are far larger (h >= 512, train ratio 32-1024);
 this one trained at ~400 environment steps/s on one CPU thread in one session and at ~240 in a later one on
-the same code (200k steps in 8.5-14 minutes; docs/methods.md).
+the same code (200k steps in 8.5-14 minutes; docs/methods/dreamer.md).
 
 Acting in training samples the posterior and the actor; each row keeps its deterministic state h,
 reset to zeros when its episode ends. Evaluation (`evaluation_policy()`) keeps h per row (reset in
@@ -276,8 +276,7 @@ class DreamerEvalPolicy:
 @dataclass
 class LargeConfig(Config):
     """DreamerV3 with twice the world model's widths and four times the train ratio (registry row
-    `dreamer_large`): the two settings that lower the world model's one-step error (docs/methods.md, "DreamerV3's
-    one-step error"), at about eight times the CPU time of the defaults."""
+    `dreamer_large`): the two settings that lower the world model's one-step error (docs/methods/dreamer_large.md), at about eight times the CPU time of the defaults."""
 
     deter_size: int = 256
     """size of the deterministic GRU state h (defaults: 128)"""

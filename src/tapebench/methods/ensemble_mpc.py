@@ -90,7 +90,7 @@ class Config:
     """episodes x candidates evaluated per forward pass (bounds the planner's memory)"""
     network: str = "mlp"
     """each member: "mlp" (hidden_size x hidden_layers on the 3L + 1 inputs) or "equivariant" (circular convolutions
-    over the cells, cell i's prediction read from cell i's features; docs/methods.md, "Equivariant networks")"""
+    over the cells, cell i's prediction read from cell i's features; docs/methods/dqn_equivariant.md#equivariant-networks)"""
     conv_channels: int = equivariant.CHANNELS
     """equivariant network: feature channels per cell"""
     conv_layers: int = equivariant.LAYERS
@@ -131,7 +131,7 @@ class EquivariantConfig(Config):
 
     network: str = "equivariant"
     """each member: "mlp" (hidden_size x hidden_layers on the 3L + 1 inputs) or "equivariant" (circular convolutions
-    over the cells, cell i's prediction read from cell i's features; docs/methods.md, "Equivariant networks")"""
+    over the cells, cell i's prediction read from cell i's features; docs/methods/dqn_equivariant.md#equivariant-networks)"""
 
 
 # --- the model ----------------------------------------------------------------------------------

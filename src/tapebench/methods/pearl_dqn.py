@@ -92,7 +92,7 @@ class Config:
     network: str = "mlp"
     """Q-network: "mlp" (hidden_size x hidden_layers on [observation, z]) or "equivariant" (circular
     convolutions over the cells with z broadcast to every cell like t/H, Q(s, a, z) read from cell a's
-    features; docs/methods.md, "Equivariant networks"); the transition encoder is an MLP either way"""
+    features; docs/methods/dqn_equivariant.md#equivariant-networks); the transition encoder is an MLP either way"""
     conv_channels: int = equivariant.CHANNELS
     """equivariant network: feature channels per cell"""
     conv_layers: int = equivariant.LAYERS
@@ -475,7 +475,7 @@ class EquivariantConfig(Config):
     network: str = "equivariant"
     """Q-network: "mlp" (hidden_size x hidden_layers on [observation, z]) or "equivariant" (circular
     convolutions over the cells with z broadcast to every cell like t/H, Q(s, a, z) read from cell a's
-    features; docs/methods.md, "Equivariant networks"); the transition encoder is an MLP either way"""
+    features; docs/methods/dqn_equivariant.md#equivariant-networks); the transition encoder is an MLP either way"""
 
 
 def make(config: Config, env_spec, total_steps: int, device) -> PearlDQNAgent:

@@ -24,7 +24,7 @@ touch the global torch generator.
 Cost: one decision rolls `iterations * candidates * plan_horizon` latent steps (defaults 2 x 32 x 5 =
 320). Faithful PlaNet uses 10 iterations of 1000 candidates over horizon 12 (120,000 latent steps per
 decision); one evaluation of the paper protocol (~5,120 episodes x 32 steps) would then take days on a
-CPU, so the defaults are the affordable budget measured in docs/methods.md (planet).
+CPU, so the defaults are the affordable budget measured in docs/methods/planet.md.
 
 A seed block (`make_block`) trains S seeds' world models as one stacked model (`world_model_block.py`), each seed's
 random actions drawn from its own generator.

@@ -70,7 +70,7 @@ class Config:
     network: str = "mlp"
     """actor and critic: "mlp" (hidden_size x hidden_layers on [tape, t/H]) or "equivariant" (circular
     convolutions over the cells: cell a's logit from cell a's features, the value pooled over cells;
-    docs/methods.md, "Equivariant networks")"""
+    docs/methods/dqn_equivariant.md#equivariant-networks)"""
     conv_channels: int = equivariant.CHANNELS
     """equivariant network: feature channels per cell (actor and critic each)"""
     conv_layers: int = equivariant.LAYERS
@@ -286,7 +286,7 @@ class EquivariantConfig(Config):
     network: str = "equivariant"
     """actor and critic: "mlp" (hidden_size x hidden_layers on [tape, t/H]) or "equivariant" (circular
     convolutions over the cells: cell a's logit from cell a's features, the value pooled over cells;
-    docs/methods.md, "Equivariant networks")"""
+    docs/methods/dqn_equivariant.md#equivariant-networks)"""
 
 
 def make(config: Config, env_spec, total_steps: int, device) -> PPOAgent:

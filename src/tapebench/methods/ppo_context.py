@@ -1,4 +1,4 @@
-"""PPO (context) (docs/methods.md#ppo-context): the equivariant PPO with what the episode so far says about the rule
+"""PPO (context) (docs/methods/ppo_context.md): the equivariant PPO with what the episode so far says about the rule
 as extra input channels of every cell.
 
 The context is the soft rule table of the in-context world model (`context_model.context_counts`): every
@@ -42,7 +42,7 @@ class Config(EquivariantConfig):
     radius: int = 1
     """r of the rule family the context is read in (windows of 2r + 1 cells); must be the split's family"""
     lookahead: int = 2
-    """rule steps of the context table's lookahead channels (docs/methods.md#ppo-context): 0 none, 1 the value of
+    """rule steps of the context table's lookahead channels (docs/methods/ppo_context.md): 0 none, 1 the value of
     acting on the cell one rule step ahead, 2 that and the value of acting on it, then on the best cell, two steps
     ahead"""
     lookahead_gain: float = 32.0

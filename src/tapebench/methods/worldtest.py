@@ -1,4 +1,4 @@
-"""The world-test interface (docs/methods.md#world-test) and the built-in world testers.
+"""The world-test interface (docs/methods/README.md#the-world-test-interface) and the built-in world testers.
 
 A world tester is what a method answers the world test with (docs/protocol.md#world-test). The runner
 (`evaluation.worldtest`) drives N rows at once; row i has its own hidden rule and problem. For each task it
