@@ -28,6 +28,7 @@ import pandas as pd
 
 from tapebench.registry import get_method
 from tapebench.schemas import RULE_SUM_COLUMNS
+from tapebench.utils.artifacts import file_sha256
 from tapebench.utils.io import atomic_path, canonical_json
 
 ROOT = "reference"
@@ -83,14 +84,6 @@ def write_manifest(folder: Path, manifest: dict) -> None:
 
 # ------------------------------------------------------------------------------------------------------------------
 # checksums
-
-
-def file_sha256(path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _set_files(folder: Path) -> list[str]:
