@@ -5,8 +5,8 @@
 #
 #   bash tools/reference_run.sh [--cores N] METHOD [METHOD ...]
 #
-# The methods still missing: `python3 -c "from tapebench.reference_sets import read_manifest; ..."` or compare
-# `tapebench reference show tape-v2` with `methods:` of config/config.yaml.
+# The methods still missing: those of `methods:` in config/config.yaml that `tapebench reference show tape-v2` does
+# not list.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cores=2
