@@ -5,6 +5,8 @@ planner with a perfect model plays exactly like the true-dynamics MPC (same cand
 world-model rollout is shaped, bounded, deterministic, side-effect free and accurate on a learned rule."""
 from __future__ import annotations
 
+import inspect
+
 import math
 import random
 
@@ -73,7 +75,7 @@ def test_two_world_model_rows_from_one_module():
         assert method.trains and method.family == "world_model" and method.world_model
         assert not method.every_checkpoint
     assert (plain.display_name, ig.display_name) == ("Ensemble MPC", "Ensemble MPC + IG")
-    assert plain.make_agent is ig.make_agent
+    assert inspect.unwrap(plain.make_agent) is inspect.unwrap(ig.make_agent)
     assert build_config("ensemble_mpc", {}).ig_weight == 0.0 and build_config("ensemble_mpc_ig", {}).ig_weight > 0
     defaults = build_config("ensemble_mpc", {})
     assert (defaults.ensemble_size, defaults.plan_horizon, defaults.candidates) == (5, 8, 512)

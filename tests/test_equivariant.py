@@ -13,6 +13,8 @@ model, and their registry rows.
 """
 from __future__ import annotations
 
+import inspect
+
 import dataclasses
 import re
 
@@ -153,7 +155,7 @@ def test_rows_are_their_base_method_with_the_equivariant_network(row):
     base, display, family = ROWS[row]
     method, base_method = get_method(row), get_method(base)
     assert (method.display_name, method.family, method.trains) == (display, family, True)
-    assert method.make_agent is base_method.make_agent and method.any_rule_family == base_method.any_rule_family
+    assert inspect.unwrap(method.make_agent) is inspect.unwrap(base_method.make_agent) and method.any_rule_family == base_method.any_rule_family
     assert method.supports_grid == base_method.supports_grid     # the 2D trunk wherever the base reads grids
     config, base_config = build_config(row, {}), build_config(base, {})
     assert config.network == "equivariant" and base_config.network == "mlp"
@@ -268,7 +270,7 @@ def test_the_ensemble_row_is_the_ensemble_mpc_with_equivariant_members():
     method, base = get_method("ensemble_mpc_equivariant"), get_method("ensemble_mpc")
     assert (method.display_name, method.family, method.world_model, method.every_checkpoint) == \
         ("Ensemble MPC (equivariant)", "world_model", True, False)
-    assert method.make_agent is base.make_agent
+    assert inspect.unwrap(method.make_agent) is inspect.unwrap(base.make_agent)
     config, base_config = build_config("ensemble_mpc_equivariant", {}), build_config("ensemble_mpc", {})
     assert dataclasses.asdict(config) == {**dataclasses.asdict(base_config), "network": "equivariant"}
     torch.manual_seed(0)

@@ -252,7 +252,7 @@ def test_wrong_records_and_settings_are_named_not_key_errors(inputs, capsys):
              ({"--rule-agnostic": str(dqn)}, "holds records of ['dqn'], not a rule-agnostic method's"),
              ({"--settings": json.dumps(settings)}, "'health.headroom.warn' must be a number in [0, 1], got None"),
              ({"--settings": "{}"}, "'health.trivial_success' must be a number in (0, 1], got None"),
-             ({"--statistics": json.dumps({"n_resamples": 10})}, "statistics.seed must be an integer >= 0, got None")]
+             ({"--statistics": json.dumps({"n_resamples": 10})}, "--statistics: 'ci' is a required property")]
     for change, needle in cases:
         argv = ["benchmark-health", *[x for kv in {**base, **change}.items() for x in kv]]
         assert main(argv) == 2, change

@@ -54,7 +54,9 @@ def test_every_entry_is_a_render_subcommand_that_parses_its_jobs_arguments():
     config = _config("tests/data/tiny.yaml", "tests/data/world_models.yaml")
     config["methods"] = ["dqn", *config["methods"]]      # a method with learning curves beside the planner
     grid = _config("tests/data/tiny.yaml", "tests/data/grid_tiny.yaml")
-    jobs = registry.jobs(config) + [(e, j) for e, j in registry.jobs(grid) if e.id == "grid_rollouts"]
+    beside = _config("tests/data/beside_reference.yaml")          # a run beside the shipped reference set
+    jobs = (registry.jobs(config) + [(e, j) for e, j in registry.jobs(grid) if e.id == "grid_rollouts"]
+            + [(e, j) for e, j in registry.jobs(beside) if e.id in ("compare", "reproduction")])
     assert {entry.id for entry, _ in jobs} == set(registry.OUTPUTS)   # these configs ask for every entry
     for entry, job in jobs:
         args = parser.parse_args(["render", *job.args(entry)])

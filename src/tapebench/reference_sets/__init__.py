@@ -23,13 +23,14 @@ import inspect
 import json
 import re
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from tapebench.registry import get_method
 from tapebench.schemas import RULE_SUM_COLUMNS
-from tapebench.utils.artifacts import file_sha256
-from tapebench.utils.io import atomic_path, canonical_json
+from tapebench.utils.io import atomic_path, canonical_json, file_sha256
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 ROOT = "reference"
 FORMAT = 1
@@ -172,6 +173,9 @@ def load_records(name: str, method: str, root=ROOT) -> pd.DataFrame:
         raise ReferenceSetError(f"reference set {name!r} holds no {method!r}; it holds "
                                 f"{', '.join(sorted(manifest['methods']))}")
     require_intact(name, root, [entry["records"]])
+    # pandas: loaded only when records are read
+    import pandas as pd
+
     frame = pd.read_parquet(set_dir(name, root) / entry["records"])
     missing = [c for c in RULE_SUM_COLUMNS if c not in frame.columns]
     if missing:
@@ -348,6 +352,9 @@ def accept_code(name: str, method: str, how: str, commit: str, root=ROOT) -> Non
 
 def summary(manifest: dict) -> pd.DataFrame:
     """One row per method of a set: seeds, horizons, checkpoints, rows, CPU-hours, code version."""
+    # pandas: loaded only when a set is listed as a table
+    import pandas as pd
+
     rows = []
     for method, entry in sorted(manifest["methods"].items()):
         rows.append({"method": method, "seeds": len(entry.get("seeds", [])), "horizons": entry.get("horizons"),

@@ -20,10 +20,11 @@ import numpy as np
 import pandas as pd
 
 from tapebench.defaults import CI, N_RESAMPLES, REFERENCE, STATISTICS_SEED
-from tapebench.reference_sets import PAPER, load_records, read_manifest, require_intact, set_dir
+from tapebench.reference_sets import PAPER, ROOT, SUMS, load_records, read_manifest, require_intact, set_dir
 from tapebench.report.tables import display_name
 from tapebench.stats.aggregate import aggregate_seeds, group_generator, seed_tables_from_sums
 from tapebench.stats.bootstrap import percentile_ci
+from tapebench.utils.artifacts import WrongKind, what_file_is
 from tapebench.utils.io import atomic_path
 
 INSIDE, OVERLAP, VALUE_IN_OURS, DIFFERS, MISSING = ("inside the paper's CI", "CIs overlap", "paper value in our CI",
@@ -255,6 +256,10 @@ def reproduction_tex(name: str, root) -> str:
 
 def render_reproduction(out, *, checksums, reference_set) -> str:
     """The report entry: `checksums` is the set's SHA256SUMS (its folder names the root)."""
+    checksums = Path(checksums)
+    if checksums.name != SUMS or checksums.parent.name != reference_set:
+        raise WrongKind(f"{checksums} is not reference set {reference_set!r}'s {SUMS}: it is "
+                        f"{what_file_is(checksums)}; give {ROOT}/{reference_set}/{SUMS}")
     text = reproduction_tex(reference_set, Path(checksums).parent.parent)
     with atomic_path(out) as tmp:
         Path(tmp).write_text(text)

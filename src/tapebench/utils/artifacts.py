@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from tapebench.utils.io import file_sha256  # noqa: F401  (checkpoints and blocks import it from here)
 from tapebench.layout import ARTIFACT_SUFFIXES, CHECKPOINT_DIR, MANIFEST_FILE, RESULTS_DIR, RESUME_FILE, path_fields
 from tapebench.schemas import TABLE_KINDS, TableKind
 from tapebench.utils.io import CONTENT_HASH, read_parquet_meta, table_content_hash
@@ -184,14 +185,6 @@ def recovery(path, writer: str | None = None) -> str:
     if run is not None:
         return f"train the run again (`tapebench train --out {run}` starts a damaged run over)"
     return f"write it again with `{writer}`" if writer else "write it again with the command that made it"
-
-
-def file_sha256(path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _short(exc: Exception) -> str:
