@@ -40,7 +40,7 @@ rule reference_seed_tables:
     conda:
         CONDA_ENV
     params:
-        root=reference_sets.ROOT,
+        root=lambda w, input: str(Path(input.checksums).parent.parent),
         name=REFERENCE_SET,
         last_k=config["evaluation"]["last_k"],
     shell:
