@@ -253,7 +253,7 @@ def test_a_run_beside_a_reference_set_runs_only_its_own_method(tiny_build, tmp_p
     (tmp_path / "work").mkdir()
     work = make_workdir(tmp_path / "work")
     packed = _cli("reference", "pack", "tiny", "--configfile", "tiny.yaml", "--results",
-                  str(tiny_build / "results"), "--methods", "dqn", "random", "mpc", cwd=work)
+                  str(tiny_build / "results"), "--methods", "dqn", "random", "mpc", "--skip-code-check", cwd=work)
     assert packed.returncode == 0, packed.stderr
     assert _cli("reference", "verify", "tiny", cwd=work).returncode == 0
     (work / "beside.yaml").write_text(json.dumps({

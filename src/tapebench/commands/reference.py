@@ -53,6 +53,9 @@ def register(sub) -> None:
     v.add_argument("--command", dest="run_command", default="",
                    help="the command that ran them, recorded in the manifest")
     v.add_argument("--where", default="", help="where they ran (machine, session), recorded in the manifest")
+    v.add_argument("--skip-code-check", action="store_true",
+                   help="pack records even where their method code cannot be tied to this checkout (uncommitted "
+                        "changes, another commit): for scratch sets; the manifest records code_checked: false")
     v.set_defaults(func=_pack)
 
     v = _verb(verbs, "seed-tables", "a method's per-seed, learning-curve and per-rule tables from a set at one "
@@ -218,7 +221,7 @@ def _same_code(method: str, versions: set) -> None:
                              f"from a checkout of {commit} (or rerun it here)")
 
 
-def pack_method(config: dict, results: Path, method: str) -> tuple:
+def pack_method(config: dict, results: Path, method: str, check_code: bool = True) -> tuple:
     """(rule sums, manifest entry) of one method from a finished run's records."""
     # lazy: a command loads only the modules it runs
     import pandas as pd
@@ -253,7 +256,8 @@ def pack_method(config: dict, results: Path, method: str) -> tuple:
             versions.add(manifest["provenance"]["code_version"])
             devices.add(manifest.get("device_name") or manifest.get("device"))
             hyper = manifest["hyperparameters"]
-    _same_code(method, versions)
+    if check_code:
+        _same_code(method, versions)
     sums = rule_sums(pd.concat(frames, ignore_index=True))
     cost = compute_table(runs, evaluations, [method]).iloc[0]
     entry = {
@@ -296,7 +300,8 @@ def _pack(args) -> int:
     folder.mkdir(parents=True, exist_ok=True)
     today = datetime.date.today().isoformat()
     for method in args.methods:
-        sums, entry = pack_method(config, Path(args.results), method)
+        sums, entry = pack_method(config, Path(args.results), method, check_code=not args.skip_code_check)
+        entry["code_checked"] = not args.skip_code_check
         entry["records"] = write_records(folder, method, sums)
         entry["commands"] = [args.run_command] if args.run_command else []
         entry["where"] = args.where
