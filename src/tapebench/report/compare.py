@@ -96,7 +96,7 @@ def _figure(frame: pd.DataFrame, stem, ci: float) -> list[str]:
     plt = style.pyplot()
     methods = list(dict.fromkeys(frame["method"]))
     references = list(dict.fromkeys(frame["reference_method"]))
-    height = 0.9 + 0.28 * len(references)
+    height = 1.1 + 0.28 * len(references)
     fig, axes = plt.subplots(1, len(methods), figsize=(min(style.FULL_WIDTH, 3.2 * len(methods)), height),
                              squeeze=False, sharey=True)
     for ax, method in zip(axes[0], methods):
@@ -110,8 +110,8 @@ def _figure(frame: pd.DataFrame, stem, ci: float) -> list[str]:
         ax.axvline(0.5, color="grey", linewidth=0.6, linestyle=":")
         ax.set_xlim(0, 1)
         ax.set_yticks(range(len(references)), [display_name(r) for r in references])
-        ax.invert_yaxis()
+        ax.set_ylim(len(references) - 0.4, -0.6)         # first row on top, room for both sides' markers
         ax.set_xlabel(f"P({display_name(method)} > row) [{100 * ci:g}% CI]")
-    axes[0][0].legend(fontsize=6, loc="lower right")
+    axes[0][0].legend(fontsize=6, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=2, frameon=False)
     fig.tight_layout()
     return style.save_figure(fig, stem)
