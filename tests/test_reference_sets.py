@@ -283,3 +283,16 @@ def test_a_run_beside_a_reference_set_runs_only_its_own_method(tiny_build, tmp_p
         for H in (8, 16):
             name = f"results/aggregate/main/{agent}_H{H}.per_seed.parquet"
             pd.testing.assert_frame_equal(pd.read_parquet(work / name), pd.read_parquet(tiny_build / name))
+
+
+def test_the_code_fingerprint_ignores_docstrings_and_comments_but_not_code():
+    source = '"""Module."""\nclass Config:\n    """A config."""\n    rate: float = 0.1\n    """the rate"""\n'
+    reworded = '"""Module, reworded."""\n# a comment\nclass Config:\n    """Another."""\n    rate: float = 0.1\n'
+    changed = '"""Module."""\nclass Config:\n    """A config."""\n    rate: float = 0.2\n    """the rate"""\n'
+    assert reference_sets.code_of(source) == reference_sets.code_of(reworded)
+    assert reference_sets.code_of(source) != reference_sets.code_of(changed)
+    # the shipped set's fingerprints are those of the commit that made its records
+    manifest = reference_sets.read_manifest(SET, SHIPPED)
+    entry = manifest["methods"]["random"]
+    commit = entry["code_version"][0].split("+g", 1)[1]
+    assert entry["method_code_sha256"] == reference_sets.method_fingerprint("random", commit)

@@ -202,23 +202,16 @@ def _eval_files(results: Path, split: str, method: str, seeds: list[int], horizo
     return files
 
 
-def _same_code(method: str, versions: set) -> None:
-    """Refuse to pack records whose method code differs from this checkout's: the manifest's fingerprint is this
-    checkout's, so it must be the code that ran (git compares the method's sources with the records' commit)."""
-    # lazy: a command loads only the modules it runs
-    import subprocess
-    from tapebench.reference_sets import method_sources
-
-    commits = {v.split("+g", 1)[1].split("-")[0] for v in versions if v and "+g" in v}
+def _records_commit(method: str, versions: set) -> str:
+    """The one commit that made a method's records: the manifest's fingerprint is that commit's code."""
     if any(v and v.endswith("-dirty") for v in versions):
         raise ValueError(f"{method}: its records were made by a checkout with uncommitted changes ({sorted(versions)});"
-                         " a reference set's records name a commit")
-    for commit in sorted(commits):
-        changed = subprocess.run(["git", "diff", "--quiet", commit, "--", *method_sources(method)],
-                                 capture_output=True).returncode
-        if changed == 1:
-            raise ValueError(f"{method}: its code here differs from commit {commit}, which made its records; pack "
-                             f"from a checkout of {commit} (or rerun it here)")
+                         " a reference set's records name a commit (or pack with --skip-code-check)")
+    commits = sorted({v.split("+g", 1)[1] for v in versions if v and "+g" in v})
+    if len(commits) != 1:
+        raise ValueError(f"{method}: its records name {len(commits)} commits ({', '.join(commits) or 'none'}); a set's "
+                         f"method is made by one (or pack with --skip-code-check)")
+    return commits[0]
 
 
 def pack_method(config: dict, results: Path, method: str, check_code: bool = True) -> tuple:
@@ -256,8 +249,7 @@ def pack_method(config: dict, results: Path, method: str, check_code: bool = Tru
             versions.add(manifest["provenance"]["code_version"])
             devices.add(manifest.get("device_name") or manifest.get("device"))
             hyper = manifest["hyperparameters"]
-    if check_code:
-        _same_code(method, versions)
+    commit = _records_commit(method, versions) if check_code else None
     sums = rule_sums(pd.concat(frames, ignore_index=True))
     cost = compute_table(runs, evaluations, [method]).iloc[0]
     entry = {
@@ -267,7 +259,7 @@ def pack_method(config: dict, results: Path, method: str, check_code: bool = Tru
         "rules": {side: int(sums.loc[sums["side"] == side, "rule"].nunique()) for side in sorted(sums["side"].unique())},
         "episodes": int(sums["n_episodes"].sum()), "rows": len(sums),
         "hyperparameters": hyper or {}, "code_version": sorted(v for v in versions if v),
-        "method_code_sha256": method_fingerprint(method),
+        "method_code_sha256": method_fingerprint(method, commit),
         "cpu_hours": {"training": round(float(cost["train_cpu_hours"]), 4),
                       "evaluation": round(float(cost["eval_cpu_hours"]), 4),
                       "total": round(float(cost["cpu_hours"]), 4)},

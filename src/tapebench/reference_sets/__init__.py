@@ -17,7 +17,7 @@ Pure functions on folders and frames; the commands (`tapebench reference ...`) a
 """
 from __future__ import annotations
 
-import dataclasses
+import ast
 import hashlib
 import inspect
 import json
@@ -240,26 +240,10 @@ def _part_name(part) -> str:
     return getattr(part, "__qualname__", type(part).__name__)
 
 
-def method_sources(method_id: str) -> list[str]:
-    """The source files of the parts of a method that decide its numbers (`method_fingerprint`)."""
+def _parts(method_id: str) -> tuple[list[str], list[str]]:
+    """(name=qualname of each part that decides the method's numbers, their source files)."""
     method = get_method(method_id)
-    files = set()
-    for name in CODE_PARTS:
-        part = getattr(method, name)
-        if part is not None:
-            source = _source_file(inspect.unwrap(part))
-            if source:
-                files.add(source)
-    return sorted(files)
-
-
-def method_fingerprint(method_id: str) -> str:
-    """SHA-256 over the source files of the parts of a method that decide its numbers (its Config, agent, seed
-    block, policy and training-environment modules) and its Config's defaults: a shipped row whose fingerprint
-    differs from the installed code's was made by other code. Shared code (environment, training loop) is not in
-    it; the drift test and `tapebench reference reproduce` cover that."""
-    method = get_method(method_id)
-    files, parts = set(), []
+    parts, files = [], set()
     for name in CODE_PARTS:
         part = getattr(method, name)        # imported: an optional part that is absent reads as None
         if part is not None:
@@ -268,11 +252,53 @@ def method_fingerprint(method_id: str) -> str:
             source = _source_file(part)
             if source:
                 files.add(source)
+    return parts, sorted(files)
+
+
+def method_sources(method_id: str) -> list[str]:
+    """The source files of the parts of a method that decide its numbers (`method_fingerprint`)."""
+    return _parts(method_id)[1]
+
+
+def code_of(source: str) -> str:
+    """A module's code without its comments, docstrings and layout: the AST with every statement that is a bare
+    string (module, class, function and field docstrings) left out. A fingerprint of it changes with the code, not
+    with a reworded docstring or a moved comment."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list):
+            kept = [n for n in body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)
+                                             and isinstance(n.value.value, str))]
+            node.body = kept or [ast.Pass()]
+    return ast.dump(tree, include_attributes=False)
+
+
+def _source_at(path: str, commit: str | None) -> str:
+    if commit is None:
+        return Path(path).read_text()
+    # the file as the commit holds it: `git show COMMIT:PATH` from the checkout that holds the file
+    import subprocess
+
+    top = subprocess.run(["git", "-C", str(Path(path).parent), "rev-parse", "--show-toplevel"], capture_output=True,
+                         text=True, check=True).stdout.strip()
+    rel = Path(path).resolve().relative_to(Path(top).resolve()).as_posix()
+    shown = subprocess.run(["git", "-C", top, "show", f"{commit}:{rel}"], capture_output=True, text=True)
+    if shown.returncode != 0:
+        raise ReferenceSetError(f"cannot read {rel} at commit {commit}: {shown.stderr.strip()}")
+    return shown.stdout
+
+
+def method_fingerprint(method_id: str, commit: str | None = None) -> str:
+    """SHA-256 over the code (`code_of`: no comments or docstrings) of the source files of the parts of a method
+    that decide its numbers (its Config, agent, seed block, policy and training-environment modules), as installed
+    or as `commit` holds them. A shipped row whose fingerprint differs from the installed code's was made by other
+    code. Shared code (environment, training loop) is not in it; the drift test and `tapebench reference
+    reproduce` cover that."""
+    parts, files = _parts(method_id)
     digest = hashlib.sha256("\n".join(parts).encode() + b"\0")
-    for path in sorted(files):
-        digest.update(Path(path).name.encode() + b"\0" + Path(path).read_bytes() + b"\0")
-    defaults = dataclasses.asdict(method.Config())
-    digest.update(canonical_json(defaults).encode())
+    for path in files:
+        digest.update(Path(path).name.encode() + b"\0" + code_of(_source_at(path, commit)).encode() + b"\0")
     return digest.hexdigest()
 
 
