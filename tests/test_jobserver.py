@@ -106,7 +106,7 @@ def test_a_killed_client_ends_its_fork(server, tmp_path):
     running = forks(server)
     client.send_signal(signal.SIGKILL)
     client.wait()
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60     # a loaded 2-core machine: 20 s failed twice in the full suite
     while any(pid in forks(server) for pid in running):
         assert time.monotonic() < deadline, "the fork outlived its killed client"
         time.sleep(0.05)
