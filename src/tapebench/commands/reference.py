@@ -93,8 +93,8 @@ def register(sub) -> None:
     v.add_argument("--check", action="store_true", help="do not write: exit 1 if a file is not what it would be")
     v.set_defaults(func=_reproduction)
 
-    v = _verb(verbs, "results", "the results page: the paper-protocol tables of the set (Tables 3, 2 and 4) with CIs "
-                                "and the set's provenance (Markdown, docs/results.md)")
+    v = _verb(verbs, "results", "the results page: the paper-protocol tables of the set (Tables 3, 2, 4 and 1) with "
+                                "CIs and the set's provenance (Markdown, docs/results.md)")
     _name(v)
     v.add_argument("--out", required=True, help="Markdown file (docs/results.md)")
     v.add_argument("--check", action="store_true", help="do not write: exit 1 if the file is not what it would be")
@@ -311,6 +311,8 @@ def _pack(args) -> int:
     manifest["seeds"] = sorted({s for e in manifest["methods"].values() for s in e["seeds"]})
     write_manifest(folder, manifest)
     write_checksums(folder)
+    print(f"the pages made from the set: tapebench reference reproduction {args.name} --out docs/reproduction.md "
+          f"--readme README.md; tapebench reference results {args.name} --out docs/results.md")
     return 0
 
 
