@@ -5,6 +5,6 @@ Importing the package registers the Gymnasium ids "tapebench/Tape-v0" and "tapeb
 """
 from tapebench.gymnasium_ids import register_on_import
 
-__version__ = "0.1.0"
+__version__ = "0.4.0"
 
 register_on_import()

@@ -60,7 +60,8 @@ COMMANDS = {
     "render": ("tapebench.commands.report", "render a table or figure from pipeline artifacts"),
     "report": ("tapebench.commands.report", "the compiled report: every table and figure of a config in one PDF"),
     "status": ("tapebench.commands.status", "show where a pipeline run stands: each training run's state, progress and ETA"),
-    "reference": ("tapebench.commands.reference", "reference sets: list, show, verify, pack, reproduce a cell, the reproduction report"),
+    "reference": ("tapebench.commands.reference", "reference sets: list, show, verify, pack, reproduce a cell, the reproduction report, the results page"),
+    "docs": ("tapebench.commands.docs", "render docs/compute.md from the measured figures in docs/measurements/*.json"),
     "config": ("tapebench.commands.pipeline", "check a config (or preset) and show the configuration the pipeline would use"),
 }
 

@@ -1,6 +1,6 @@
 """`tapebench reference`: the shipped reference sets (docs/protocol.md#reference-sets) — list, show, verify,
-pack a finished run into a set, the tables the pipeline takes from a set, one cell rerun end to end, and the
-reproduction report."""
+pack a finished run into a set, the tables the pipeline takes from a set, one cell rerun end to end, the
+reproduction report and the results page."""
 from __future__ import annotations
 
 import datetime
@@ -92,6 +92,13 @@ def register(sub) -> None:
     v.add_argument("--readme", help="also the Results block of this README (between its reference-results markers)")
     v.add_argument("--check", action="store_true", help="do not write: exit 1 if a file is not what it would be")
     v.set_defaults(func=_reproduction)
+
+    v = _verb(verbs, "results", "the results page: the paper-protocol tables of the set (Tables 3, 2, 4 and 1) with "
+                                "CIs and the set's provenance (Markdown, docs/results.md)")
+    _name(v)
+    v.add_argument("--out", required=True, help="Markdown file (docs/results.md)")
+    v.add_argument("--check", action="store_true", help="do not write: exit 1 if the file is not what it would be")
+    v.set_defaults(func=_results)
 
 
 def _list(args) -> int:
@@ -304,6 +311,8 @@ def _pack(args) -> int:
     manifest["seeds"] = sorted({s for e in manifest["methods"].values() for s in e["seeds"]})
     write_manifest(folder, manifest)
     write_checksums(folder)
+    print(f"the pages made from the set: tapebench reference reproduction {args.name} --out docs/reproduction.md "
+          f"--readme README.md; tapebench reference results {args.name} --out docs/results.md")
     return 0
 
 
@@ -387,5 +396,25 @@ def _reproduction(args) -> int:
     if args.tex:
         with atomic_path(args.tex) as tmp:
             Path(tmp).write_text(reproduction_tex(args.name, args.root))
+    print(f"wrote {out}")
+    return 0
+
+
+def _results(args) -> int:
+    # lazy: a command loads only the modules it runs
+    from tapebench.report.results_page import results_markdown
+    from tapebench.utils.io import atomic_path
+
+    text = results_markdown(args.name, args.root)
+    out = Path(args.out)
+    if args.check:
+        if not out.is_file() or out.read_text() != text:
+            print(f"stale: {out}; regenerate with `tapebench reference results {args.name} --out {out}`",
+                  file=sys.stderr)
+            return 1
+        print(f"current: {out}")
+        return 0
+    with atomic_path(out) as tmp:
+        Path(tmp).write_text(text)
     print(f"wrote {out}")
     return 0

@@ -45,8 +45,9 @@ def read_paper(name: str, root) -> dict:
     return json.loads((set_dir(name, root) / PAPER).read_text())
 
 
-def _ours(name: str, root, manifest: dict) -> tuple[pd.DataFrame, dict]:
-    """(aggregate of every method of the set, {(method, H, metric): (mean, low, high, n)} pooled over all rules)."""
+def set_aggregate(name: str, root, manifest: dict) -> tuple[pd.DataFrame, dict]:
+    """(aggregate of every method of the set, the columns of `tapebench aggregate`'s table, {(method, H, metric):
+    (mean, low, high, n)} pooled over all rules). The results page (`report.results_page`) reads the same frame."""
     last_k = int(manifest["protocol"]["evaluation"]["last_k"])
     per_seed, pooled = [], {}
     for method in sorted(manifest["methods"]):
@@ -86,7 +87,7 @@ def reproduction_frame(name: str, root) -> tuple[pd.DataFrame, dict, dict]:
     """(one row per paper cell, the paper's metadata and explanations, the set's manifest)."""
     manifest = read_manifest(name, root)
     paper = read_paper(name, root)
-    agg, pooled = _ours(name, root, manifest)
+    agg, pooled = set_aggregate(name, root, manifest)
     rows = []
     for cell in paper["cells"]:
         method, H, side, metric = cell["method"], int(cell["H"]), cell["side"], cell["metric"]
@@ -123,7 +124,6 @@ def reproduction_markdown(name: str, root) -> str:
     meta = paper["paper"]
     present = frame[frame["verdict"] != MISSING]
     counts = present["verdict"].value_counts()
-    versions = sorted({v for e in manifest["methods"].values() for v in e.get("code_version", [])})
     lines = [
         f"# Reproduction of {meta['title']} (arXiv:{meta['arxiv']})",
         "",
@@ -131,8 +131,8 @@ def reproduction_markdown(name: str, root) -> str:
         f"reference/{name}/; do not edit by hand -->",
         "",
         f"Every number of the paper's {meta['where']} beside the reference set `{name}`: the paper protocol run "
-        f"once at {len(manifest['seeds'])} seeds ({len(manifest['methods'])} methods so far; protocol hash "
-        f"`{manifest['protocol_sha256'][:12]}`, records of code {', '.join(versions)}). Ours are means over seeds "
+        f"once at {len(manifest['seeds'])} seeds ({len(manifest['methods'])} methods so far; the protocol and the code "
+        f"that made each method's records are in `reference/{name}/manifest.json`). Ours are means over seeds "
         f"with bootstrap {100 * CI:g}% CIs ({N_RESAMPLES} resamples), the statistics of Table 3. "
         "Verdicts: *inside the paper's CI* (our mean), *CIs overlap*, *paper value in our CI* (where the paper "
         "gives no CI), *differs*; the paper's values are widened by half a unit of their last digit, as they are "
@@ -175,7 +175,7 @@ def readme_results(name: str, root) -> str:
     """README's Results block: the set's Table 3 at the training horizon (ID, OOD strict success, ON(p), with CIs)
     and the reproduction verdict in one line."""
     frame, paper, manifest = reproduction_frame(name, root)
-    agg, _ = _ours(name, root, manifest)
+    agg, _ = set_aggregate(name, root, manifest)
     H = int(manifest["protocol"]["env"]["H"])
     order = [m for m in _table_order(list(manifest["methods"]))]
 

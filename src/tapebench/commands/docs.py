@@ -1,0 +1,43 @@
+"""`tapebench docs`: pages of docs/ rendered from data (docs/compute.md from the measured figures in
+docs/measurements/*.json)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def register(sub) -> None:
+    p = sub.add_parser("docs", description="Render a page of docs/ from its data, never by hand: `compute` writes "
+                                           "docs/compute.md from the figures of docs/measurements/*.json (one row "
+                                           "per figure: value, unit, command, machine, commit, date).")
+    verbs = p.add_subparsers(dest="verb", required=True, metavar="PAGE")
+    v = verbs.add_parser("compute", help="docs/compute.md from docs/measurements/*.json",
+                         description="Render docs/compute.md from the measured figures in docs/measurements/*.json.")
+    v.add_argument("--measurements", default="docs/measurements",
+                   help="folder of the measurement files (default docs/measurements)")
+    v.add_argument("--out", required=True, help="Markdown file (docs/compute.md)")
+    v.add_argument("--check", action="store_true", help="do not write: exit 1 if the file is not what it would be")
+    v.set_defaults(func=_compute)
+
+
+def _compute(args) -> int:
+    # lazy: a command loads only the modules it runs
+    from tapebench.report.measurements import MeasurementError, compute_markdown
+    from tapebench.utils.io import atomic_path
+
+    try:
+        text = compute_markdown(args.measurements)
+    except MeasurementError as exc:
+        print(f"tapebench docs compute: {exc}", file=sys.stderr)
+        return 1
+    out = Path(args.out)
+    if args.check:
+        if not out.is_file() or out.read_text() != text:
+            print(f"stale: {out}; regenerate with `tapebench docs compute --out {out}`", file=sys.stderr)
+            return 1
+        print(f"current: {out}")
+        return 0
+    with atomic_path(out) as tmp:
+        Path(tmp).write_text(text)
+    print(f"wrote {out}")
+    return 0
