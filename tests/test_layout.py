@@ -36,7 +36,8 @@ def test_a_results_folder_moves_every_path_and_its_logs():
     assert quick.run_dir("main", "dqn", 0) == "results/quick/runs/main/dqn/seed0"
     assert quick.health("main")["verdict"] == "results/quick/health/main.verdict.json"
     assert quick.PROTOCOL_COMPARISON["ranks"] == "results/quick/protocols/ranks.parquet"
-    assert quick.REPORT_PDF == "results/quick/report.pdf" and quick.WORLDTEST_AGGREGATE == "results/quick/worldtest.parquet"
+    assert quick.REPORT_PDF == "results/quick/report.pdf"
+    assert quick.WORLDTEST_AGGREGATE == "results/quick/worldtest.parquet"
     assert quick.block_of(4, 5, 3) == (3, 4) and quick.block_rule("evaluate", 0, 2) == "evaluate_seeds0_2"
     assert (quick.folder, quick.logs, quick.RESULTS_DIR) == ("results/quick", "logs/quick", "results")
     assert layout.rebase(quick.run_dir("main", "dqn", 0), "results/quick") == "results/quick/runs/main/dqn/seed0"

@@ -78,3 +78,34 @@ def test_a_second_preset_leaves_the_first_in_place(tiny_build, tmp_path):
     wrong = snakemake(workdir, "-n", "results/table3.tex", configfiles=grid)
     assert wrong.returncode != 0
     assert "ask for results/grid_tiny/table3.tex" in wrong.stdout + wrong.stderr
+
+
+@pytest.mark.parametrize("folder, message", [
+    ("results/runs", "'results_dir': 'results/runs' is a folder the pipeline writes in results/"),
+    ("/tmp/elsewhere", "config key 'results_dir': '/tmp/elsewhere' does not match"),
+    ("results/../x", "config key 'results_dir': 'results/../x' does not match"),
+    ("results/a/b", "config key 'results_dir': 'results/a/b' does not match"),
+])
+def test_a_results_folder_outside_results_or_inside_the_layout_is_refused(folder, message):
+    from tapebench.pipeline.config import ConfigError, load_config, validate_config
+
+    config = load_config([REPO / "config/quick.yaml"], root=REPO)
+    config["results_dir"] = folder
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        validate_config(config, REPO / "workflow/schemas/config.schema.yaml")
+
+
+@pytest.mark.parametrize("target, folder, ask", [
+    ("results/quick/table3.tex", "results", "ask for results/table3.tex, or give --configfile the preset whose "
+                                            "results_dir is results/quick"),
+    ("results/table3.tex", "results/quick", "ask for results/quick/table3.tex, or leave out the presets"),
+    ("results/grid_quick/figures/figure3_per_rule.pdf", "results/quick",
+     "ask for results/quick/figures/figure3_per_rule.pdf"),
+])
+def test_a_target_in_another_folder_names_the_one_to_ask_for(target, folder, ask):
+    from tapebench.pipeline.config import ConfigError, check_targets
+
+    with pytest.raises(ConfigError, match=re.escape(ask)):
+        check_targets([target], folder)
+    check_targets(["all", "results/runs/main/dqn/seed0/train.json" if folder == "results" else
+                   f"{folder}/runs/main/dqn/seed0/train.json"], folder)   # its own files and rule names pass

@@ -1,7 +1,8 @@
-"""Where the pipeline writes its artifacts under `results/`: every path pattern is written here once. The
-Snakemake rules name their inputs and outputs by calling these functions with wildcard placeholders
-(`layout.evaluation(layout.run_dir("{split}", "{agent}", "{seed}"), "{H}")`), the report registry and the
-statistics with values (docs/protocol.md#outputs)."""
+"""Where the pipeline writes its artifacts under `results/`: every path pattern is written here once, for the paper
+protocol's folder; a preset's own folder (config key `results_dir`, results/<name>) takes the same paths through
+`ResultsFolder`. The Snakemake rules name their inputs and outputs by calling these functions with wildcard
+placeholders (`layout.evaluation(layout.run_dir("{split}", "{agent}", "{seed}"), "{H}")`), the report registry and
+the statistics with values (docs/protocol.md#outputs)."""
 from __future__ import annotations
 
 import re
@@ -312,7 +313,8 @@ def _pattern_regex(pattern: str) -> re.Pattern:
     parts = re.split(r"\{(\w+)\}", pattern)
     body = "".join(re.escape(p) if i % 2 == 0 else (rf"(?P<{p}>\d+)" if p in _INT_FIELDS else rf"(?P<{p}>[^/]+?)")
                    for i, p in enumerate(parts))
-    body = body.replace(re.escape(RESULTS_DIR + "/"), re.escape(RESULTS_DIR + "/") + "(?:[^/]+/)?", 1)  # results/<name>/
+    top = re.escape(RESULTS_DIR + "/")
+    body = body.replace(top, top + "(?:[^/]+/)?", 1)   # or a preset's results/<name>/
     return re.compile(rf"(?:^|/){body}$")
 
 
