@@ -109,3 +109,26 @@ def test_a_target_in_another_folder_names_the_one_to_ask_for(target, folder, ask
         check_targets([target], folder)
     check_targets(["all", "results/runs/main/dqn/seed0/train.json" if folder == "results" else
                    f"{folder}/runs/main/dqn/seed0/train.json"], folder)   # its own files and rule names pass
+
+
+def test_the_report_command_writes_in_the_presets_folder(tmp_path, monkeypatch, capsys):
+    """`tapebench report --tex-only` with a preset reads its tables in its folder and writes its report.tex there."""
+    from tapebench.cli import main
+    from tapebench.pipeline.config import load_config, validate_config
+    from tapebench.report import registry
+
+    root = make_workdir(tmp_path)
+    (root / "own.yaml").write_text("results_dir: results/own\n")
+    presets = [str(root / "tiny.yaml"), str(root / "own.yaml")]
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing"))   # no LaTeX
+    args = ["report", "--workflow", str(root), "--configfile", *presets, "--tex-only"]
+    assert main(args) == 2
+    assert "missing: results/own/table1.tex, results/own/table2.tex" in capsys.readouterr().err
+    config = validate_config(load_config(presets, root=root), root / "workflow/schemas/config.schema.yaml")
+    targets = registry.targets(config)
+    assert targets and all(t.startswith("results/own/") for t in targets)
+    for target in targets:
+        (root / target).parent.mkdir(parents=True, exist_ok=True)
+        (root / target).write_text("% table\n")
+    assert main(args) == 0
+    assert (root / "results/own/report.tex").is_file() and not (root / "results/report.tex").exists()

@@ -14,7 +14,7 @@ MANIFEST_FILE = "train.json"
 LOG_FILE = "train.log"
 TENSORBOARD_DIR = "tensorboard"   # TensorBoard event files, when the config turns them on (logging.tensorboard)
 
-RESULTS_DIR = "results"   # the folder every artifact below lives in, by default (`in_folder` for another)
+RESULTS_DIR = "results"   # the folder every artifact below lives in, by default (`ResultsFolder` for another)
 LOGS_DIR = "logs"         # the Snakemake job logs of the pipeline run that writes RESULTS_DIR
 # the folders the layout writes in a results folder: a preset's own folder, results/<name> (config key `results_dir`),
 # takes none of these names, and the paper protocol's run leaves every other folder of results/ alone

@@ -95,9 +95,9 @@ def run_report(args) -> int:
             return 0
     root = Path(args.workflow)
     config, presets = _config(args, root)
-    folder = config.get("results_dir", layout.RESULTS_DIR)
-    args.tex, args.pdf = args.tex or layout.rebase(layout.REPORT_TEX, folder), args.pdf or layout.rebase(
-        layout.REPORT_PDF, folder)
+    folder = config.get("results_dir", layout.RESULTS_DIR)   # the defaults: in the folder the config writes
+    args.tex = args.tex or layout.rebase(layout.REPORT_TEX, folder)
+    args.pdf = args.pdf or layout.rebase(layout.REPORT_PDF, folder)
     missing = [path for path in registry.targets(config) if not (root / path).is_file()]
     if missing:
         raise FileNotFoundError(f"the report needs every table and figure of the config; missing: "
