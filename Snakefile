@@ -1,5 +1,5 @@
 # TAPE reproduction pipeline. Main job: snakemake --cores 8 results/table3.tex
-# Reduced preset:  snakemake --cores 2 results/table3.tex --configfile config/quick.yaml
+# Reduced preset:  snakemake --cores 2 results/quick/table3.tex --configfile config/quick.yaml
 # Cluster:         snakemake --profile slurm results/table3.tex
 
 from pathlib import Path

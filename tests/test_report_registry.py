@@ -81,7 +81,7 @@ def test_jobs_follow_the_config():
     no_random["methods"] = ["dqn", "mpc"]
     table3 = next(job for entry, job in registry.jobs(no_random) if entry.id == "table3")
     assert "--random-per-rule" not in table3.args(registry.OUTPUTS["table3"])
-    assert "results/diagnostics/model_error.tex" in registry.targets(_config("config/quick.yaml"))
+    assert "results/quick/diagnostics/model_error.tex" in registry.targets(_config("config/quick.yaml"))
 
 
 def test_a_duplicated_id_is_refused():

@@ -136,3 +136,28 @@ def test_table_output(workdir, capsys):
 def test_missing_results_folder_is_named(tmp_path, capsys):
     assert main(["status", "--results", str(tmp_path / "nope")]) == 2
     assert "results folder not found" in capsys.readouterr().err
+
+
+def test_a_presets_runs_are_read_from_its_own_folder(workdir, capsys, monkeypatch):
+    """config/quick.yaml writes results/quick/ and logs/quick/ (its results_dir): `tapebench status --configfile
+    config/quick.yaml` reads them there without --results, and the paper protocol's results/ lists none of them."""
+    shutil.copytree(workdir / "results/runs/main/dqn/seed0", workdir / "results/quick/runs/main/dqn/seed0")
+    failed_log = workdir / "logs/quick/train/main/ppo/seed1.log"
+    failed_log.parent.mkdir(parents=True)
+    failed_log.write_text("Traceback (most recent call last):\nValueError: quick preset failure\n")
+    monkeypatch.chdir(workdir)
+    try:
+        capsys.readouterr()
+        assert main(["status", "--configfile", "config/quick.yaml", "--json"]) == 0
+        runs = {(r["split"], r["agent"], r["seed"]): r for r in json.loads(capsys.readouterr().out)["runs"]}
+        assert len(runs) == 6 * 3   # quick's six methods that train x 3 seeds
+        assert runs[("main", "dqn", 0)]["state"] == "done"
+        assert runs[("main", "ppo", 1)]["state"] == "failed"
+        assert "logs/quick/train/main/ppo/seed1.log" in runs[("main", "ppo", 1)]["note"]
+        assert {r["state"] for key, r in runs.items() if key not in {("main", "dqn", 0), ("main", "ppo", 1)}} == \
+            {"pending"}
+        paper = status_json(workdir, capsys)
+        assert len(paper) == 5 and paper[("main", "ppo", 1)]["state"] == "damaged"
+    finally:
+        shutil.rmtree(workdir / "results/quick")
+        shutil.rmtree(workdir / "logs/quick")

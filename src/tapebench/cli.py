@@ -13,7 +13,7 @@ from tapebench.utils import job_client
 DESCRIPTION = """\
 The commands behind the TAPE benchmark pipeline. Snakemake normally runs them for you:
 
-  snakemake --cores 2 results/table3.tex --configfile config/quick.yaml   (reduced preset)
+  snakemake --cores 2 results/quick/table3.tex --configfile config/quick.yaml   (reduced preset)
   snakemake --cores 8 results/table3.tex                                   (paper protocol)
 
 Run a command by hand to inspect or redo one step; `tapebench COMMAND --help` explains it.

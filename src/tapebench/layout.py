@@ -1,7 +1,8 @@
-"""Where the pipeline writes its artifacts under `results/`: every path pattern is written here once. The
-Snakemake rules name their inputs and outputs by calling these functions with wildcard placeholders
-(`layout.evaluation(layout.run_dir("{split}", "{agent}", "{seed}"), "{H}")`), the report registry and the
-statistics with values (docs/protocol.md#outputs)."""
+"""Where the pipeline writes its artifacts under `results/`: every path pattern is written here once, for the paper
+protocol's folder; a preset's own folder (config key `results_dir`, results/<name>) takes the same paths through
+`ResultsFolder`. The Snakemake rules name their inputs and outputs by calling these functions with wildcard
+placeholders (`layout.evaluation(layout.run_dir("{split}", "{agent}", "{seed}"), "{H}")`), the report registry and
+the statistics with values (docs/protocol.md#outputs)."""
 from __future__ import annotations
 
 import re
@@ -13,7 +14,13 @@ MANIFEST_FILE = "train.json"
 LOG_FILE = "train.log"
 TENSORBOARD_DIR = "tensorboard"   # TensorBoard event files, when the config turns them on (logging.tensorboard)
 
-RESULTS_DIR = "results"   # the folder every artifact below lives in
+RESULTS_DIR = "results"   # the folder every artifact below lives in, by default (`ResultsFolder` for another)
+LOGS_DIR = "logs"         # the Snakemake job logs of the pipeline run that writes RESULTS_DIR
+# the folders the layout writes in a results folder: a preset's own folder, results/<name> (config key `results_dir`),
+# takes none of these names, and the paper protocol's run leaves every other folder of results/ alone
+RESULTS_FOLDERS = frozenset({"runs", "splits", "aggregate", "figures", "oracle", "health", "identifiability", "sweeps",
+                             "fixed_z", "rules", "noise", "protocols", "worldtest", "fewshot", "diagnostics",
+                             "reproduce"})
 # the kinds of file the pipeline writes there (a damaged one of these, and only these, is advised deleted)
 ARTIFACT_SUFFIXES = (".parquet", ".json", ".pt")
 
@@ -306,6 +313,8 @@ def _pattern_regex(pattern: str) -> re.Pattern:
     parts = re.split(r"\{(\w+)\}", pattern)
     body = "".join(re.escape(p) if i % 2 == 0 else (rf"(?P<{p}>\d+)" if p in _INT_FIELDS else rf"(?P<{p}>[^/]+?)")
                    for i, p in enumerate(parts))
+    top = re.escape(RESULTS_DIR + "/")
+    body = body.replace(top, top + "(?:[^/]+/)?", 1)   # or a preset's results/<name>/
     return re.compile(rf"(?:^|/){body}$")
 
 
@@ -320,3 +329,39 @@ def path_fields(path) -> dict:
             fields = {k: v for k, v in match.groupdict().items() if k != "eps"}
             return {k: int(v) if k in _INT_FIELDS else v for k, v in fields.items()}
     return {}
+
+
+# --- a results folder other than results/ (config key `results_dir`, docs/guide.md#presets) -------------------------
+def logs_dir(results_dir: str) -> str:
+    """The job logs of the run that writes `results_dir`: logs/ for results/, logs/<name> for results/<name>."""
+    return LOGS_DIR + str(results_dir)[len(RESULTS_DIR):]
+
+
+def rebase(value, results_dir: str):
+    """`value` — a path of this layout, or a dict, list or tuple holding some — with results/ replaced by
+    `results_dir` (results or results/<name>); anything else, and a path already in `results_dir`, as it is."""
+    if isinstance(value, str):
+        moved = value.startswith(RESULTS_DIR + "/") and not value.startswith(results_dir + "/")
+        return results_dir + value[len(RESULTS_DIR):] if moved else value
+    if isinstance(value, dict):
+        return {k: rebase(v, results_dir) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(rebase(v, results_dir) for v in value)
+    return value
+
+
+class ResultsFolder:
+    """This module with every path inside `results_dir`: `ResultsFolder("results/quick").run_dir("main", "dqn", 0)`
+    is "results/quick/runs/main/dqn/seed0". The workflow names its files through one (workflow/rules/common.smk)."""
+
+    def __init__(self, results_dir: str):
+        self.folder = str(results_dir)            # results or results/<name>
+        self.logs = logs_dir(results_dir)         # logs or logs/<name>
+
+    def __getattr__(self, name: str):
+        if name not in globals():
+            raise AttributeError(f"tapebench.layout has no {name!r}")
+        value = globals()[name]
+        if callable(value) and not isinstance(value, (type, re.Pattern)):
+            return lambda *args, **kwargs: rebase(value(*args, **kwargs), self.folder)
+        return rebase(value, self.folder)

@@ -9,7 +9,7 @@ rule aggregate_seed:
         curves=layout.curves("{split}", "{agent}", "{H}"),
         per_rule=layout.per_rule("{split}", "{agent}", "{H}"),
     log:
-        "logs/aggregate/{split}/{agent}_H{H}.log",
+        f"{LOGS}/aggregate/{{split}}/{{agent}}_H{{H}}.log",
     conda:
         CONDA_ENV
     params:
@@ -33,7 +33,7 @@ rule reference_seed_tables:
         curves=layout.curves("{split}", "{agent}", "{H}"),
         per_rule=layout.per_rule("{split}", "{agent}", "{H}"),
     log:
-        "logs/aggregate/{split}/{agent}_H{H}.reference.log",
+        f"{LOGS}/aggregate/{{split}}/{{agent}}_H{{H}}.reference.log",
     wildcard_constraints:
         split=re.escape(MAIN_SPLIT),
         agent=one_of(HELD),
@@ -56,7 +56,7 @@ rule aggregate:
         aggregate=layout.aggregate("{split}"),
         tests=layout.aggregate_tests("{split}"),
     log:
-        "logs/aggregate/{split}/aggregate.log",
+        f"{LOGS}/aggregate/{{split}}/aggregate.log",
     conda:
         CONDA_ENV
     params:

@@ -5,11 +5,13 @@ from pathlib import Path
 
 import re
 
-from tapebench import layout
+from tapebench.layout import ResultsFolder
 from tapebench import jobserver
 from tapebench import reference_sets
 from tapebench.pipeline.config import (
+    check_targets,
     checkpoint_eval_slice,
+    foreign_target_regex,
     dumps,
     evaluation_job,
     method_eval_slice,
@@ -32,6 +34,15 @@ validate_config(
     stated=stated_config(workflow.config_settings.configfiles, dict(workflow.config_settings.config)),
 )
 check_every_job()  # jobs behind a training job's ancient() verdict are checked for reruns too (pipeline/reruns.py)
+
+layout = ResultsFolder(config["results_dir"])  # tapebench.layout with every path in this config's results folder
+LOGS = layout.logs  # the job logs: logs/ for results/, logs/<name> for results/<name>
+
+
+def refuse_foreign_target(wildcards):
+    """What foreign_target (integrity.smk) reads: nothing; it raises, naming the target to ask for instead."""
+    check_targets([f"{layout.RESULTS_DIR}/{wildcards.foreign}"], layout.folder)
+    return []
 
 
 resource_scopes:
@@ -162,8 +173,8 @@ def block_name(rule, seeds):
 def block_log(folder, seeds):
     """A job's log: per seed, or per block (seeds{first}-{last})."""
     if seeds == PER_SEED:
-        return f"logs/{folder}/seed{{seed}}_H{{H}}.log"
-    return f"logs/{folder}/seeds{seeds[0]}-{seeds[-1]}_H{{H}}.log"
+        return f"{LOGS}/{folder}/seed{{seed}}_H{{H}}.log"
+    return f"{LOGS}/{folder}/seeds{seeds[0]}-{seeds[-1]}_H{{H}}.log"
 
 
 def block_seed_args(seeds, flag="--seed", run_of=None):

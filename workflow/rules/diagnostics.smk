@@ -11,7 +11,7 @@ rule model_error:
     output:
         layout.model_error(layout.run_dir("{split}", "{agent}", "{seed}")),
     log:
-        "logs/model_error/{split}/{agent}/seed{seed}.log",
+        f"{LOGS}/model_error/{{split}}/{{agent}}/seed{{seed}}.log",
     wildcard_constraints:
         agent=one_of(WORLD_MODELS),
     conda:
@@ -35,7 +35,7 @@ rule aggregate_model_error:
     output:
         layout.model_error_aggregate("{split}"),
     log:
-        "logs/aggregate/{split}/model_error.log",
+        f"{LOGS}/aggregate/{{split}}/model_error.log",
     conda:
         CONDA_ENV
     params:
@@ -55,7 +55,7 @@ rule train_sweep:
     output:
         manifest=layout.manifest(layout.sweep_run_dir("{split}", "{method}", "{field}", "{value}", "{seed}")),
     log:
-        "logs/sweep/{split}/{method}/{field}{value}/seed{seed}.train.log",
+        f"{LOGS}/sweep/{{split}}/{{method}}/{{field}}{{value}}/seed{{seed}}.train.log",
     wildcard_constraints:
         method=SWEEP["method"],
         field=SWEEP["hyperparameter"],
@@ -84,7 +84,7 @@ rule evaluate_sweep:
     output:
         layout.evaluation(layout.sweep_run_dir("{split}", "{method}", "{field}", "{value}", "{seed}"), "{H}"),
     log:
-        "logs/sweep/{split}/{method}/{field}{value}/seed{seed}_H{H}.log",
+        f"{LOGS}/sweep/{{split}}/{{method}}/{{field}}{{value}}/seed{{seed}}_H{{H}}.log",
     wildcard_constraints:
         method=SWEEP["method"],
         field=SWEEP["hyperparameter"],
@@ -110,7 +110,7 @@ rule model_error_sweep:
     output:
         layout.model_error(layout.sweep_run_dir("{split}", "{method}", "{field}", "{value}", "{seed}")),
     log:
-        "logs/sweep/{split}/{method}/{field}{value}/seed{seed}.model_error.log",
+        f"{LOGS}/sweep/{{split}}/{{method}}/{{field}}{{value}}/seed{{seed}}.model_error.log",
     wildcard_constraints:
         method=SWEEP["method"],
         field=SWEEP["hyperparameter"],
@@ -138,7 +138,7 @@ rule aggregate_sweep_point:
         per_seed=layout.sweep_point("{split}", "{method}", "{field}", "{value}")["per_seed"],
         errors=layout.sweep_point("{split}", "{method}", "{field}", "{value}")["model_error"],
     log:
-        "logs/sweep/{split}/{method}_{field}{value}.aggregate.log",
+        f"{LOGS}/sweep/{{split}}/{{method}}_{{field}}{{value}}.aggregate.log",
     wildcard_constraints:
         method=SWEEP["method"],
         field=SWEEP["hyperparameter"],

@@ -11,7 +11,7 @@ rule latex_check:
     output:
         temp(layout.LATEX_CHECK),
     log:
-        "logs/report/latex_check.log",
+        f"{LOGS}/report/latex_check.log",
     priority: 100
     localrule: True
     conda:
@@ -33,7 +33,7 @@ rule report_pdf:
         ),
         tex=layout.REPORT_TEX,
     log:
-        "logs/report/report_pdf.log",
+        f"{LOGS}/report/report_pdf.log",
     localrule: True
     conda:
         CONDA_ENV

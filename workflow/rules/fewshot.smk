@@ -11,7 +11,7 @@ rule fewshot_trained:
     output:
         layout.fewshot_records("{split}", "{agent}", "{seed}"),
     log:
-        "logs/fewshot/{split}/{agent}/seed{seed}.log",
+        f"{LOGS}/fewshot/{{split}}/{{agent}}/seed{{seed}}.log",
     wildcard_constraints:
         agent=one_of(FEWSHOT_TRAINED),
         seed=r"\d+",
@@ -36,7 +36,7 @@ rule fewshot_method:
     output:
         layout.fewshot_records("{split}", "{agent}", "{seed}"),
     log:
-        "logs/fewshot/{split}/{agent}/seed{seed}.log",
+        f"{LOGS}/fewshot/{{split}}/{{agent}}/seed{{seed}}.log",
     wildcard_constraints:
         agent=one_of(FEWSHOT_UNTRAINED),
         seed=r"\d+",
@@ -59,7 +59,7 @@ rule aggregate_fewshot:
     output:
         layout.FEWSHOT_AGGREGATE,
     log:
-        "logs/fewshot/aggregate.log",
+        f"{LOGS}/fewshot/aggregate.log",
     conda:
         CONDA_ENV
     params:

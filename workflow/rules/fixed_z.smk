@@ -9,7 +9,7 @@ rule train_fixed_z:
     output:
         manifest=layout.manifest(layout.fixed_z_run_dir("{L}", "{H}", "{agent}", "{rule}", "{seed}")),
     log:
-        "logs/fixed_z/L{L}_H{H}/{agent}/rule{rule}/seed{seed}_train.log",
+        f"{LOGS}/fixed_z/L{{L}}_H{{H}}/{{agent}}/rule{{rule}}/seed{{seed}}_train.log",
     wildcard_constraints:
         agent=one_of(FIXED_Z_METHODS),
         L=r"\d+",
@@ -37,7 +37,7 @@ rule evaluate_fixed_z:
     output:
         layout.evaluation(layout.fixed_z_run_dir("{L}", "{H}", "{agent}", "{rule}", "{seed}")),
     log:
-        "logs/fixed_z/L{L}_H{H}/{agent}/rule{rule}/seed{seed}_evaluate.log",
+        f"{LOGS}/fixed_z/L{{L}}_H{{H}}/{{agent}}/rule{{rule}}/seed{{seed}}_evaluate.log",
     wildcard_constraints:
         agent=one_of(FIXED_Z_METHODS),
         L=r"\d+",
@@ -64,7 +64,7 @@ rule aggregate_fixed_z:
         curves=layout.fixed_z_curves("{L}", "{H}", "{agent}", "{rule}"),
         per_rule=layout.fixed_z_per_rule("{L}", "{H}", "{agent}", "{rule}"),
     log:
-        "logs/fixed_z/L{L}_H{H}/{agent}/rule{rule}_aggregate.log",
+        f"{LOGS}/fixed_z/L{{L}}_H{{H}}/{{agent}}/rule{{rule}}_aggregate.log",
     wildcard_constraints:
         agent=one_of(FIXED_Z_METHODS),
         L=r"\d+",
@@ -86,7 +86,7 @@ rule train_multi_rule:
     output:
         manifest=layout.manifest(layout.multi_rule_run_dir("{L}", "{H}", "{split}", "{agent}", "{seed}")),
     log:
-        "logs/fixed_z/L{L}_H{H}/multi_{split}/{agent}/seed{seed}_train.log",
+        f"{LOGS}/fixed_z/L{{L}}_H{{H}}/multi_{{split}}/{{agent}}/seed{{seed}}_train.log",
     wildcard_constraints:
         agent=one_of(MULTI_RULE_METHODS),
         L=r"\d+",
@@ -114,7 +114,7 @@ rule evaluate_multi_rule:
     output:
         layout.evaluation(layout.multi_rule_run_dir("{L}", "{H}", "{split}", "{agent}", "{seed}")),
     log:
-        "logs/fixed_z/L{L}_H{H}/multi_{split}/{agent}/seed{seed}_evaluate.log",
+        f"{LOGS}/fixed_z/L{{L}}_H{{H}}/multi_{{split}}/{{agent}}/seed{{seed}}_evaluate.log",
     wildcard_constraints:
         agent=one_of(MULTI_RULE_METHODS),
         L=r"\d+",
@@ -140,7 +140,7 @@ rule aggregate_seed_multi_rule:
         curves=layout.multi_rule_curves("{L}", "{H}", "{split}", "{agent}"),
         per_rule=layout.multi_rule_per_rule("{L}", "{H}", "{split}", "{agent}"),
     log:
-        "logs/fixed_z/L{L}_H{H}/multi_{split}/{agent}_aggregate_seed.log",
+        f"{LOGS}/fixed_z/L{{L}}_H{{H}}/multi_{{split}}/{{agent}}_aggregate_seed.log",
     wildcard_constraints:
         agent=one_of(MULTI_RULE_METHODS),
         L=r"\d+",
@@ -160,7 +160,7 @@ rule aggregate_multi_rule:
         aggregate=layout.multi_rule_aggregate("{L}", "{H}", "{split}"),
         tests=layout.multi_rule_tests("{L}", "{H}", "{split}"),
     log:
-        "logs/fixed_z/L{L}_H{H}/multi_{split}/aggregate.log",
+        f"{LOGS}/fixed_z/L{{L}}_H{{H}}/multi_{{split}}/aggregate.log",
     wildcard_constraints:
         L=r"\d+",
     conda:
@@ -182,7 +182,7 @@ rule oracle_multi_rule:
         mpc=layout.multi_rule_oracle("{L}", "{H}", "{split}", "mpc", "{side}"),
         exact=layout.multi_rule_oracle("{L}", "{H}", "{split}", "exact", "{side}"),
     log:
-        "logs/fixed_z/L{L}_H{H}/multi_{split}/oracle_{side}.log",
+        f"{LOGS}/fixed_z/L{{L}}_H{{H}}/multi_{{split}}/oracle_{{side}}.log",
     wildcard_constraints:
         side="train|test",
         L=r"\d+",

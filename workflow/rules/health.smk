@@ -11,7 +11,7 @@ rule exact_split:
     output:
         layout.exact_records("{split}", "{side}", "{H}"),
     log:
-        "logs/oracle/{split}/exact_{side}_H{H}.log",
+        f"{LOGS}/oracle/{{split}}/exact_{{side}}_H{{H}}.log",
     wildcard_constraints:
         side="train|test",
     conda:
@@ -39,7 +39,7 @@ rule benchmark_health:
         report=layout.health("{split}")["report"],
         per_rule=layout.health("{split}")["per_rule"],
     log:
-        "logs/health/{split}.log",
+        f"{LOGS}/health/{{split}}.log",
     conda:
         CONDA_ENV
     params:
@@ -67,7 +67,7 @@ rule health_gate:
     output:
         layout.health("{split}")["verdict"],
     log:
-        "logs/health/{split}.verdict.log",
+        f"{LOGS}/health/{{split}}.verdict.log",
     conda:
         CONDA_ENV
     shell:

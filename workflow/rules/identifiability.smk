@@ -8,7 +8,7 @@ rule identifiability:
     output:
         layout.identifiability("{split}"),
     log:
-        "logs/identifiability/{split}.log",
+        f"{LOGS}/identifiability/{{split}}.log",
     conda:
         CONDA_ENV
     params:

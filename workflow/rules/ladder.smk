@@ -9,7 +9,7 @@ rule ladder_split:
     output:
         layout.split_file(LADDER_SPLIT),
     log:
-        f"logs/splits/{LADDER_SPLIT}.log",
+        f"{LOGS}/splits/{LADDER_SPLIT}.log",
     conda:
         CONDA_ENV
     params:

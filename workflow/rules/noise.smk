@@ -73,7 +73,7 @@ rule aggregate_seed_noise:
     output:
         layout.noise_level_per_seed("{split}", "{eps}", "{agent}", "{H}"),
     log:
-        "logs/noise/{split}/eps{eps}/{agent}_H{H}_aggregate_seed.log",
+        f"{LOGS}/noise/{{split}}/eps{{eps}}/{{agent}}_H{{H}}_aggregate_seed.log",
     wildcard_constraints:
         agent=one_of(NOISE["methods"]),
         eps=r"0\.\d*[1-9]",
@@ -91,7 +91,7 @@ rule aggregate_noise:
     output:
         layout.noise_aggregate("{split}", "{eps}", "{H}"),
     log:
-        "logs/noise/{split}/eps{eps}/aggregate_H{H}.log",
+        f"{LOGS}/noise/{{split}}/eps{{eps}}/aggregate_H{{H}}.log",
     wildcard_constraints:
         eps=r"0|0\.\d*[1-9]",
     conda:

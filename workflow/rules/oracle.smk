@@ -9,7 +9,7 @@ rule mpc_split:
     output:
         layout.mpc_records("{split}", "{side}", "{H}"),
     log:
-        "logs/oracle/{split}/mpc_{side}_H{H}.log",
+        f"{LOGS}/oracle/{{split}}/mpc_{{side}}_H{{H}}.log",
     wildcard_constraints:
         side="train|test",
     conda:
@@ -30,7 +30,7 @@ rule feasibility:
     output:
         layout.feasibility(LH),
     log:
-        "logs/oracle/feasibility_L{L}_H{H}.log",
+        f"{LOGS}/oracle/feasibility_L{{L}}_H{{H}}.log",
     conda:
         CONDA_ENV
     threads: 2
@@ -47,7 +47,7 @@ rule fixed_z_oracle:
         exact=layout.fixed_z(LH, "exact"),
         gap=layout.fixed_z(LH, "gap"),
     log:
-        "logs/oracle/fixed_z_L{L}_H{H}.log",
+        f"{LOGS}/oracle/fixed_z_L{{L}}_H{{H}}.log",
     conda:
         CONDA_ENV
     threads: 2
@@ -71,7 +71,7 @@ rule mpc_by_type:
     output:
         layout.mpc_by_type("{split}"),
     log:
-        "logs/oracle/{split}/mpc_by_type.log",
+        f"{LOGS}/oracle/{{split}}/mpc_by_type.log",
     conda:
         CONDA_ENV
     params:

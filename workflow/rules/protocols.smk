@@ -13,7 +13,7 @@ rule protocol_comparison:
         ranks=layout.PROTOCOL_COMPARISON["ranks"],
         reversals=layout.PROTOCOL_COMPARISON["reversals"],
     log:
-        "logs/protocols/comparison.log",
+        f"{LOGS}/protocols/comparison.log",
     conda:
         CONDA_ENV
     params:

@@ -25,7 +25,7 @@ for _entry, _job in report_registry.jobs(config):
                 for key, path in {**_job.outputs(_entry), **_entry.extra_outputs(_job)}.items()
             },
         log:
-            f"logs/report/{_job.name}.log",
+            f"{LOGS}/report/{_job.name}.log",
         conda:
             CONDA_ENV
         params:

@@ -9,7 +9,7 @@ rule rule_set:
     output:
         layout.rule_set(),
     log:
-        "logs/rules/rule_set.log",
+        f"{LOGS}/rules/rule_set.log",
     conda:
         CONDA_ENV
     params:
@@ -30,7 +30,7 @@ if GRID:
         output:
             layout.rule_features(),
         log:
-            "logs/rules/features.log",
+            f"{LOGS}/rules/features.log",
         conda:
             CONDA_ENV
         params:
@@ -50,7 +50,7 @@ rule rule_features:
     output:
         layout.rule_features(),
     log:
-        "logs/rules/features.log",
+        f"{LOGS}/rules/features.log",
     conda:
         CONDA_ENV
     params:
@@ -70,7 +70,7 @@ rule split:
     output:
         layout.split_file("{split}"),
     log:
-        "logs/splits/{split}.log",
+        f"{LOGS}/splits/{{split}}.log",
     wildcard_constraints:
         split=one_of(SPLIT_NAMES),  # the ladder split has its own rule (ladder.smk)
     conda:
@@ -93,7 +93,7 @@ rule split_health:
     output:
         layout.split_health("{split}"),
     log:
-        "logs/splits/{split}.health.log",
+        f"{LOGS}/splits/{{split}}.health.log",
     conda:
         CONDA_ENV
     shell:

@@ -12,7 +12,7 @@ rule train:
     output:
         manifest=layout.manifest(layout.run_dir("{split}", "{agent}", "{seed}")),
     log:
-        "logs/train/{split}/{agent}/seed{seed}.log",
+        f"{LOGS}/train/{{split}}/{{agent}}/seed{{seed}}.log",
     conda:
         CONDA_ENV
     threads: config["training"]["threads"]
@@ -38,7 +38,7 @@ rule train_block:
     output:
         record=layout.seed_block("{split}", "{agent}", "{first}", "{last}"),
     log:
-        "logs/train/{split}/{agent}/seeds{first}-{last}.log",
+        f"{LOGS}/train/{{split}}/{{agent}}/seeds{{first}}-{{last}}.log",
     wildcard_constraints:
         first=r"\d+",
         last=r"\d+",

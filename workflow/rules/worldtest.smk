@@ -11,7 +11,7 @@ rule worldtest_trained:
     output:
         layout.worldtest_records("{split}", "{agent}", "{seed}", "{budget}"),
     log:
-        "logs/worldtest/{split}/{agent}/seed{seed}_B{budget}.log",
+        f"{LOGS}/worldtest/{{split}}/{{agent}}/seed{{seed}}_B{{budget}}.log",
     wildcard_constraints:
         agent=one_of(WORLDTEST_TRAINED),
         budget=r"\d+",
@@ -37,7 +37,7 @@ rule worldtest_method:
     output:
         layout.worldtest_records("{split}", "{agent}", "{seed}", "{budget}"),
     log:
-        "logs/worldtest/{split}/{agent}/seed{seed}_B{budget}.log",
+        f"{LOGS}/worldtest/{{split}}/{{agent}}/seed{{seed}}_B{{budget}}.log",
     wildcard_constraints:
         agent=one_of(WORLDTEST_UNTRAINED),
         budget=r"\d+",
@@ -61,7 +61,7 @@ rule aggregate_worldtest:
     output:
         layout.WORLDTEST_AGGREGATE,
     log:
-        "logs/worldtest/aggregate.log",
+        f"{LOGS}/worldtest/aggregate.log",
     conda:
         CONDA_ENV
     params:

@@ -343,7 +343,12 @@ def _reproduce(args) -> int:
     if unknown:
         raise ReferenceSetError(f"{args.method} in {args.name!r} has horizons {entry['horizons']}, not {unknown}")
     split = manifest["protocol"]["split"]["name"]
-    targets = [layout.evaluation(layout.run_dir(split, args.method, args.seed), H) for H in horizons]
+    # lazy: a command loads only the modules it runs
+    from tapebench.pipeline.config import load_config
+
+    folder = load_config(args.configfile).get("results_dir", layout.RESULTS_DIR)   # where the presets given write
+    targets = [layout.rebase(layout.evaluation(layout.run_dir(split, args.method, args.seed), H), folder)
+               for H in horizons]
     preset = Path(args.work) / f"{args.name}-{args.method}-seed{args.seed}.yaml"
     preset.parent.mkdir(parents=True, exist_ok=True)
     preset.write_text(json.dumps({"reference_set": None, "methods": [args.method], "seeds": args.seed + 1,

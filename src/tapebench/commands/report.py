@@ -73,8 +73,8 @@ def register_report(sub) -> None:
                    help="the whole, already checked config as JSON (what the Snakemake rule passes)")
     p.add_argument("--presets-json", metavar="JSON", default="[]",
                    help="names of the presets behind --config-json, as a JSON list (shown on the first page)")
-    p.add_argument("--tex", default=layout.REPORT_TEX, help=f"LaTeX source to write (default {layout.REPORT_TEX})")
-    p.add_argument("--pdf", default=layout.REPORT_PDF, help=f"PDF to write (default {layout.REPORT_PDF})")
+    p.add_argument("--tex", help=f"LaTeX source to write (default {layout.REPORT_TEX}, in the config's results_dir)")
+    p.add_argument("--pdf", help=f"PDF to write (default {layout.REPORT_PDF}, in the config's results_dir)")
     p.add_argument("--tex-only", action="store_true", help="write the LaTeX source only (no LaTeX needed)")
     p.add_argument("--check-latex", action="store_true",
                    help="only check that LaTeX and the packages the report needs are installed")
@@ -95,6 +95,9 @@ def run_report(args) -> int:
             return 0
     root = Path(args.workflow)
     config, presets = _config(args, root)
+    folder = config.get("results_dir", layout.RESULTS_DIR)   # the defaults: in the folder the config writes
+    args.tex = args.tex or layout.rebase(layout.REPORT_TEX, folder)
+    args.pdf = args.pdf or layout.rebase(layout.REPORT_PDF, folder)
     missing = [path for path in registry.targets(config) if not (root / path).is_file()]
     if missing:
         raise FileNotFoundError(f"the report needs every table and figure of the config; missing: "

@@ -12,12 +12,13 @@ Progress, steps/s and ETA come from the last progress line of the run's train.lo
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tapebench.layout import LOG_FILE, MANIFEST_FILE, RESUME_FILE
+from tapebench.layout import LOG_FILE, MANIFEST_FILE, RESULTS_DIR, RESUME_FILE, logs_dir
 from tapebench.pipeline.integrity import scan_results
 from tapebench.utils.artifacts import CorruptArtifact, recovery, what_file_is
 
@@ -201,14 +202,16 @@ def register(sub) -> None:
         "status", description="Summarise every training run of a results folder: done, running (with progress, "
                     "steps/s and ETA), interrupted (resumes when the pipeline runs again), failed (with "
                     "the log to read), damaged (with the rm that recovers) or pending, and which evaluation "
-                    "files exist. When config/config.yaml is found beside the results folder, the runs the "
-                    "config expects but that have not started are listed as pending (give the presets you "
+                    "files exist. The results folder is the one the config writes (results_dir: results, or a "
+                    "preset's results/<name>). When config/config.yaml is found above the results folder, the "
+                    "runs the config expects but that have not started are listed as pending (give the presets you "
                     "started the pipeline with as --configfile; without it, runs trained for another "
                     "training.total_steps than config/config.yaml's are named and nothing is listed as "
                     "pending). Safe to run while the pipeline is running; "
                     "it only reads files.")
-    p.add_argument("--results", default="results", help="results folder of the run (default: results)")
-    p.add_argument("--logs", help="Snakemake job logs (default: logs beside the results folder)")
+    p.add_argument("--results", help="results folder of the run (default: the config's results_dir: results, or "
+                                     "the preset's own folder, e.g. results/quick)")
+    p.add_argument("--logs", help="Snakemake job logs (default: the results folder's, logs/ or logs/<name>)")
     p.add_argument("--configfile", nargs="+", default=[], metavar="FILE",
                    help="the preset(s) the pipeline was started with, e.g. config/quick.yaml, so that the "
                         "runs it expects are counted")
@@ -216,30 +219,55 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+def pipeline_root(results: Path | None) -> Path:
+    """The pipeline folder of a results folder (results/ or results/<name>): the one above it holding
+    config/config.yaml, else its parent; without one, the current folder."""
+    if results is None:
+        return Path(".")
+    above = results.absolute().parents
+    for folder in above[:2]:
+        if (folder / "config" / "config.yaml").is_file():
+            return folder if results.is_absolute() else Path(os.path.relpath(folder))
+    return results.parent if results.name not in ("", ".", "..") else results.resolve().parent
+
+
+def _inside(results: Path, root: Path) -> str:
+    """`results` as the pipeline names it (results or results/<name>), for its logs folder; else results."""
+    try:
+        inner = results.absolute().relative_to(root.absolute()).as_posix()
+    except ValueError:
+        return RESULTS_DIR
+    return inner if inner == RESULTS_DIR or (inner.startswith(RESULTS_DIR + "/") and inner.count("/") == 1) else \
+        RESULTS_DIR
+
+
 def run(args) -> int:
     # lazy: a command loads only the modules it runs
     from tapebench.pipeline.config import load_config, stated_config, validate_config
 
-    results = Path(args.results)
-    if results.exists() and not results.is_dir():
+    results = Path(args.results) if args.results else None
+    if results is not None and results.exists() and not results.is_dir():
         raise ValueError(f"--results {results} is not a folder: it is {what_file_is(results)}; give the results folder "
-                         f"of a run (default: results)")
-    root = results.parent if results.name not in ("", ".", "..") else results.resolve().parent
-    logs = Path(args.logs) if args.logs else root / "logs"
-    if not results.is_dir() and not (root / "config" / "config.yaml").is_file():
-        raise FileNotFoundError(f"results folder not found: {results} (give --results PATH)")
-    expected, horizons, sources, note = [], None, [], None
+                         f"of a run (default: the config's results_dir)")
+    root = pipeline_root(results)
+    expected, horizons, sources, note, config = [], None, [], None, None
+    schema = root / "workflow" / "schemas" / "config.schema.yaml"
     if (root / "config" / "config.yaml").is_file():
         config = load_config(args.configfile, root=root)
-        schema = root / "workflow" / "schemas" / "config.schema.yaml"
         if schema.is_file():
             validate_config(config, schema, stated=stated_config(args.configfile))
-            sources = [str(root / "config" / "config.yaml"), *args.configfile]
-            note = preset_mismatch(results, config, sources)
-            if note is None or args.configfile:     # the presets given are taken at their word
-                expected, horizons = expected_runs(config), config["evaluation"]["horizons"]
-            else:                                   # not another preset's runs listed as pending
-                sources = []
+    if results is None:   # the folder the config writes
+        results = root / config.get("results_dir", RESULTS_DIR) if config else Path(RESULTS_DIR)
+    logs = Path(args.logs) if args.logs else root / logs_dir(_inside(results, root))
+    if not results.is_dir() and config is None:
+        raise FileNotFoundError(f"results folder not found: {results} (give --results PATH)")
+    if config is not None and schema.is_file():
+        sources = [str(root / "config" / "config.yaml"), *args.configfile]
+        note = preset_mismatch(results, config, sources)
+        if note is None or args.configfile:     # the presets given are taken at their word
+            expected, horizons = expected_runs(config), config["evaluation"]["horizons"]
+        else:                                   # not another preset's runs listed as pending
+            sources = []
     runs, others = collect(results, logs, expected)
     if args.json:
         print(json.dumps({"runs": [{**asdict(r), "progress": r.progress} for r in runs],

@@ -22,7 +22,7 @@ import yaml
 from tapebench.grid_rules import GridFamily
 from tapebench.health.checks import CHECKS
 from tapebench.methods.worldtest import supports_family
-from tapebench.layout import NOISE_DECIMALS, noise_label
+from tapebench.layout import NOISE_DECIMALS, RESULTS_DIR, RESULTS_FOLDERS, noise_label
 from tapebench.pipeline import resources
 from tapebench import reference_sets
 from tapebench.pipeline.params import ConfigError
@@ -362,6 +362,39 @@ def _check_splits(config: dict) -> None:
                               f"rules {split['rules']!r} ({len(rules)} rules); at most {limit}, because {why}")
 
 
+def _check_results_dir(config: dict) -> None:
+    folder = config["results_dir"].partition("/")[2]
+    if folder in RESULTS_FOLDERS:
+        raise ConfigError(f"config key 'results_dir': {config['results_dir']!r} is a folder the pipeline writes in "
+                          f"results/; give results or results/<name> with a name other than "
+                          f"{', '.join(sorted(RESULTS_FOLDERS))}")
+
+
+def check_targets(targets, results_dir: str) -> None:
+    """Refuse a target file in results/ outside `results_dir`, the config's results folder (one in another preset's
+    folder results/<name>/, or in the paper protocol's results/): no job of this config writes it."""
+    own = Path(results_dir).parts
+    for target in map(str, targets):
+        parts = Path(target).parts
+        if len(parts) < 2 or parts[0] != RESULTS_DIR:
+            continue
+        folder = parts[:2] if len(parts) > 2 and parts[1] not in RESULTS_FOLDERS else parts[:1]  # results/<name>/...
+        if folder != own:
+            raise ConfigError(f"target {target} is in {'/'.join(folder)}/, not in this config's results folder "
+                              f"{results_dir}/ (config key 'results_dir': each preset writes its own folder): ask "
+                              f"for {'/'.join(own + parts[len(folder):])}, or " + (
+                                  "leave out the presets that move it (config/config.yaml writes results/)"
+                                  if folder == (RESULTS_DIR,) else
+                                  f"give --configfile the preset whose results_dir is {'/'.join(folder)}"))
+
+
+def foreign_target_regex(results_dir: str) -> str:
+    """The paths after results/ that `check_targets` refuses, as a Snakemake wildcard constraint."""
+    if results_dir == RESULTS_DIR:
+        return rf"(?!(?:{'|'.join(sorted(RESULTS_FOLDERS))})/)[^/]+/.+"
+    return rf"(?!{re.escape(results_dir[len(RESULTS_DIR) + 1:])}/).+"
+
+
 def _check_schedule(config: dict) -> None:
     training, evaluation = config["training"], config["evaluation"]
     if training["eval_every"] > training["total_steps"]:
@@ -683,6 +716,7 @@ def validate_config(config: dict, schema_path, command_line: dict | None = None,
     if config["main_split"] not in config["splits"]:
         raise ConfigError(f"config key 'main_split': {config['main_split']!r} is not one of the configured "
                           f"splits {sorted(config['splits'])}")
+    _check_results_dir(config)
     _check_schedule(config)
     _check_rule_set(config, command_line if stated is None else stated)
     _check_splits(config)

@@ -6,7 +6,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from tapebench.layout import MANIFEST_FILE
+from tapebench.layout import MANIFEST_FILE, RESULTS_FOLDERS
 from tapebench.splits.io import load_split
 from tapebench.utils.artifacts import (CorruptArtifact, check_checkpoint_archive, check_parquet, check_provenance,
                                        read_json, run_dir_of)
@@ -40,13 +40,15 @@ def scan_results(results) -> list[Problem]:
     """Cheap integrity checks of every artifact under `results`: Parquet footers, that records agree with their
     path (method, seed, budget, split, H), JSON, the split hash, torch checkpoint archives and that each
     train.json's checkpoints exist. No checkpoint is unpickled; `tapebench train` and `tapebench evaluate` verify
-    their hashes."""
+    their hashes. A folder of `results` that the layout does not write there (another preset's results/<name>) is
+    another run's and is left out."""
     results = Path(results)
     if not results.is_dir():
         return []
     problems: list[Problem] = []
     for path in sorted(results.rglob("*")):
-        if not path.is_file() or path.name.startswith("."):
+        inner = path.relative_to(results).parts
+        if not path.is_file() or path.name.startswith(".") or (len(inner) > 1 and inner[0] not in RESULTS_FOLDERS):
             continue
         try:
             if path.suffix == ".parquet":

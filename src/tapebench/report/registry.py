@@ -691,8 +691,11 @@ def outputs() -> list[Output]:
 
 
 def jobs(config: dict) -> list[tuple[Output, Job]]:
-    """Every render job the config asks for, in registry order."""
-    return [(entry, job) for entry in OUTPUTS.values() for job in entry.jobs(config)]
+    """Every render job the config asks for, in registry order, its files in the config's results folder (the
+    entries name them in results/)."""
+    folder = config.get("results_dir", layout.RESULTS_DIR)
+    return [(entry, Job(job.name, layout.rebase(job.out, folder), layout.rebase(job.values, folder)))
+            for entry in OUTPUTS.values() for job in entry.jobs(config)]
 
 
 def targets(config: dict) -> list[str]:

@@ -4,7 +4,7 @@ scipy): the Snakefile and the report registry list the protocols without loading
 (stats/protocol_comparison.py)."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Mapping
 
 from tapebench import layout
@@ -59,7 +59,8 @@ class ComparedProtocol:
 
 def protocols(config: dict) -> list[ComparedProtocol]:
     """The protocols the pipeline compares, the reference first: ID, each other horizon, each robustness
-    partition, each severity-ladder level and each noise level > 0. One entry per protocol."""
+    partition, each severity-ladder level and each noise level > 0. One entry per protocol, its files in the
+    config's results folder."""
     main, H = config["main_split"], int(config["env"]["H"])
     methods = list(config["methods"])
 
@@ -74,7 +75,8 @@ def protocols(config: dict) -> list[ComparedProtocol]:
             for s in config["studies"]["robustness"]["splits"] if s != main]
     out += _ladder_protocols(config)
     out += _noise_protocols(config)
-    return out
+    folder = config.get("results_dir", layout.RESULTS_DIR)
+    return [replace(p, per_seed=layout.rebase(p.per_seed, folder)) for p in out]
 
 
 def _ladder_protocols(config: dict) -> list[ComparedProtocol]:
