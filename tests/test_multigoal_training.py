@@ -10,6 +10,7 @@ import torch
 
 from tapebench.envs.batched import BatchedTapeEnv
 from tapebench.episodes.sets import TrainingGoals
+from tapebench.evaluation.evaluate import evaluate_untrained, side_protocols
 from tapebench.evaluation.trained_runs import evaluate_run
 from tapebench.training import checkpoint as ckpt
 from tapebench.training.blocks import train_block
@@ -65,6 +66,32 @@ def test_goal_conditioned_ppo_trains_on_derived_goals_and_plays_them(tmp_path, a
     with pytest.raises(ValueError, match="env.goal: zeros in the evaluation params, but the run .* was trained with "
                                          "env.goal: derived"):
         evaluate_run(tmp_path / "run", 8, rules=[204], episodes_per_rule=1, eval_seed=3)
+
+
+# The single-rule diagnosis (issue 51; docs/methods/ppo.md#derived-goals-on-one-rule): on the identity rule 204 the
+# optimal policy is "flip a cell where s != g"; a goal-conditioned learner must find it from [s, g, t/H] alone.
+FAST_EQUIVARIANT = {"num_envs": 16, "num_steps": 16, "num_minibatches": 4, "update_epochs": 4, "conv_channels": 16,
+                    "conv_layers": 2, "learning_rate": 1e-3, "anneal_lr": False}
+
+
+@pytest.mark.slow
+def test_equivariant_ppo_learns_the_identity_rule_with_derived_goals_through_train_and_evaluate(tmp_path):
+    """Trained by the shared loop on rule 204 with a derived goal per episode (L = H = 8, K = 4; ~10 CPU-s) and
+    evaluated by the pipeline's evaluation on derived-goal episodes, the greedy policy reaches every goal, where the
+    random policy reaches about one in ten: the goal reaches the network at training and at evaluation time, and
+    obs, reward and success agree on it. (Measured: 1.0 from 9,216 steps on for seeds 0, 1 and 3, 12,288 for seed 2;
+    PPO's MLP with the same settings stays at or below random, 0.03.)"""
+    run = TrainSpec(agent="ppo_equivariant", rules=(204,), seed=0, L=8, H=8, total_steps=12_288, eval_every=3_072,
+                    hyperparameters=FAST_EQUIVARIANT, goal="derived", goal_steps=4)
+    train(run, tmp_path / "run", quiet=True)
+    records, _ = evaluate_run(tmp_path / "run", 8, rules=[204], episodes_per_rule=50, eval_seed=3,
+                              goal_mode="derived", goal_steps=4)
+    success = records.groupby("checkpoint")["success"].mean()
+    sides = side_protocols(L=8, H=8, episodes_per_rule=50, eval_seed=3, rules=[204], goal_mode="derived",
+                           goal_steps=4)
+    random_success = evaluate_untrained("random", {}, 0, sides)[0]["success"].mean()
+    assert random_success < 0.25
+    assert success.iloc[-1] >= 0.95 and success.iloc[0] < 0.5, success.to_dict()
 
 
 def test_a_zeros_run_is_refused_under_derived_goals_and_dqn_cannot_train_on_them(tmp_path):
