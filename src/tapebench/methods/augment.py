@@ -9,7 +9,8 @@ L = n * n cells are the n x n torus flattened row-major. Two transforms act on t
   (`a -> (a + k) mod L`) gives another transition of the same task with the same reward and
   termination: `F_z(G(roll(s, k), (a + k) mod L)) == roll(F_z(G(s, a)), k)` for every rule z.
   The time feature t/H is not shifted. In the multi-goal protocol (observations [s, g, t/H]) the goal's cells
-  shift with the tape's: a transition of goal g shifted by k is a transition of goal roll(g, k), same reward. On the torus the shift is a 2-D translation: k = dy * n + dx in 0..L-1
+  shift with the tape's: a transition of goal g shifted by k is a transition of goal roll(g, k), same reward.
+  On the torus the shift is a 2-D translation: k = dy * n + dx in 0..L-1
   moves cell (r, c) to ((r + dy) mod n, (c + dx) mod n) and the action with it, the same exact symmetry (the grid
   CA commutes with every translation of the torus); it is not a roll of the flattened vector, which would carry
   the end of one row to the start of the next.

@@ -18,7 +18,8 @@ before it (reaching the goal ends the sum) and cut at the episode's remaining st
 are refitted to the frequencies of the `elites` best sequences (mixed with `plan_mix` of uniform);
 the first action of the best sequence seen is executed, and the planner replans at the next step.
 In the multi-goal protocol the reward and continue heads read each episode's goal beside the latent state
-(`world_model.py`), so a plan is scored for the episode's own goal. Candidate draws are a pure function of the episode key (`batch.keys`), the step and the round
+(`world_model.py`), so a plan is scored for the episode's own goal.
+Candidate draws are a pure function of the episode key (`batch.keys`), the step and the round
 (counter-based hashing, `evaluation.policy.step_keys`), so they do not depend on batching and never
 touch the global torch generator.
 
