@@ -28,6 +28,21 @@ def one_torch_thread():
     torch.set_num_threads(previous)
 
 
+@pytest.fixture
+def goal_blind_method(monkeypatch):
+    """A registered method `goal_blind` that trains (DQN's parts) but does not take an episode's goal
+    (goal_conditioned=False), as a plug-in may be: every built-in learned method takes it, so the multi-goal
+    protocol's refusals are tested on this one."""
+    import dataclasses
+
+    from tapebench.registry import registry
+
+    methods = registry()
+    blind = dataclasses.replace(methods["dqn"], id="goal_blind", display_name="Goal-blind DQN", goal_conditioned=False)
+    monkeypatch.setitem(methods, "goal_blind", blind)
+    return blind
+
+
 @pytest.fixture(scope="session")
 def tiny_build(tmp_path_factory):
     """The tiny protocol's whole default DAG (tests/data/tiny.yaml), built once per test session and shared by

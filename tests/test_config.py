@@ -69,10 +69,12 @@ def test_the_shipped_configs_are_valid():
     ({"env": {"goal": "ones"}}, "env.goal", "is not one of ['zeros', 'derived']"),
     ({"env": {"goal_steps": 65}}, "env.goal_steps", "maximum of 64"),
     ({"env": {"goal_steps": 0}}, "env.goal_steps", "minimum of 1"),
-    ({"env": {"goal": "derived"}}, "methods[0]", "'dqn' does not take an episode's goal"),
-    ({"env": {"goal": "derived"}, "methods": ["mpc"]}, "studies.ladder.methods[0]", "does not take an episode's goal"),
+    ({"env": {"goal": "derived"}, "methods": ["mpc", "goal_blind"]}, "methods[1]",
+     "'goal_blind' does not take an episode's goal"),
+    ({"env": {"goal": "derived"}, "methods": ["mpc"], "studies": {"ladder": {"methods": ["random", "goal_blind"]}}},
+     "studies.ladder.methods[1]", "does not take an episode's goal"),
 ])
-def test_hostile_values_stop_at_validation_naming_the_key(override, key, message):
+def test_hostile_values_stop_at_validation_naming_the_key(override, key, message, goal_blind_method):
     assert_rejected(paper_config(**override), key, message)
 
 

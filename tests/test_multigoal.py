@@ -109,7 +109,7 @@ def test_live_leftmost_flips_the_lowest_mismatching_cell():
     assert live_actions(cells, words, "random", goals)[:2].tolist() == [2, 2]   # the only mismatching cell
 
 
-def test_goal_errors_name_the_key_and_what_is_allowed():
+def test_goal_errors_name_the_key_and_what_is_allowed(goal_blind_method):
     with pytest.raises(ValueError, match=r"env.goal must be one of \['zeros', 'derived'\], got 'ones'"):
         check_goal_mode("ones", 8)
     with pytest.raises(ValueError, match=r"env.goal_steps must be an integer in 1..64, got 65"):
@@ -119,8 +119,8 @@ def test_goal_errors_name_the_key_and_what_is_allowed():
         env.load(np.ones((2, 8)), [30, 30], goals=np.zeros((2, 8)))
     sides = side_protocols(L=8, H=4, episodes_per_rule=1, eval_seed=0, rules=[30], goal_mode="derived")
     episodes, protocol, types = sides[0]
-    with pytest.raises(ValueError, match="'dqn' does not take an episode's goal"):
-        play(lambda obs: torch.zeros(len(obs), dtype=torch.long), get_method("dqn"), episodes, protocol, types)
+    with pytest.raises(ValueError, match="'goal_blind' does not take an episode's goal"):
+        play(lambda obs: torch.zeros(len(obs), dtype=torch.long), get_method("goal_blind"), episodes, protocol, types)
     zeros = side_protocols(L=8, H=4, episodes_per_rule=1, eval_seed=0, rules=[30])[0][1]
     assert protocol_differences(zeros.as_dict(), protocol.as_dict()) == ["goal_mode ('zeros' vs 'derived')"]
 

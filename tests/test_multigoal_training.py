@@ -68,7 +68,7 @@ def test_goal_conditioned_ppo_trains_on_derived_goals_and_plays_them(tmp_path, a
         evaluate_run(tmp_path / "run", 8, rules=[204], episodes_per_rule=1, eval_seed=3)
 
 
-# The single-rule diagnosis (issue 51; docs/methods/ppo.md#derived-goals-on-one-rule): on the identity rule 204 the
+# The single-rule diagnosis (docs/methods/ppo.md#derived-goals-on-one-rule): on the identity rule 204 the
 # optimal policy is "flip a cell where s != g"; a goal-conditioned learner must find it from [s, g, t/H] alone.
 FAST_EQUIVARIANT = {"num_envs": 16, "num_steps": 16, "num_minibatches": 4, "update_epochs": 4, "conv_channels": 16,
                     "conv_layers": 2, "learning_rate": 1e-3, "anneal_lr": False}
@@ -94,13 +94,14 @@ def test_equivariant_ppo_learns_the_identity_rule_with_derived_goals_through_tra
     assert success.iloc[-1] >= 0.95 and success.iloc[0] < 0.5, success.to_dict()
 
 
-def test_a_zeros_run_is_refused_under_derived_goals_and_dqn_cannot_train_on_them(tmp_path):
+def test_a_zeros_run_is_refused_under_derived_goals_and_a_goal_blind_method_cannot_train_on_them(tmp_path,
+                                                                                            goal_blind_method):
     train(spec(goal="zeros", total_steps=128), tmp_path / "run", quiet=True)
     with pytest.raises(ValueError, match="env.goal: derived in the evaluation params, but the run .* was trained "
                                          "with env.goal: zeros"):
         evaluate_run(tmp_path / "run", 8, rules=[204], episodes_per_rule=1, eval_seed=3, goal_mode="derived")
-    with pytest.raises(ValueError, match="method 'dqn' does not take an episode's goal.*'ppo'"):
-        TrainSpec(agent="dqn", rules=(204,), seed=0, goal="derived")
+    with pytest.raises(ValueError, match="method 'goal_blind' does not take an episode's goal.*'dqn'"):
+        TrainSpec(agent="goal_blind", rules=(204,), seed=0, goal="derived")
 
 
 @pytest.mark.parametrize("agent", ["ppo", "ppo_equivariant"])

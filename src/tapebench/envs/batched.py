@@ -28,7 +28,7 @@ import torch
 
 from tapebench import defaults
 from tapebench.ca import torch_kernel, torch_table_kernel
-from tapebench.envs.outcome import step_outcomes
+from tapebench.envs.outcome import goal_distances, step_outcomes
 from tapebench.rule_family import RuleFamily
 from tapebench.validation import (check_goal, check_horizon, check_init_density,
                                   check_length, check_noise, check_rules, check_success_bonus, resolve_family)
@@ -392,14 +392,15 @@ class BatchedTapeEnv:
         self.t += 1
         obs = self.observation()
         if self._row_goals is not None:
-            mismatches = (self.tapes != self._row_goals).sum(dim=1).to(torch.float32)
-        elif self.family.k == 2:
-            mismatches = torch.mv(obs[:, :self.L], self._goal_sign)
-            if self._goal_ones:
-                mismatches += self._goal_ones
+            dist = goal_distances(self.tapes, self._row_goals)
         else:
-            mismatches = (self.tapes != self.goal).sum(dim=1).to(torch.float32)
-        dist = mismatches.div_(self.L)
+            if self.family.k == 2:
+                mismatches = torch.mv(obs[:, :self.L], self._goal_sign)
+                if self._goal_ones:
+                    mismatches += self._goal_ones
+            else:
+                mismatches = (self.tapes != self.goal).sum(dim=1).to(torch.float32)
+            dist = mismatches.div_(self.L)
         reward, terminated, truncated = step_outcomes(dist, self.t, self.H, self.success_bonus)
         info = {"dist": dist, "rule": self.rules.clone(), "t": self.t.clone()}
         if self.autoreset:

@@ -17,7 +17,20 @@ def step_outcome(dist: float, t: int, H: int, success_bonus: float) -> tuple[flo
 
 def step_outcomes(dist, t, H: int, success_bonus: float):
     """(reward, terminated, truncated) of a batch: dist (N,) float32 tensor, t (N,) int64 tensor."""
-    terminated = dist == 0
+    reward, terminated = goal_outcomes(dist, success_bonus)
     truncated = (t >= H) & ~terminated
-    reward = (-dist).masked_fill_(terminated, success_bonus)
     return reward, terminated, truncated
+
+
+def goal_distances(tapes, goals):
+    """d of a batch: the fraction of cells where tapes (N, L) differ from goals (N, L), float32 (N,) tensor; the
+    multi-goal environment's distance (`BatchedTapeEnv` with per-row goals)."""
+    return (tapes != goals).sum(dim=-1).float().div_(tapes.shape[-1])
+
+
+def goal_outcomes(dist, success_bonus: float):
+    """(reward, terminated) of a batch at distances dist (N,) float32: r = -d, or the bonus on success (d = 0).
+    What hindsight relabelling recomputes for a new goal (`methods.hindsight`): the environment's own reward."""
+    terminated = dist == 0
+    reward = (-dist).masked_fill_(terminated, success_bonus)
+    return reward, terminated

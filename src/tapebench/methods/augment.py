@@ -8,7 +8,9 @@ L = n * n cells are the n x n torus flattened row-major. Two transforms act on t
   shift-invariant, so shifting a transition's observation, next observation *and* action
   (`a -> (a + k) mod L`) gives another transition of the same task with the same reward and
   termination: `F_z(G(roll(s, k), (a + k) mod L)) == roll(F_z(G(s, a)), k)` for every rule z.
-  The time feature t/H is not shifted. On the torus the shift is a 2-D translation: k = dy * n + dx in 0..L-1
+  The time feature t/H is not shifted. In the multi-goal protocol (observations [s, g, t/H]) the goal's cells
+  shift with the tape's: a transition of goal g shifted by k is a transition of goal roll(g, k), same reward.
+  On the torus the shift is a 2-D translation: k = dy * n + dx in 0..L-1
   moves cell (r, c) to ((r + dy) mod n, (c + dx) mod n) and the action with it, the same exact symmetry (the grid
   CA commutes with every translation of the torus); it is not a roll of the flattened vector, which would carry
   the end of one row to the start of the next.
@@ -23,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+from tapebench.methods.contract import split_observation
 
 
 def random_shifts(n: int, L: int, device, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -44,11 +48,15 @@ def translate(cells: torch.Tensor, shifts: torch.Tensor, L: int, grid: int | Non
 
 def shift_tapes(obs: torch.Tensor, shifts: torch.Tensor, L: int, grid: int | None = None) -> torch.Tensor:
     """Shift the cells of each row of `obs` (N, L+1) by its own shift (N,) (a 2-D torus translation with `grid`);
-    t/H is kept."""
+    t/H is kept. Observations (N, 2L+1) [s, g, t/H] of the multi-goal protocol shift the goal's cells with the
+    tape's, by the same shift (the shifted transition is one of the shifted goal's task)."""
     cells = torch.arange(L, device=obs.device)
     source = translate(cells.unsqueeze(0), shifts.unsqueeze(1), L, grid, sign=-1)   # cell'[i] = cell[i - k]
+    tape, goal, _ = split_observation(obs, L)
     out = obs.clone()
-    out[:, :L] = torch.gather(obs[:, :L], 1, source)
+    out[:, :L] = torch.gather(tape, 1, source)
+    if goal is not None:
+        out[:, L:2 * L] = torch.gather(goal, 1, source)
     return out
 
 

@@ -116,6 +116,7 @@ seed elsewhere). Which methods stack, and how exactly: docs/methods/README.md#se
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, runtime_checkable
 
@@ -234,14 +235,46 @@ class EnvSpec:
     num_actions: int   # L
     grid: int | None = None   # the 2D family (docs/protocol.md#grid): the torus side n, with L = n * n cells
                               # flattened row-major; None on tapes
+    success_bonus: float | None = None   # the multi-goal protocol: the reward b on success (r = -d + b 1[d = 0]),
+                                         # for hindsight relabelling; None with the fixed goal (not needed there)
+
+    @property
+    def goal_in_obs(self) -> bool:
+        """The observation carries the episode's goal: [s, g, t/H] (the multi-goal protocol)."""
+        return self.grid is None and self.obs_dim == 2 * self.L + 1
 
     @classmethod
-    def for_tape(cls, L: int, H: int, goal_in_obs: bool = False) -> "EnvSpec":
-        """`goal_in_obs`: the multi-goal protocol's observation [s, g, t/H] (docs/protocol.md#multi-goal)."""
-        return cls(L=int(L), H=int(H), obs_dim=(2 if goal_in_obs else 1) * int(L) + 1, num_actions=int(L))
+    def for_tape(cls, L: int, H: int, goal_in_obs: bool = False, success_bonus: float | None = None) -> "EnvSpec":
+        """`goal_in_obs`: the multi-goal protocol's observation [s, g, t/H] (docs/protocol.md#multi-goal), with its
+        environment's `success_bonus`."""
+        if success_bonus is not None and not goal_in_obs:
+            raise ValueError("EnvSpec.success_bonus is for the multi-goal protocol (goal_in_obs=True)")
+        return cls(L=int(L), H=int(H), obs_dim=(2 if goal_in_obs else 1) * int(L) + 1, num_actions=int(L),
+                   success_bonus=None if success_bonus is None else float(success_bonus))
+
+    def as_dict(self) -> dict:
+        """The fields as checkpoints store them: `success_bonus` only where set (a fixed-goal checkpoint is byte for
+        byte what it was before the field)."""
+        fields = dataclasses.asdict(self)
+        if fields["success_bonus"] is None:
+            del fields["success_bonus"]
+        return fields
 
     @classmethod
     def for_grid(cls, n: int, H: int) -> "EnvSpec":
         """An n x n torus grid: observation [grid row-major, t/H] (n * n + 1), action = a cell (n * n)."""
         cells = int(n) * int(n)
         return cls(L=cells, H=int(H), obs_dim=cells + 1, num_actions=cells, grid=int(n))
+
+
+def split_observation(obs: torch.Tensor, L: int) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """(..., L+1) observations [s, t/H] or (..., 2L+1) [s, g, t/H] (the multi-goal protocol) -> (tape (..., L),
+    goal (..., L) or None where the observation has none, t/H (..., 1)): views, not copies. The one place that
+    knows the observation's layout; every method that reads the goal reads it through here."""
+    width = obs.shape[-1]
+    if width == L + 1:
+        return obs[..., :L], None, obs[..., L:]
+    if width == 2 * L + 1:
+        return obs[..., :L], obs[..., L:2 * L], obs[..., 2 * L:]
+    raise ValueError(f"an observation of a tape of L = {L} cells has L + 1 = {L + 1} ([s, t/H]) or 2L + 1 = "
+                     f"{2 * L + 1} ([s, g, t/H]) entries, got {width}")

@@ -8,6 +8,9 @@ steps have been collected; the target network is copied (or Polyak-averaged with
 `target_update_frequency` environment steps; exploration is ε-greedy with ε decaying linearly
 from `epsilon_start` to `epsilon_end` over the first `exploration_fraction` of the budget.
 
+In the multi-goal protocol the Q-network reads [s, g, t/H] (the MLP all 2L + 1 entries, the equivariant network
+the goal's cells as a channel); `her_strategy = "future"` adds hindsight relabelling (`hindsight.py`).
+
 Truncation (t = H) is not termination: the TD target bootstraps from the episode's last
 observation unless the episode ended in strict success. The time feature t/H in the observation
 keeps this well defined.
@@ -20,8 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tapebench.methods import equivariant, stacked
+from tapebench.methods import equivariant, hindsight, stacked
 from tapebench.methods.common import adam, due_updates, soft_update_
+from tapebench.methods.contract import BlockUnsupported
 
 
 @dataclass
@@ -69,9 +73,16 @@ class Config:
     """equivariant network: kernel size of each circular convolution (odd)"""
     global_pool: bool = equivariant.GLOBAL_POOL
     """equivariant network: each block adds a linear map of the mean over cells to every cell (whole tape in view)"""
+    her_strategy: str = "none"
+    """hindsight relabelling (HER, `hindsight.py`), multi-goal protocol only: "none", or "future" (each transition is
+    also stored her_k times, the goal replaced by a tape its episode reached later, the reward recomputed by the
+    environment's reward function for it); refused with the fixed goal"""
+    her_k: int = 4
+    """her_strategy "future": relabelled copies stored per transition (they share the replay's buffer_size)"""
 
     def check(self) -> None:
         equivariant.check_network(self, "DQN")
+        hindsight.check_strategy(self.her_strategy, self.her_k, "DQN")
         positive = ("hidden_size", "hidden_layers", "buffer_size", "batch_size", "train_frequency",
                     "target_update_frequency")
         for name in positive:
@@ -161,6 +172,9 @@ class DQNAgent:
         self.gradient_steps = 0
         self.next_train_step = config.train_frequency
         self.next_target_step = config.target_update_frequency
+        hindsight.check_goal_protocol(config.her_strategy, env_spec, "DQN")
+        self.hindsight = hindsight.EpisodeRecorder(config.num_envs, env_spec, config.her_k, self.device) \
+            if config.her_strategy == "future" else None
 
     def epsilon(self) -> float:
         c = self.config
@@ -180,6 +194,9 @@ class DQNAgent:
 
     def observe(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
         self.replay.add(obs, actions, rewards, next_obs, terminated)
+        if self.hindsight is not None:
+            for relabelled in self.hindsight.add(obs, actions, next_obs, terminated | truncated):
+                self.replay.add(*relabelled)
         self.env_steps += len(actions)
 
     def update(self) -> dict:
@@ -229,7 +246,7 @@ class DQNAgent:
         self.q_network.load_state_dict(state["q_network"])
 
     def state_dict(self) -> dict:
-        return {
+        state = {
             "q_network": self.q_network.state_dict(),
             "target_network": self.target_network.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -237,12 +254,17 @@ class DQNAgent:
             "counters": {"env_steps": self.env_steps, "gradient_steps": self.gradient_steps,
                          "next_train_step": self.next_train_step, "next_target_step": self.next_target_step},
         }
+        if self.hindsight is not None:   # the episodes in progress, relabelled when they end
+            state["hindsight"] = self.hindsight.state_dict()
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         self.q_network.load_state_dict(state["q_network"])
         self.target_network.load_state_dict(state["target_network"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.replay.load_state_dict(state["replay"])
+        if self.hindsight is not None:
+            self.hindsight.load_state_dict(state["hindsight"])
         for name, value in state["counters"].items():
             setattr(self, name, value)
 
@@ -302,6 +324,9 @@ class DQNBlock:
 
     def __init__(self, agents: list[DQNAgent], generators: list[torch.Generator]):
         stacked.check_block_agents(agents, generators, self.agent_type, type(self).__name__, SHARED)
+        if agents[0].config.her_strategy != "none":
+            raise BlockUnsupported("a DQN seed block has no hindsight relabelling (her_strategy): its seeds train "
+                                   "one after another")
         first = agents[0]
         self.config, self.device, self.total_steps = first.config, first.device, first.total_steps
         self.num_actions, self.num_seeds = first.num_actions, len(agents)

@@ -19,6 +19,10 @@ replayed posterior states. DreamerV3's own presets are far larger (h >= 512, tra
 this one trained at ~400 environment steps/s on one CPU thread in one session and at ~240 in a later one on
 the same code (200k steps in 8.5-14 minutes; docs/methods/dreamer.md).
 
+In the multi-goal protocol (observations [s, g, t/H]) the world model predicts the tape as with the fixed goal, and
+the reward and continue heads, the actor and the critic read the episode's goal beside [h, z] (`RSSM.head_input`):
+an imagined trajectory keeps its start state's goal, so its imagined rewards score distance to that goal.
+
 Acting in training samples the posterior and the actor; each row keeps its deterministic state h,
 reset to zeros when its episode ends. Evaluation (`evaluation_policy()`) keeps h per row (reset in
 `begin`), takes the posterior mode and the actor's most likely cell: deterministic.
@@ -112,7 +116,7 @@ class DreamerAgent:
         self.num_actions = env_spec.num_actions
         self.learner = WorldModelLearner(config, env_spec, self.device)
         self.model: RSSM = self.learner.model
-        feat = self.model.feat_size
+        feat = self.model.head_size   # [h, z] and, in the multi-goal protocol, the episode's goal
         self.actor = mlp(feat, env_spec.num_actions, config.hidden_size).to(self.device)
         self.critic = mlp(feat, VALUE_BINS, config.hidden_size, zero_out=True).to(self.device)
         self.slow_critic = mlp(feat, VALUE_BINS, config.hidden_size, zero_out=True).to(self.device)
@@ -131,9 +135,9 @@ class DreamerAgent:
         if greedy:
             raise ValueError("DreamerV3 keeps a recurrent state per episode: evaluate it through "
                              "evaluation_policy(), not act(obs, greedy=True)")
-        post = self.model.posterior(self.h, self.model.encoder(obs))
+        post = self.model.posterior(self.h, self.model.encode(obs))
         z = self.model.flat(sample_straight_through(post))
-        logits = self.actor_logits(self.model.features(self.h, z))
+        logits = self.actor_logits(self.model.head_input(self.model.features(self.h, z), self.model.goal_of(obs)))
         actions = sample_index(logits.exp())
         self._pending = z
         return actions
@@ -155,9 +159,9 @@ class DreamerAgent:
         return metrics
 
     @torch.no_grad()
-    def imagine(self, h, z):
-        """Roll the actor and the prior (sampled) forward from the start states (z flat group-major):
-        features (T+1, N, F) and actions (T, N).
+    def imagine(self, h, z, goal=None):
+        """Roll the actor and the prior (sampled) forward from the start states (z flat group-major; `goal` (N, L)
+        each one's goal in the multi-goal protocol, else None): features (T+1, N, F) and actions (T, N).
 
         Written into one preallocated feature tensor; the latents are held class-major inside the
         loop (`class_major_probs`), the uniforms of all samples are drawn at once."""
@@ -172,7 +176,7 @@ class DreamerAgent:
         uniform_latent = torch.rand(T, N, 1, G, device=h.device)
         z = to_class_major(z, G, K)
         for j in range(T):
-            probs = softmax(self.actor(feats[j]))
+            probs = softmax(self.actor(model.head_input(feats[j], goal)))
             if c.unimix > 0:
                 probs = probs * (1.0 - c.unimix) + c.unimix / self.num_actions
             a = (uniform_action[j] > probs[:, :-1].cumsum(-1)).sum(-1)
@@ -184,25 +188,29 @@ class DreamerAgent:
             actions[j] = a
         return feats, actions
 
-    def actor_critic_update(self, h, z, start_weight) -> dict:
+    def actor_critic_update(self, h, z, start_weight, goal=None) -> dict:
+        """`goal` (N, L): each start state's goal in the multi-goal protocol; the imagined rewards and continues,
+        the actor and the critic read it beside every imagined state of its trajectory."""
         c = self.config
         if c.imagination_starts < len(h):
             pick = torch.randperm(len(h))[:c.imagination_starts].to(h.device)
             h, z, start_weight = h[pick], z[pick], start_weight[pick]
-        feats, actions = self.imagine(h, z)
+            goal = goal[pick] if goal is not None else None
+        feats, actions = self.imagine(h, z, goal)
+        scored = self.model.head_input(feats, goal)     # feats with each trajectory's goal (the fixed goal: feats)
         with torch.no_grad():
-            rewards = self.model.reward(feats[1:])
-            conts = self.model.cont(feats[1:])
+            rewards = self.model.reward(feats[1:], goal)
+            conts = self.model.cont(feats[1:], goal)
             # the λ-returns read the values of the states 1..T only: v_0 is not computed (v_1 holds its place)
-            target_values = VALUE_GRID.mean(self.slow_critic(feats[1:]))
+            target_values = VALUE_GRID.mean(self.slow_critic(scored[1:]))
             returns = lambda_returns(rewards, conts, torch.cat([target_values[:1], target_values]), c.gamma, c.lambda_)
             discount = torch.cumprod(torch.cat([torch.ones_like(conts[:1]), c.gamma * conts[:-1]]), 0)
             weight = discount * start_weight
             scale = self.normalizer.update(returns).to(returns.device)
-        critic_logits = self.critic(feats[:-1])
+        critic_logits = self.critic(scored[:-1])
         values = VALUE_GRID.mean(critic_logits).detach()
         advantages = (returns - values) / scale
-        logits = self.actor_logits(feats[:-1])
+        logits = self.actor_logits(scored[:-1])
         logp = logits.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
         entropy = -(logits.exp() * logits).sum(-1)
         actor_loss = -(weight * (logp * advantages + c.ent_coef * entropy)).mean()
@@ -264,7 +272,8 @@ class DreamerEvalPolicy:
     @torch.no_grad()
     def act(self, obs: torch.Tensor) -> torch.Tensor:
         self._z = filter_mode(self.model, self.h, obs)
-        return self.actor(self.model.features(self.h, self._z)).argmax(dim=1)
+        return self.actor(self.model.head_input(self.model.features(self.h, self._z),
+                                                self.model.goal_of(obs))).argmax(dim=1)
 
     @torch.no_grad()
     def observe(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:

@@ -31,7 +31,10 @@ Evaluation (`evaluation_policy()`): random-shooting MPC on the ensemble-mean pro
 are the *same* counter-based candidates as the true-dynamics MPC's (`oracle.mpc.episode_keys` +
 `candidate_actions`, keyed by `planner_seed` and the episode identity), so the two planners face
 common random numbers. Each sequence is rolled out open loop: the ensemble-mean probability thresholded
-at 0.5 is the predicted next tape. It is scored exactly like the true-dynamics MPC — the sum over its
+at 0.5 is the predicted next tape. The model predicts tapes only, never goals: in the multi-goal protocol
+(observations [s, g, t/H]) the model's inputs are the tapes as with a fixed goal, and the planner scores each
+predicted tape against the episode's own goal (`EpisodeBatch.row_goals`). It is scored exactly like the
+true-dynamics MPC — the sum over its
 steps of -dist plus the success bonus, stopping at the first predicted success, ties to the lowest
 candidate index — plus, in the IG variant, `ig_weight` x the ensemble disagreement of each scored step.
 The first action of the best sequence is executed, then the planner replans from the new context.
@@ -419,7 +422,8 @@ class EnsemblePlanner:
     def begin(self, batch) -> None:
         n, self.L, self.H, self.t = len(batch), batch.L, batch.H, 0
         self.keys = episode_keys(batch.keys, self.config.planner_seed)
-        self.goal = torch.as_tensor(np.asarray(batch.goal), dtype=torch.uint8, device=self.device)
+        # each row's goal: the episode's own in the multi-goal protocol, `batch.goal` in every row otherwise
+        self.goals = torch.as_tensor(np.array(batch.row_goals(), dtype=np.uint8), device=self.device)
         self.score_bonus = float(batch.success_bonus) * batch.L
         self.active = torch.ones(n, dtype=torch.bool, device=self.device)
         self.ctx_post = torch.zeros(n, self.L, dtype=torch.uint8, device=self.device)
@@ -438,12 +442,13 @@ class EnsemblePlanner:
             sequences = candidate_sequences(self.keys[part], self.t, c.candidates, c.plan_horizon, self.L)
             index = torch.from_numpy(part).to(self.device)
             actions[index] = self.plan(self.ctx_post[index], self.has_ctx[index], tapes[index],
-                                       torch.from_numpy(sequences).to(self.device), depth)
+                                       torch.from_numpy(sequences).to(self.device), depth, self.goals[index])
         return actions.to(obs.device)
 
-    def plan(self, ctx_post, has_ctx, tapes, sequences, depth) -> torch.Tensor:
-        """First action of the best candidate of each episode. ctx_post/tapes (n, L) uint8, has_ctx (n,),
-        sequences (n, C, horizon) long; `depth` <= horizon steps are rolled out and scored."""
+    def plan(self, ctx_post, has_ctx, tapes, sequences, depth, goals) -> torch.Tensor:
+        """First action of the best candidate of each episode. ctx_post/tapes/goals (n, L) uint8, has_ctx (n,),
+        sequences (n, C, horizon) long; `depth` <= horizon steps are rolled out and scored against each
+        episode's goal."""
         n, C, L = sequences.shape[0], sequences.shape[1], self.L
         beta = float(self.config.ig_weight)
         # scores in units of cells: L x (return + beta * sum of disagreements); exact integers when beta = 0
@@ -462,7 +467,7 @@ class EnsemblePlanner:
             if k > 0:
                 post = flip_cells(nxt, sequences[:, :, k])
                 nxt, ig = self._predict(ctx_post, tapes, torch.ones_like(alive, dtype=torch.uint8), post, beta > 0)
-            mismatches = (nxt != self.goal).sum(-1).to(torch.float64)
+            mismatches = (nxt != goals.unsqueeze(1)).sum(-1).to(torch.float64)
             hit = mismatches == 0
             gain = torch.where(hit, torch.full_like(mismatches, self.score_bonus), -mismatches)
             if ig is not None:

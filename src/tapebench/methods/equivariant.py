@@ -229,7 +229,7 @@ def trunk(config, env_spec, extra: int = 0, activation: type[nn.Module] = nn.ReL
                          f"{extent}: raise conv_layers or set global_pool = true")
     return EquivariantTrunk(env_spec.L, config.conv_channels, config.conv_layers, config.conv_kernel,
                             config.global_pool, extra=extra, activation=activation, in_channels=in_channels,
-                            goal=env_spec.obs_dim == 2 * env_spec.L + 1, grid=grid)
+                            goal=env_spec.goal_in_obs, grid=grid)
 
 
 def per_cell_network(config, env_spec, extra: int = 0, activation: type[nn.Module] = nn.ReLU,

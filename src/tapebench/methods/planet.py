@@ -17,6 +17,8 @@ by the predicted sum of rewards, each weighted by the product of the predicted c
 before it (reaching the goal ends the sum) and cut at the episode's remaining steps; the categoricals
 are refitted to the frequencies of the `elites` best sequences (mixed with `plan_mix` of uniform);
 the first action of the best sequence seen is executed, and the planner replans at the next step.
+In the multi-goal protocol the reward and continue heads read each episode's goal beside the latent state
+(`world_model.py`), so a plan is scored for the episode's own goal.
 Candidate draws are a pure function of the episode key (`batch.keys`), the step and the round
 (counter-based hashing, `evaluation.policy.step_keys`), so they do not depend on batching and never
 touch the global torch generator.
@@ -120,25 +122,27 @@ def uniforms(words: np.ndarray, count: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def score_sequences(model: RSSM, h, z, sequences, remaining) -> torch.Tensor:
+def score_sequences(model: RSSM, h, z, sequences, remaining, goal=None) -> torch.Tensor:
     """Predicted sum of rewards of each sequence (n, C, D) from each row's state, open loop with the
-    prior's mode: sum_d r_d * prod_{i<d} c_i over the depths d < the row's remaining steps."""
+    prior's mode: sum_d r_d * prod_{i<d} c_i over the depths d < the row's remaining steps; `goal` (n, L) each
+    row's goal in the multi-goal protocol (the heads score for it), else None."""
     n, C, D = sequences.shape
     h, z = h.repeat_interleave(C, 0), z.repeat_interleave(C, 0)
+    goal = goal.repeat_interleave(C, 0) if goal is not None else None
     total, alive = torch.zeros(n * C, device=h.device), torch.ones(n * C, device=h.device)
     remaining = remaining.repeat_interleave(C, 0)
     for d in range(D):
         h = model.transition(h, z, sequences[:, :, d].reshape(-1))
         z = model.flat(mode_one_hot(model.prior(h)))
         feat = model.features(h, z)
-        total = total + alive * model.reward(feat) * (d < remaining)
-        alive = alive * model.cont(feat)
+        total = total + alive * model.reward(feat, goal) * (d < remaining)
+        alive = alive * model.cont(feat, goal)
     return total.reshape(n, C)
 
 
 @torch.no_grad()
-def cem_plan(model: RSSM, config: Config, h, z, words: np.ndarray, remaining) -> torch.Tensor:
-    """First action of the best sequence of a categorical CEM, per row: (n,) long."""
+def cem_plan(model: RSSM, config: Config, h, z, words: np.ndarray, remaining, goal=None) -> torch.Tensor:
+    """First action of the best sequence of a categorical CEM, per row: (n,) long (`goal` as `score_sequences`)."""
     c, L = config, model.num_actions
     n, D, C = len(h), c.plan_horizon, c.candidates
     probs = torch.full((n, D, L), 1.0 / L, device=h.device)
@@ -150,7 +154,7 @@ def cem_plan(model: RSSM, config: Config, h, z, words: np.ndarray, remaining) ->
         cdf = probs.cumsum(-1).reshape(n * D, L)
         draws = torch.searchsorted(cdf, u, right=True).clamp(max=L - 1)       # inverse CDF
         sequences = draws.reshape(n, D, C).transpose(1, 2).contiguous()      # (n, C, D)
-        scores = score_sequences(model, h, z, sequences, remaining)
+        scores = score_sequences(model, h, z, sequences, remaining, goal)
         order = torch.sort(scores, dim=1, descending=True, stable=True).indices
         top = order[:, 0]
         better = scores[rows, top] > best_score
@@ -178,6 +182,7 @@ class CEMPolicy:
     def act(self, obs: torch.Tensor) -> torch.Tensor:
         self._z = filter_mode(self.model, self.h, obs)
         remaining = (self.H - torch.round(obs[:, -1] * self.H)).long()
+        goal = self.model.goal_of(obs)
         words = step_keys(self.keys, self.t, PLAN_SALT)
         actions = torch.zeros(len(obs), dtype=torch.long, device=obs.device)
         # rows whose episode has ended are stepped on with frozen records: no plan for them
@@ -185,7 +190,7 @@ class CEMPolicy:
         for start in range(0, len(live), PLAN_ROWS):
             part = live[start:start + PLAN_ROWS]
             actions[part] = cem_plan(self.model, self.config, self.h[part], self._z[part], words[part.cpu().numpy()],
-                                     remaining[part])
+                                     remaining[part], goal[part] if goal is not None else None)
         return actions
 
     @torch.no_grad()

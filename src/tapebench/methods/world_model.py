@@ -10,6 +10,10 @@ No agent of its own: an RSSM (Hafner et al., 2019; 2023) with
   the flipped cell);
 * heads on the feature [h, z]: a Bernoulli decoder of the L tape bits, a reward head (symlog two-hot
   over a fixed bin grid) and a continue head (predicts 1 - terminated);
+* in the multi-goal protocol (observations [s, g, t/H], docs/protocol.md#multi-goal) the model stays a model of the
+  tape: the encoder reads [s, t/H] and the decoder predicts the tape, while the heads that score a state for its
+  goal, reward and continue (and DreamerV3's actor and critic), read [h, z, g] with the episode's goal g beside the
+  feature (`RSSM.head_input`); with the fixed goal nothing changes (obs [s, t/H], heads on [h, z]);
 * the loss: decoder + reward + continue negative log-likelihoods and DreamerV3's balanced KL with free
   bits, `0.5 * max(1, KL[sg(post) || prior]) + 0.1 * max(1, KL[post || sg(prior)])`.
 
@@ -38,6 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tapebench.methods.common import adam
+from tapebench.methods.contract import split_observation
 
 REWARD_LIMIT = 10.0     # reward bins span [-10, 10] in value space (rewards are in [-1, 1 + bonus])
 REWARD_BINS = 41        # evenly spaced in symlog space: spacing 0.12 in symlog units
@@ -284,15 +289,18 @@ class RSSM(nn.Module):
         self.groups, self.classes, self.unimix = c.stoch_groups, c.stoch_classes, c.unimix
         self.deter_size, self.stoch_size = c.deter_size, c.stoch_groups * c.stoch_classes
         self.feat_size = self.deter_size + self.stoch_size
-        self.encoder = mlp(env_spec.obs_dim, c.hidden_size, c.hidden_size)
+        # the multi-goal protocol: the goal's L cells go beside [h, z] into the scoring heads, not into the encoder
+        self.goal_size = env_spec.L if env_spec.goal_in_obs else 0
+        self.head_size = self.feat_size + self.goal_size
+        self.encoder = mlp(env_spec.obs_dim - self.goal_size, c.hidden_size, c.hidden_size)
         self.img_in = nn.Sequential(nn.Linear(self.stoch_size + self.num_actions, c.hidden_size),
                                     nn.LayerNorm(c.hidden_size), nn.SiLU())
         self.gru = nn.GRUCell(c.hidden_size, c.deter_size)
         self.prior_net = mlp(c.deter_size, self.stoch_size, c.hidden_size)
         self.post_net = mlp(c.deter_size + c.hidden_size, self.stoch_size, c.hidden_size)
         self.decoder = mlp(self.feat_size, env_spec.L, c.hidden_size)
-        self.reward_head = mlp(self.feat_size, REWARD_BINS, c.hidden_size, zero_out=True)
-        self.cont_head = mlp(self.feat_size, 1, c.hidden_size)
+        self.reward_head = mlp(self.head_size, REWARD_BINS, c.hidden_size, zero_out=True)
+        self.cont_head = mlp(self.head_size, 1, c.hidden_size)
         # class-major position k * G + g -> group-major index g * K + k (not a parameter, not saved)
         order = torch.arange(self.stoch_size).reshape(self.groups, self.classes).t().reshape(-1)
         self.register_buffer("class_major_order", order, persistent=False)
@@ -322,6 +330,26 @@ class RSSM(nn.Module):
     def features(self, h: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         return torch.cat([h, z], dim=-1)
 
+    def encode(self, obs: torch.Tensor) -> torch.Tensor:
+        """The encoder's embedding of an observation's tape and t/H; the goal of an [s, g, t/H] observation is left
+        out (the model predicts tapes; the goal reaches the scoring heads through `head_input`)."""
+        tape, goal, time = split_observation(obs, self.L)
+        return self.encoder(obs if goal is None else torch.cat([tape, time], dim=-1))
+
+    def goal_of(self, obs: torch.Tensor) -> torch.Tensor | None:
+        """The goal of each observation (..., L) in the multi-goal protocol; None with the fixed goal."""
+        return split_observation(obs, self.L)[1] if self.goal_size else None
+
+    def head_input(self, feat: torch.Tensor, goal: torch.Tensor | None) -> torch.Tensor:
+        """What the scoring heads read: [h, z] and, in the multi-goal protocol, the episode's goal beside it
+        (`goal` (..., L), broadcast over the leading dimensions of `feat`, e.g. an imagined trajectory's steps)."""
+        if not self.goal_size:
+            return feat
+        if goal is None:
+            raise ValueError("this world model was trained on derived goals ([s, g, t/H] observations): its reward "
+                             "and continue heads need each state's goal")
+        return torch.cat([feat, goal.expand(*feat.shape[:-1], self.goal_size)], dim=-1)
+
     # --- the fused unroll (observe_chunk, imagination): class-major latents ----------------------
     def unroll_weights(self) -> "UnrollWeights":
         """The weights the fused unrolls use, taken once per unroll (differentiable views: the
@@ -350,11 +378,11 @@ class RSSM(nn.Module):
         """Class-major raw prior logits (..., K * G) of h."""
         return F.linear(_ln_silu(F.linear(h, w.prior_in, w.prior_in_b), w.prior_ln), w.prior_out, w.prior_out_b)
 
-    def reward(self, feat: torch.Tensor) -> torch.Tensor:
-        return REWARD_GRID.mean(self.reward_head(feat))
+    def reward(self, feat: torch.Tensor, goal: torch.Tensor | None = None) -> torch.Tensor:
+        return REWARD_GRID.mean(self.reward_head(self.head_input(feat, goal)))
 
-    def cont(self, feat: torch.Tensor) -> torch.Tensor:
-        return torch.sigmoid(self.cont_head(feat).squeeze(-1))
+    def cont(self, feat: torch.Tensor, goal: torch.Tensor | None = None) -> torch.Tensor:
+        return torch.sigmoid(self.cont_head(self.head_input(feat, goal)).squeeze(-1))
 
 
 # --- sequence replay -----------------------------------------------------------------------------
@@ -416,9 +444,9 @@ class SequenceReplay:
 def observe_chunk(model: RSSM, chunk: dict, config: WorldModelConfig):
     """Filter the posterior through a replayed chunk (sampled latents); returns (loss, metrics, states).
 
-    `metrics` holds 0-d tensors (detached; convert them once per update). `states` = (h, z, weight)
+    `metrics` holds 0-d tensors (detached; convert them once per update). `states` = (h, z, weight[, goal])
     of every transition's posterior state (B*T rows, detached; z flat group-major), with weight
-    1 - terminated, the starting points of imagination.
+    1 - terminated, the starting points of imagination; in the multi-goal protocol also each state's goal.
 
     The unroll does per step only what depends on the previous step: the transition and the
     posterior's MLP from h (class-major latents, see `class_major_probs`); the embedding's and the
@@ -430,7 +458,7 @@ def observe_chunk(model: RSSM, chunk: dict, config: WorldModelConfig):
     w = model.unroll_weights()
     # per step inputs, time-major: the embedding's part of the posterior's input layer, the action's
     # part of the transition's input layer, the uniforms of the posterior samples
-    post_in = F.linear(model.encoder(next_obs.transpose(0, 1)), w.post_e, w.post_b)      # (T, B, H)
+    post_in = F.linear(model.encode(next_obs.transpose(0, 1)), w.post_e, w.post_b)       # (T, B, H)
     action_in = model.action_inputs(w, actions.t())                                        # (T, B, H)
     uniform = torch.rand(T, B, 1, G, device=obs.device)
     # where a chunk or an episode starts: the posterior of o_t from h = 0 (only at those slots)
@@ -438,7 +466,7 @@ def observe_chunk(model: RSSM, chunk: dict, config: WorldModelConfig):
     starts[:, 0] = True
     start_obs = obs[starts]                       # (S, obs_dim), in row-major order of (b, t)
     h0 = model.initial(len(start_obs), obs.device)
-    start_post = model.posterior(h0, model.encoder(start_obs))
+    start_post = model.posterior(h0, model.encode(start_obs))
     start_z = model.flat(sample_straight_through(start_post))
     slot = (starts.reshape(-1).long().cumsum(0) - 1).reshape(B, T)   # index into the S start slots
     start_z_t = to_class_major(start_z, G, K)[slot.t()]                # (T, B, K*G)
@@ -470,8 +498,10 @@ def observe_chunk(model: RSSM, chunk: dict, config: WorldModelConfig):
     tape = next_obs[..., :model.L]
     decoder_logits = model.decoder(feat)
     decoder_nll = F.binary_cross_entropy_with_logits(decoder_logits, tape, reduction="none").sum(-1)
-    reward_nll = REWARD_GRID.loss(model.reward_head(feat), chunk["rewards"])
-    cont_nll = F.binary_cross_entropy_with_logits(model.cont_head(feat).squeeze(-1),
+    goal = model.goal_of(next_obs)       # (B, T, L): the episode's goal at each step (None: the fixed goal)
+    head_in = model.head_input(feat, goal)
+    reward_nll = REWARD_GRID.loss(model.reward_head(head_in), chunk["rewards"])
+    cont_nll = F.binary_cross_entropy_with_logits(model.cont_head(head_in).squeeze(-1),
                                                   1.0 - chunk["terminated"].float(), reduction="none")
     kl, kl_value = kl_loss(post, prior, config.free_bits, config.kl_dyn_scale, config.kl_rep_scale)
     # the first observation of a chunk or episode: decoder and KL against the prior of h = 0
@@ -486,6 +516,8 @@ def observe_chunk(model: RSSM, chunk: dict, config: WorldModelConfig):
                    "kl": kl_value.mean(), "cell_error": wrong}
     weight = 1.0 - chunk["terminated"].float()
     states = (h.detach().reshape(B * T, -1), z.detach().reshape(B * T, -1), weight.reshape(B * T))
+    if goal is not None:   # each start state's goal, for the imagined rewards of the multi-goal protocol
+        states = states + (goal.reshape(B * T, -1),)
     return loss, metrics, states
 
 
@@ -499,7 +531,7 @@ def metric_values(metrics: dict) -> dict:
 @torch.no_grad()
 def filter_mode(model: RSSM, h: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
     """The posterior mode of z given h and the observation (flat one-hot)."""
-    return model.flat(mode_one_hot(model.posterior(h, model.encoder(obs))))
+    return model.flat(mode_one_hot(model.posterior(h, model.encode(obs))))
 
 
 @torch.no_grad()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from tapebench.methods.contract import BlockUnsupported
 from tapebench.methods.stacked import SeedAdam, clip_grad_norm_per_seed_, export_adam_state, import_adam_state
 from tapebench.methods.world_model import (REWARD_GRID, WorldModelLearner, class_major_logprobs, class_major_probs,
                                            kl_loss, to_class_major, to_group_major, unimix_logits)
@@ -172,6 +173,9 @@ class WorldModelBlock:
                              f"{len(generators)} generators")
         if not all(isinstance(a, self.agent_type) for a in agents):
             raise TypeError(f"make_block of {self.label} stacks {self.agent_type.__name__} objects only")
+        if agents[0].model.goal_size:
+            raise BlockUnsupported(f"the stacked {self.label} model has no goal-conditioned heads (the multi-goal "
+                                   f"protocol's [h, z, g]): its seeds train one after another")
         first = agents[0]
         self.config, self.device, self.generators = first.config, first.device, list(generators)
         self.S, self.num_actions = len(agents), first.num_actions

@@ -128,7 +128,8 @@ class TrainSpec:
     def env_spec(self) -> EnvSpec:
         if is_grid(self.rule_family):
             return EnvSpec.for_grid(grid_side(self.L), self.H)
-        return EnvSpec.for_tape(self.L, self.H, goal_in_obs=self.derived_goals)
+        return EnvSpec.for_tape(self.L, self.H, goal_in_obs=self.derived_goals,
+                                success_bonus=self.success_bonus if self.derived_goals else None)
 
     def fields(self) -> dict:
         """The spec's fields; with the all-zero goal without the goal's (a run's record as before derived goals)."""
