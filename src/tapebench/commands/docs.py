@@ -3,7 +3,8 @@ docs/measurements/*.json)."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
+
+from tapebench.commands import write_generated
 
 
 def register(sub) -> None:
@@ -23,21 +24,10 @@ def register(sub) -> None:
 def _compute(args) -> int:
     # lazy: a command loads only the modules it runs
     from tapebench.report.measurements import MeasurementError, compute_markdown
-    from tapebench.utils.io import atomic_path
 
     try:
         text = compute_markdown(args.measurements)
     except MeasurementError as exc:
         print(f"tapebench docs compute: {exc}", file=sys.stderr)
         return 1
-    out = Path(args.out)
-    if args.check:
-        if not out.is_file() or out.read_text() != text:
-            print(f"stale: {out}; regenerate with `tapebench docs compute --out {out}`", file=sys.stderr)
-            return 1
-        print(f"current: {out}")
-        return 0
-    with atomic_path(out) as tmp:
-        Path(tmp).write_text(text)
-    print(f"wrote {out}")
-    return 0
+    return write_generated({args.out: text}, args.check, f"tapebench docs compute --out {args.out}")

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from tapebench import layout
+from tapebench.commands import write_generated
 from tapebench.reference_sets import ROOT
 
 SCHEMA = Path("workflow/schemas/config.schema.yaml")   # commands that read the config run from the pipeline folder
@@ -380,46 +381,20 @@ def _reproduce(args) -> int:
 def _reproduction(args) -> int:
     # lazy: a command loads only the modules it runs
     from tapebench.report.reproduction import readme_results, replace_block, reproduction_markdown, reproduction_tex
-    from tapebench.utils.io import atomic_path
 
-    wanted = {Path(args.out): reproduction_markdown(args.name, args.root)}
+    pages = {args.out: reproduction_markdown(args.name, args.root)}
     if args.readme:
-        readme = Path(args.readme)
-        wanted[readme] = replace_block(readme.read_text(), readme_results(args.name, args.root))
-    if args.check:
-        stale = [str(p) for p, text in wanted.items() if not p.is_file() or p.read_text() != text]
-        if stale:
-            print(f"stale: {', '.join(stale)}; regenerate with `tapebench reference reproduction {args.name} --out "
-                  f"{args.out}" + (f" --readme {args.readme}" if args.readme else "") + "`", file=sys.stderr)
-            return 1
-        print(f"current: {', '.join(str(p) for p in wanted)}")
-        return 0
-    for path, text in wanted.items():
-        with atomic_path(path) as tmp:
-            Path(tmp).write_text(text)
-    out = Path(args.out)
+        pages[args.readme] = replace_block(Path(args.readme).read_text(), readme_results(args.name, args.root))
     if args.tex:
-        with atomic_path(args.tex) as tmp:
-            Path(tmp).write_text(reproduction_tex(args.name, args.root))
-    print(f"wrote {out}")
-    return 0
+        pages[args.tex] = reproduction_tex(args.name, args.root)
+    regenerate = (f"tapebench reference reproduction {args.name} --out {args.out}"
+                  + (f" --readme {args.readme}" if args.readme else "") + (f" --tex {args.tex}" if args.tex else ""))
+    return write_generated(pages, args.check, regenerate)
 
 
 def _results(args) -> int:
     # lazy: a command loads only the modules it runs
     from tapebench.report.results_page import results_markdown
-    from tapebench.utils.io import atomic_path
 
-    text = results_markdown(args.name, args.root)
-    out = Path(args.out)
-    if args.check:
-        if not out.is_file() or out.read_text() != text:
-            print(f"stale: {out}; regenerate with `tapebench reference results {args.name} --out {out}`",
-                  file=sys.stderr)
-            return 1
-        print(f"current: {out}")
-        return 0
-    with atomic_path(out) as tmp:
-        Path(tmp).write_text(text)
-    print(f"wrote {out}")
-    return 0
+    return write_generated({args.out: results_markdown(args.name, args.root)}, args.check,
+                           f"tapebench reference results {args.name} --out {args.out}")
