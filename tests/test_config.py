@@ -76,6 +76,8 @@ def test_the_shipped_configs_are_valid():
     ({"methods": ["dqn", "dqn_her"]}, "methods[1]", "'dqn_her' learns from the goals of the multi-goal protocol, so "
      "it needs env.goal: derived (docs/protocol.md#multi-goal), got env.goal: zeros"),
     ({"studies": {"ladder": {"methods": ["dqn_her"]}}}, "studies.ladder.methods[0]", "needs env.goal: derived"),
+    ({"studies": {"fixed_z": {"table6": {"multi_rule": ["rad_dqn", "dqn_her"]}}}},
+     "studies.fixed_z.table6.multi_rule[1]", "needs env.goal: derived"),
     ({"env": {"goal": "derived"}, "methods": ["dqn_her"], "agents": {"dqn_her": {"her_strategy": "none"}}},
      "agents.dqn_her", "'her_strategy' of method 'dqn_her' (DQN + HER) is fixed at 'future'"),
 ])

@@ -670,7 +670,10 @@ def _check_goal(config: dict) -> None:
     episodes must take the episode's goal (`Method.goal_conditioned`); with the fixed goal, methods that learn from
     derived goals only (`Method.needs_derived_goal`) are refused."""
     methods = registry()
-    lists = {"methods": config["methods"], "studies.ladder.methods": config["studies"]["ladder"]["methods"]}
+    fixed_z = config["studies"]["fixed_z"]   # its runs train with the config's env.goal too (fixed_z_train_slice)
+    lists = {"methods": config["methods"], "studies.ladder.methods": config["studies"]["ladder"]["methods"],
+             **{f"studies.fixed_z.{table}.{key}": fixed_z[table][key]
+                for table, keys in (("table5", ("methods",)), ("table6", ("methods", "multi_rule"))) for key in keys}}
     if config["env"]["goal"] != DERIVED_GOAL:
         for key, listed in lists.items():
             for i, method in enumerate(listed):
