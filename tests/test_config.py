@@ -73,6 +73,13 @@ def test_the_shipped_configs_are_valid():
      "'goal_blind' does not take an episode's goal"),
     ({"env": {"goal": "derived"}, "methods": ["mpc"], "studies": {"ladder": {"methods": ["random", "goal_blind"]}}},
      "studies.ladder.methods[1]", "does not take an episode's goal"),
+    ({"methods": ["dqn", "dqn_her"]}, "methods[1]", "'dqn_her' learns from the goals of the multi-goal protocol, so "
+     "it needs env.goal: derived (docs/protocol.md#multi-goal), got env.goal: zeros"),
+    ({"studies": {"ladder": {"methods": ["dqn_her"]}}}, "studies.ladder.methods[0]", "needs env.goal: derived"),
+    ({"studies": {"fixed_z": {"table6": {"multi_rule": ["rad_dqn", "dqn_her"]}}}},
+     "studies.fixed_z.table6.multi_rule[1]", "needs env.goal: derived"),
+    ({"env": {"goal": "derived"}, "methods": ["dqn_her"], "agents": {"dqn_her": {"her_strategy": "none"}}},
+     "agents.dqn_her", "'her_strategy' of method 'dqn_her' (DQN + HER) is fixed at 'future'"),
 ])
 def test_hostile_values_stop_at_validation_naming_the_key(override, key, message, goal_blind_method):
     assert_rejected(paper_config(**override), key, message)

@@ -151,7 +151,8 @@ def test_readme_methods_table_is_the_registry():
     from tapebench.registry import FAMILIES, _builtin, registry
 
     presets = {"paper": "config.yaml", **{name: f"{name}.yaml" for name in
-                                          ("extended", "quick", "equivariant", "dreamer_large")}}
+                                          ("extended", "quick", "equivariant", "dreamer_large",
+                                           "multigoal", "multigoal_quick")}}
     runs = {name: yaml.safe_load((REPO / "config" / file).read_text())["methods"] for name, file in presets.items()}
     rows = ["| id | row | family | trains | presets |", "|---|---|---|---|---|"]
     builtin = {m.id for m in _builtin()}  # a plug-in installed beside tapebench is not the README's

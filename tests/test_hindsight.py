@@ -101,6 +101,30 @@ def test_dqn_with_her_stores_k_relabels_of_each_finished_episodes_transitions_an
     assert manifest["checkpoints"]
 
 
+@pytest.mark.parametrize("agent, relabels", [("dqn_her", True), ("dqn", False)])
+def test_the_dqn_her_row_relabels_through_the_training_loop_and_dqn_does_not(tmp_path, monkeypatch, agent, relabels):
+    """The row `dqn_her` is DQN with her_strategy "future" by default: a short derived-goal run through `train`
+    relabels each finished episode (k copies of each of its transitions); the row `dqn` relabels nothing."""
+    relabelled = []
+
+    def counting_relabels(obs, actions, next_obs, L_, k, *args, **kwargs):
+        result = future_relabels(obs, actions, next_obs, L_, k, *args, **kwargs)
+        relabelled.append((len(actions), k, len(result[0][1])))
+        return result
+
+    future_relabels = hindsight.future_relabels
+    monkeypatch.setattr(hindsight, "future_relabels", counting_relabels)
+    spec = TrainSpec(agent=agent, rules=(30, 204), seed=0, L=L, H=H, total_steps=128, eval_every=128,
+                     hyperparameters={"num_envs": 4, "buffer_size": 2000, "learning_starts": 32, "batch_size": 16,
+                                      "hidden_size": 16}, goal="derived", goal_steps=4)
+    manifest = train(spec, tmp_path / "run", quiet=True)
+    assert manifest["checkpoints"]
+    if relabels:
+        assert len(relabelled) >= 4 and all(k == dqn.HERConfig().her_k and n == k * T for T, k, n in relabelled)
+    else:
+        assert relabelled == []
+
+
 def test_her_is_refused_with_the_fixed_goal_and_bad_values_name_the_key(tmp_path):
     with pytest.raises(ValueError, match="her_strategy = 'future' relabels the goals of the multi-goal protocol"):
         dqn.make(dqn.Config(her_strategy="future"), EnvSpec.for_tape(L, H), 100, "cpu")
@@ -111,6 +135,9 @@ def test_her_is_refused_with_the_fixed_goal_and_bad_values_name_the_key(tmp_path
     with pytest.raises(ValueError, match="her_strategy"):
         train(TrainSpec(agent="rad_dqn", rules=(30,), seed=0, L=L, H=H, total_steps=16, eval_every=16,
                         hyperparameters={"her_strategy": "future"}), tmp_path / "run", quiet=True)
+    with pytest.raises(ValueError, match="her_strategy = 'future' relabels the goals of the multi-goal protocol"):
+        train(TrainSpec(agent="dqn_her", rules=(30,), seed=0, L=L, H=H, total_steps=16, eval_every=16),
+              tmp_path / "fixed", quiet=True)
 
 
 def test_a_resumed_her_agent_relabels_the_episodes_in_progress_as_the_uninterrupted_one():

@@ -36,6 +36,7 @@ def test_registry_holds_the_builtin_methods_with_families():
     (dict(family="magic"), "family must be one of"),
     (dict(make_policy=None), "needs make_agent .it trains., make_policy .it does not. or worldtest"),
     (dict(make_agent=lambda *a: None), "not both"),
+    (dict(needs_derived_goal=True), "needs_derived_goal is for methods that take an episode's goal"),
 ])
 def test_method_entries_are_validated(kwargs, needle):
     base = dict(id="ok", display_name="OK", family="reference", Config=MPCConfig, make_policy=lambda c, x: None)
@@ -90,6 +91,7 @@ def test_every_builtin_part_named_by_reference_resolves_and_is_checked_at_its_fi
         assert method.worldtest is None or callable(method.worldtest), method.id
     assert get_method("rad_dqn").training_env is None and callable(get_method("ppo_dr").training_env)
     assert get_method("dqn_equivariant").Config.__name__ == "EquivariantConfig"
+    assert get_method("dqn_her").Config().her_strategy == "future" and get_method("dqn_her").make_block is None
     # a Config named by reference is checked when it is read, with the same message
     lazy = Method(id="lazy", display_name="Lazy", family="value_based",
                   Config=methods.Ref("tapebench.methods.random_policy", "Config"), make_agent=lambda *a: None)

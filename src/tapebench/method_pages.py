@@ -66,7 +66,7 @@ def _kind(method: Method) -> str:
 
 def _flags(method: Method) -> str:
     flags = [name for name in ("sees_true_rule", "deterministic", "by_rule", "rule_agnostic", "goal_conditioned",
-                               "world_model") if getattr(method, name)]
+                               "needs_derived_goal", "world_model") if getattr(method, name)]
     if method.trains and not method.every_checkpoint:
         flags.append("every_checkpoint=False")
     if method.worldtest is not None:

@@ -170,6 +170,8 @@ class Method:
     goal_conditioned its evaluation policy takes each episode's own goal (`EpisodeBatch.goals`, the observation's goal
                      part): it can run with env.goal: derived (docs/protocol.md#multi-goal); validation refuses the
                      others there
+    needs_derived_goal its agent learns from the goals of env.goal: derived only (hindsight relabelling: `dqn_her`);
+                     validation refuses it with the fixed goal (implies goal_conditioned)
     fixed            Config fields that define the row (e.g. the equivariant rows' `network`): an override with
                      another value is refused, since the row would train something else under its name
 
@@ -198,6 +200,7 @@ class Method:
     fixed: tuple[str, ...] = ()
     rule_agnostic: bool = False
     goal_conditioned: bool = False
+    needs_derived_goal: bool = False
 
     def __new__(cls, *args, **kwargs):
         # The dataclass's own TypeError names the unknown keyword only; name the field that was meant as well.
@@ -233,6 +236,9 @@ class Method:
         if self._part("grid_policy") is not None and (self.trains or not self.supports_grid):
             raise ValueError(f"method {self.id!r}: grid_policy is for methods that do not train and support the grid "
                              f"(supports_grid=True)")
+        if self.needs_derived_goal and not self.goal_conditioned:
+            raise ValueError(f"method {self.id!r}: needs_derived_goal is for methods that take an episode's goal "
+                             f"(goal_conditioned=True)")
         if (self.world_model or not self.every_checkpoint) and not self.trains:
             raise ValueError(f"method {self.id!r}: world_model and every_checkpoint are only for methods that train")
 
@@ -322,6 +328,10 @@ def _builtin() -> list[Method]:
               supports_grid=True,
               summary="DQN with a shift-equivariant Q-network: circular convolutions over the cells, Q(s, a) read "
                       "from cell a"),
+        agent("dqn_her", "DQN + HER", "value_based", "dqn", Config="HERConfig", fixed=("her_strategy",),
+              goal_conditioned=True, needs_derived_goal=True, make_block=None,
+              summary="DQN with hindsight relabelling (her_strategy future): each transition also stored her_k times "
+                      "towards a tape its episode reached later; multi-goal protocol only"),
         agent("ppo_equivariant", "PPO (equivariant)", "actor_critic", "ppo", Config="EquivariantConfig",
               fixed=("network",), any_rule_family=True, every_checkpoint=False, goal_conditioned=True,
               supports_grid=True,

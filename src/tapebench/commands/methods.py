@@ -59,6 +59,7 @@ def _list(args) -> int:
                                              (m.deterministic, "deterministic: one seed is evaluated"),
                                              (m.worldtest is not None, "takes part in the world test"),
                                              (m.goal_conditioned, "takes each episode's goal (env.goal: derived)"),
+                                             (m.needs_derived_goal, "derived goals only: refused with the fixed goal"),
                                              (not m.plays_episodes, "world test only: no TAPE episodes"))
                      if flag]
             if notes:

@@ -278,6 +278,16 @@ class EquivariantConfig(Config):
     over the cells, Q(s, a) read from cell a's features; docs/methods/dqn_equivariant.md#equivariant-networks)"""
 
 
+@dataclass
+class HERConfig(Config):
+    """DQN's Config with hindsight relabelling on (registry row `dqn_her`; multi-goal protocol only)."""
+
+    her_strategy: str = "future"
+    """hindsight relabelling (HER, `hindsight.py`), multi-goal protocol only: "none", or "future" (each transition is
+    also stored her_k times, the goal replaced by a tape its episode reached later, the reward recomputed by the
+    environment's reward function for it); refused with the fixed goal"""
+
+
 def make(config: Config, env_spec, total_steps: int, device) -> DQNAgent:
     return DQNAgent(config, env_spec, total_steps, device)
 

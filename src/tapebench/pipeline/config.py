@@ -667,15 +667,25 @@ def _check_logging(config: dict) -> None:
 
 def _check_goal(config: dict) -> None:
     """env.goal: derived (docs/protocol.md#multi-goal) draws goals with elementary rules, and every method that plays
-    episodes must take the episode's goal (`Method.goal_conditioned`)."""
+    episodes must take the episode's goal (`Method.goal_conditioned`); with the fixed goal, methods that learn from
+    derived goals only (`Method.needs_derived_goal`) are refused."""
+    methods = registry()
+    fixed_z = config["studies"]["fixed_z"]   # its runs train with the config's env.goal too (fixed_z_train_slice)
+    lists = {"methods": config["methods"], "studies.ladder.methods": config["studies"]["ladder"]["methods"],
+             **{f"studies.fixed_z.{table}.{key}": fixed_z[table][key]
+                for table, keys in (("table5", ("methods",)), ("table6", ("methods", "multi_rule"))) for key in keys}}
     if config["env"]["goal"] != DERIVED_GOAL:
+        for key, listed in lists.items():
+            for i, method in enumerate(listed):
+                if method in methods and methods[method].needs_derived_goal:
+                    raise ConfigError(f"config key '{key}[{i}]': {method!r} learns from the goals of the multi-goal "
+                                      f"protocol, so it needs env.goal: {DERIVED_GOAL} (docs/protocol.md#multi-goal), "
+                                      f"got env.goal: {config['env']['goal']}")
         return
     if not config_family(config).elementary:
         raise ConfigError(f"config key 'env.goal': derived goals are drawn with elementary rules, not "
                           f"{config_family(config).describe()} (rule_set.family); use env.goal: {ZEROS_GOAL}")
-    methods = registry()
     supported = sorted(m for m, entry in methods.items() if entry.goal_conditioned)
-    lists = {"methods": config["methods"], "studies.ladder.methods": config["studies"]["ladder"]["methods"]}
     for key, listed in lists.items():
         for i, method in enumerate(listed):
             if method in methods and not methods[method].goal_conditioned:
