@@ -162,3 +162,14 @@ def test_readme_methods_table_is_the_registry():
         rows.append(f"| `{m.id}` | {m.display_name} | {m.family_name.replace('--', '-')} | "
                     f"{'yes' if m.trains else 'no'} | {used} |")
     assert "\n".join(rows) in (REPO / "docs" / "methods" / "README.md").read_text()
+
+
+# The pages users read first stay readable: README a page of a few screens, the protocol a specification (no
+# measured results or history; those are generated into docs/results.md, docs/compute.md and the CHANGELOG).
+SIZE_BUDGETS = {"README.md": 12_000, "docs/protocol.md": 50_000}
+
+
+@pytest.mark.parametrize("page, budget", SIZE_BUDGETS.items())
+def test_front_pages_keep_their_size_budget(page, budget):
+    size = len((REPO / page).read_bytes())
+    assert size <= budget, f"{page} is {size:,} bytes, over its budget of {budget:,}: cut before adding"
