@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tapebench.defaults import CI, N_RESAMPLES, STATISTICS_SEED
+from tapebench.defaults import CI, N_RESAMPLES, REFERENCE, STATISTICS_SEED
 from tapebench.reference_sets import PAPER, ROOT, SUMS, load_records, read_manifest, require_intact, set_dir
 from tapebench.report.tables import display_name
 from tapebench.stats.aggregate import aggregate_seeds, group_generator, seed_tables_from_sums
@@ -172,14 +172,16 @@ README_END = "<!-- reference-results:end -->"
 
 
 def readme_results(name: str, root) -> str:
-    """README's Results block: the set's Table 3 at the training horizon (ID and OOD strict success with CIs; the
-    rest of the table is in docs/results.md) and the reproduction verdict in one line."""
+    """README's Results block: the set's Table 3 at the training horizon (ID and OOD strict success, ON(p), with CIs;
+    the rest of the table is in docs/results.md) and the reproduction verdict in one line."""
     frame, paper, manifest = reproduction_frame(name, root)
     agg, _ = set_aggregate(name, root, manifest)
     H = int(manifest["protocol"]["env"]["H"])
     order = _table_order(list(manifest["methods"]))
 
     def cell(agent, side, metric, digits):
+        if metric == "on_success" and agent == REFERENCE:
+            return "100 (ref.)"
         hit = agg[(agg["agent"] == agent) & (agg["H"] == H) & (agg["side"] == side) & (agg["metric"] == metric)]
         if hit.empty:
             return "--"
@@ -190,11 +192,12 @@ def readme_results(name: str, root) -> str:
     counts = present["verdict"].value_counts()
     agreeing = sum(counts.get(v, 0) for v in (INSIDE, OVERLAP, VALUE_IN_OURS))
     lines = [README_BEGIN,
-             f"| Method (reference set `{name}`, H = {H}, {len(manifest['seeds'])} seeds) | ID success | OOD success |",
-             "|---|---|---|"]
+             f"| Method (reference set `{name}`, H = {H}, {len(manifest['seeds'])} seeds) | ID success | OOD success | ON(p) |",
+             "|---|---|---|---|"]
     for agent in order:
         lines.append(f"| {display_name(agent)} | {cell(agent, 'train', 'success', 3)} | "
-                     f"{cell(agent, 'test', 'success', 3)} |")
+                     f"{cell(agent, 'test', 'success', 3)} | "
+                     f"{cell(agent, 'test', 'on_success', 1)} |")
     lines += ["", f"**Against the paper** ([docs/reproduction.md](docs/reproduction.md)): of the {len(frame)} numbers of "
               f"its Tables 1-4 and Section 6.2, {len(present)} are answered so far; {agreeing} agree (inside its CI, "
               f"CIs overlapping, or its value inside ours) and {counts.get(DIFFERS, 0)} differ, each with its cause.",
