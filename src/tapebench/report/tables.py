@@ -27,7 +27,7 @@ from tapebench.utils.artifacts import read_table
 from tapebench.vocabulary import SPLIT_SIDES, ZEROS_GOAL
 
 REFERENCE_FAMILY = "reference"
-NOT_LEARNED = ("rule_agnostic", REFERENCE_FAMILY)   # families listed last, under the rule, "(not learned)"
+NOT_LEARNED = ("rule_agnostic", REFERENCE_FAMILY)   # families listed last, under a horizontal line, "(not learned)"
 
 
 def display_name(agent: str) -> str:
