@@ -344,17 +344,22 @@ def _reproduce(args) -> int:
     if unknown:
         raise ReferenceSetError(f"{args.method} in {args.name!r} has horizons {entry['horizons']}, not {unknown}")
     split = manifest["protocol"]["split"]["name"]
+    # A private results folder, emptied first: every step of the cell (split, oracle, training, evaluation) runs
+    # with the installed code, never reusing outputs of an earlier rerun or of the user's own results/.
+    cell = f"reproduce-{args.name}-{args.method}-seed{args.seed}"
+    folder = f"{layout.RESULTS_DIR}/{cell}"
     # lazy: a command loads only the modules it runs
-    from tapebench.pipeline.config import load_config
+    import shutil
 
-    folder = load_config(args.configfile).get("results_dir", layout.RESULTS_DIR)   # where the presets given write
+    for private in (Path(folder), Path(layout.logs_dir(folder))):
+        shutil.rmtree(private, ignore_errors=True)
     targets = [layout.rebase(layout.evaluation(layout.run_dir(split, args.method, args.seed), H), folder)
                for H in horizons]
-    preset = Path(args.work) / f"{args.name}-{args.method}-seed{args.seed}.yaml"
+    preset = Path(args.work) / f"{cell}.yaml"
     preset.parent.mkdir(parents=True, exist_ok=True)
     preset.write_text(json.dumps({"reference_set": None, "methods": [args.method], "seeds": args.seed + 1,
                                   "agents": {args.method: entry["hyperparameters"]},
-                                  "training": {"seeds_per_job": 1}}))
+                                  "training": {"seeds_per_job": 1}, "results_dir": folder}))
     command = ["snakemake", *targets, "--cores", str(args.cores), "--configfile", "config/config.yaml",
                *args.configfile, str(preset)]
     print("rerun: " + " ".join(command), flush=True)
