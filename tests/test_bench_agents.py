@@ -69,7 +69,8 @@ def test_sb3_dqn_settings_from_our_defaults():
     assert [f.name for f in dataclasses.fields(dqn.Config)] == [
         "num_envs", "hidden_size", "hidden_layers", "learning_rate", "gamma", "buffer_size", "batch_size",
         "learning_starts", "train_frequency", "target_update_frequency", "tau", "epsilon_start", "epsilon_end",
-        "exploration_fraction", "double_dqn", "max_grad_norm", *NETWORK_FIELDS]   # network: refused unless mlp
+        "exploration_fraction", "double_dqn", "max_grad_norm", *NETWORK_FIELDS,   # network: refused unless mlp
+        "her_strategy", "her_k"]                                                   # HER: refused unless "none"
     assert sb3_dqn_settings(build_config("dqn", {}), 20_000) == {"n_envs": 4, "total_steps": 20_000, "kwargs": {
         "learning_rate": 5e-4, "buffer_size": 100_000, "learning_starts": 1_000, "batch_size": 128, "tau": 1.0,
         "gamma": 0.99, "train_freq": 1, "gradient_steps": 1, "target_update_interval": 1_000,
@@ -95,6 +96,7 @@ def test_changed_dqn_hyperparameters_show_up_in_sb3_arguments(overrides, expecte
     ({"train_frequency": 3}, "train_frequency=3 env steps cannot be expressed"),
     ({"target_update_frequency": 1001}, "target_update_frequency=1001 must be a multiple of num_envs=4"),
     ({"network": "equivariant"}, "policy is an MLP; the comparison needs network='mlp', got network='equivariant'"),
+    ({"her_strategy": "future"}, "needs her_strategy='none', got her_strategy='future'"),
 ])
 def test_dqn_settings_sb3_cannot_express_are_errors(overrides, needle):
     with pytest.raises(ValueError, match=needle.replace("(", r"\(")):

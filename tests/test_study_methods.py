@@ -55,7 +55,7 @@ def test_a_study_left_without_methods_is_off_and_leaves_the_default_target():
     assert off["studies"]["noise"]["levels"] == []                 # not methods: [], which would mean every method
     assert any("the few-shot study is off" in n for n in notes) and any("the noise study is off" in n for n in notes)
     gone = set(registry.targets(on)) - set(registry.targets(off))
-    assert {"results/fewshot.tex", "results/noise.tex"} <= gone, sorted(gone)
+    assert {f"{on['results_dir']}/fewshot.tex", f"{on['results_dir']}/noise.tex"} <= gone, sorted(gone)
 
 
 def test_the_noise_study_keeps_only_methods_that_run():

@@ -100,6 +100,9 @@ def sb3_dqn_settings(config, steps: int) -> dict:
         raise ValueError("Stable-Baselines3's DQN has no Double-DQN target; the comparison needs double_dqn=False, "
                          "got double_dqn=True")
     _check_mlp(c, "DQN")
+    if c.her_strategy != "none":   # her_k is unused without it
+        raise ValueError("the Stable-Baselines3 comparison runs the paper's fixed goal, where hindsight relabelling "
+                         f"does not apply; it needs her_strategy='none', got her_strategy={c.her_strategy!r}")
     if n % c.train_frequency == 0:
         train_freq, gradient_steps = 1, n // c.train_frequency
     elif c.train_frequency % n == 0:
