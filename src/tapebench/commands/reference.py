@@ -323,11 +323,10 @@ def _pack(args) -> int:
 
 def _reproduce(args) -> int:
     # lazy: a command loads only the modules it runs
+    import shutil
     import subprocess
     import time
     import pandas as pd
-
-    # lazy: a command loads only the modules it runs
     from tapebench.reference_sets import ReferenceSetError, compare_cell, load_records, read_manifest
     from tapebench.stats.aggregate import rule_sums
     from tapebench.utils.artifacts import read_table
@@ -348,9 +347,6 @@ def _reproduce(args) -> int:
     # with the installed code, never reusing outputs of an earlier rerun or of the user's own results/.
     cell = f"reproduce-{args.name}-{args.method}-seed{args.seed}"
     folder = f"{layout.RESULTS_DIR}/{cell}"
-    # lazy: a command loads only the modules it runs
-    import shutil
-
     for private in (Path(folder), Path(layout.logs_dir(folder))):
         shutil.rmtree(private, ignore_errors=True)
     targets = [layout.rebase(layout.evaluation(layout.run_dir(split, args.method, args.seed), H), folder)
