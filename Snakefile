@@ -29,6 +29,7 @@ include: "workflow/rules/helpers/noise.smk"
 include: "workflow/rules/helpers/protocols.smk"
 include: "workflow/rules/helpers/worldtest.smk"
 include: "workflow/rules/helpers/fewshot.smk"
+include: "workflow/rules/helpers/budget.smk"
 include: "workflow/rules/integrity.smk"
 include: "workflow/rules/splits.smk"
 include: "workflow/rules/train.smk"
@@ -46,6 +47,7 @@ include: "workflow/rules/noise.smk"
 include: "workflow/rules/protocols.smk"
 include: "workflow/rules/worldtest.smk"
 include: "workflow/rules/fewshot.smk"
+include: "workflow/rules/budget.smk"
 
 
 onstart:

@@ -271,7 +271,7 @@ def test_unknown_agent_lists_registered_agents(split_file, tmp_path, capsys):
     ({"agent": {"gamma": 1.5}}, "gamma"),
     ({"env": {"L": 99}}, "L"),
     ({"env": {"size": 8}}, "size"),
-    ({"training": {"total_steps": 0}}, "total_steps"),
+    ({"training": {"total_steps": -1}}, "total_steps"),   # 0 is the untrained network (budget study)
     ({"trainig": {}}, "trainig"),
 ])
 def test_bad_params_are_clear_errors(split_file, tmp_path, capsys, params, needle):

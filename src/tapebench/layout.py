@@ -20,7 +20,7 @@ LOGS_DIR = "logs"         # the Snakemake job logs of the pipeline run that writ
 # takes none of these names, and the paper protocol's run leaves every other folder of results/ alone
 RESULTS_FOLDERS = frozenset({"runs", "splits", "aggregate", "figures", "oracle", "health", "identifiability", "sweeps",
                              "fixed_z", "rules", "noise", "protocols", "worldtest", "fewshot", "diagnostics",
-                             "reproduce"})
+                             "reproduce", "budgets"})
 # the kinds of file the pipeline writes there (a damaged one of these, and only these, is advised deleted)
 ARTIFACT_SUFFIXES = (".parquet", ".json", ".pt")
 
@@ -160,6 +160,23 @@ def sweep_run_dir(split: str, method: str, field: str, value, seed) -> str:
 def sweep_point(split: str, method: str, field: str, value) -> dict:
     stem = f"results/sweeps/{split}/{method}_{field}{value}"
     return {"per_seed": f"{stem}.per_seed.parquet", "model_error": f"{stem}.model_error.parquet"}
+
+
+# --- the budget study (docs/protocol.md#budget-study): a run per method, budget and seed ------------------------
+def budget_run_dir(split: str, method: str, steps, seed) -> str:
+    """A run of the budget study trained for `steps` environment steps."""
+    return f"results/budgets/{split}/{method}/steps{steps}/seed{seed}"
+
+
+def budget_run(split: str, method: str, steps, seed, *, reuses_main_run: bool) -> str:
+    """The run folder of one seed of a budget point: the main study's run where it is that run
+    (`settings.budget_reuses_main_run`), else its own."""
+    return run_dir(split, method, seed) if reuses_main_run else budget_run_dir(split, method, steps, seed)
+
+
+def budget_point(split: str, method: str, steps) -> str:
+    """The per-seed table of one method at one budget."""
+    return f"results/budgets/{split}/{method}_steps{steps}.per_seed.parquet"
 
 
 # --- the fixed-z study (Tables 5-6): runs and tables under results/fixed_z/L{L}_H{H}/ ------------------------

@@ -1,6 +1,6 @@
 """Settings several layers derive from the config, defined once: the training schedule's checkpoint count,
 the device a training job uses, and the studies' resolved settings (docs/protocol.md#schedule, #gpu, #noise,
-#world-test, #few-shot)."""
+#world-test, #few-shot, #budget-study)."""
 from __future__ import annotations
 
 import math
@@ -50,3 +50,29 @@ def fewshot_study(config: dict) -> dict:
     return {"methods": list(study["methods"]), "seeds": int(study["seeds"]), "split": config["main_split"],
             "fewshot": {"shots": sorted(int(k) for k in study["shots"]), "rules_per_side": study["rules_per_side"]},
             "adapt": {m: dict(v or {}) for m, v in (study.get("adapt") or {}).items()}}
+
+
+def budget_study(config: dict) -> dict:
+    """The budget study's resolved settings (docs/protocol.md#budget-study): methods ([] = off), budgets (sorted),
+    seeds, the main split and the horizon env.H it is evaluated at."""
+    study = config["studies"]["budget"]
+    return {"methods": list(study["methods"]), "budgets": sorted(int(b) for b in study["budgets"]),
+            "seeds": int(study["seeds"]), "split": config["main_split"], "H": int(config["env"]["H"])}
+
+
+def budget_schedule(config: dict, steps: int) -> tuple[int, int]:
+    """(total_steps, eval_every) of a budget run: the main schedule's number of checkpoints spread over its `steps`,
+    so its last K checkpoints cover the same share of training; the main budget keeps the main schedule; budget 0 is
+    the untrained network, its initialisation the one checkpoint."""
+    training = config["training"]
+    if int(steps) == 0:
+        return 0, 1
+    if int(steps) == int(training["total_steps"]):
+        return int(training["total_steps"]), int(training["eval_every"])
+    return int(steps), math.ceil(int(steps) / checkpoints_per_run(training["total_steps"], training["eval_every"]))
+
+
+def budget_reuses_main_run(config: dict, method: str, steps: int, seed: int) -> bool:
+    """Whether a budget point's run is the main study's: the same method, budget and seed, run by this config."""
+    return (method in config["methods"] and int(steps) == int(config["training"]["total_steps"])
+            and int(seed) < int(config["seeds"]))

@@ -23,7 +23,7 @@ from tapebench.pipeline.config import (
 )
 from tapebench.pipeline.reruns import check_every_job
 from tapebench.registry import get_method
-from tapebench.settings import checkpoints_per_run
+from tapebench.settings import budget_schedule, checkpoints_per_run
 
 validate_config(
     config,
@@ -232,8 +232,12 @@ def _job_of(wildcards):
 
 
 def _schedule_of(wildcards):
-    """(total_steps, eval_every) of the run a job trains or evaluates: the fixed-z study's at its own L, H."""
-    part = config["studies"]["fixed_z"] if "L" in dict(wildcards.items()) else config["training"]
+    """(total_steps, eval_every) of the run a job trains or evaluates: the fixed-z study's at its own L, H; a budget
+    run's over its own steps."""
+    w = dict(wildcards.items())
+    if "steps" in w:
+        return budget_schedule(config, w["steps"])
+    part = config["studies"]["fixed_z"] if "L" in w else config["training"]
     return part["total_steps"], part["eval_every"]
 
 
@@ -252,7 +256,7 @@ def _evaluation(wildcards):
     checkpoints = 1
     if get_method(method).trains:
         checkpoints = checkpoints_per_run(*_schedule_of(wildcards))
-        if not get_method(method).every_checkpoint or "eps" in dict(wildcards.items()):  # noise: the last K
+        if not get_method(method).every_checkpoint or {"eps", "steps"} & set(dict(wildcards.items())):  # the last K
             checkpoints = min(checkpoints, config["evaluation"]["last_k"])
     split = dict(wildcards.items()).get("split", MAIN_SPLIT)
     return evaluation_job(config, method, split, L=L, H=H, overrides=overrides, checkpoints=checkpoints)

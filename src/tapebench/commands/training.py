@@ -27,7 +27,7 @@ from tapebench import defaults
 from tapebench.evaluation.evaluate import evaluate_untrained, side_protocols, write_evaluation
 from tapebench.evaluation.model_error import summarize
 from tapebench.evaluation.trained_runs import evaluate_run, model_error_run
-from tapebench.pipeline.params import check_options, check_sections
+from tapebench.pipeline.params import check_options, check_sections, check_value
 from tapebench.pipeline.resources import check_evaluation, check_training
 from tapebench.registry import build_config, registry
 from tapebench.settings import training_device
@@ -55,9 +55,13 @@ CONFIG_SECTIONS = {"env": "env", "training": "training", "evaluation": "evaluati
 
 def parse_params(text: str) -> dict:
     """A job's --params, each value within the bounds the config gives its key (a hand-run command accepts what the
-    pipeline accepts); training.stacking also takes "never" (as --stacking)."""
+    pipeline accepts); training.stacking also takes "never" (as --stacking), training.total_steps any budget of the
+    budget study (0: the untrained network)."""
     params = parse_param_sections(text, PARAM_SECTIONS)
-    check_sections(params, CONFIG_SECTIONS, skip=("training.stacking",))
+    check_sections(params, CONFIG_SECTIONS, skip=("training.stacking", "training.total_steps"))
+    if "total_steps" in (params.get("training") or {}):
+        check_value(params["training"]["total_steps"], "studies.budget.budgets[]", "training.total_steps",
+                    params_key=True)
     return params
 
 

@@ -32,8 +32,8 @@ from tapebench.registry import (build_config, check_hyperparameters, check_rule_
 from tapebench.rule_family import ELEMENTARY, config_family
 from tapebench.rules.mirror import mirror_classes
 from tapebench.rules.sampling import sample_rule_set, spec_from_config
-from tapebench.settings import (MAX_CHECKPOINTS_PER_RUN, checkpoints_per_run, fewshot_study, sweep_runs,
-                                training_device, worldtest_study)
+from tapebench.settings import (MAX_CHECKPOINTS_PER_RUN, budget_schedule, checkpoints_per_run, fewshot_study,
+                                sweep_runs, training_device, worldtest_study)
 from tapebench.splits.ladder import LadderError, draw_training_set, ladder_levels
 from tapebench.utils.artifacts import what_file_is
 from tapebench.validation import parse_rule_list
@@ -643,6 +643,29 @@ def _check_ladder(config: dict) -> None:
         raise ConfigError(f"{where}.{key}': {exc}") from None
 
 
+def _check_budget(config: dict) -> None:
+    """The budget study (docs/protocol.md#budget-study): methods that train on the config's rule family, and budgets
+    whose runs have the last K checkpoints the per-seed value averages."""
+    where = "config key 'studies.budget"
+    methods = registry()
+    for i, method in enumerate(config["studies"]["budget"]["methods"]):
+        if method not in methods:
+            raise ConfigError(f"{where}.methods[{i}]': unknown method {method!r}; registered methods: {sorted(methods)}")
+        if not methods[method].trains:
+            raise ConfigError(f"{where}.methods[{i}]': {method!r} does not train, so it has no training budget; give "
+                              f"a method that trains (`tapebench methods` lists them)")
+        try:
+            check_rule_family(method, config_family(config))
+        except ValueError as exc:
+            raise ConfigError(f"{where}.methods[{i}]': {exc} (rule_set.family)") from None
+    last_k = config["evaluation"]["last_k"]
+    for i, steps in enumerate(config["studies"]["budget"]["budgets"]):
+        n = checkpoints_per_run(*budget_schedule(config, steps))
+        if 0 < n < last_k:
+            raise ConfigError(f"{where}.budgets[{i}]': {steps} steps give {n} checkpoint(s), fewer than "
+                              f"evaluation.last_k = {last_k}; give at least {last_k} steps")
+
+
 def _check_health(config: dict) -> None:
     for check in CHECKS:
         t = config["health"][check.name]
@@ -672,6 +695,7 @@ def _check_goal(config: dict) -> None:
     methods = registry()
     fixed_z = config["studies"]["fixed_z"]   # its runs train with the config's env.goal too (fixed_z_train_slice)
     lists = {"methods": config["methods"], "studies.ladder.methods": config["studies"]["ladder"]["methods"],
+             "studies.budget.methods": config["studies"]["budget"]["methods"],
              **{f"studies.fixed_z.{table}.{key}": fixed_z[table][key]
                 for table, keys in (("table5", ("methods",)), ("table6", ("methods", "multi_rule"))) for key in keys}}
     if config["env"]["goal"] != DERIVED_GOAL:
@@ -754,6 +778,7 @@ def validate_config(config: dict, schema_path, command_line: dict | None = None,
     _check_worldtest(config, note)
     _check_fewshot(config, note)
     _check_ladder(config)
+    _check_budget(config)
     _check_health(config)
     _check_logging(config)
     _check_agents(config, command_line)
@@ -1059,13 +1084,26 @@ def noise_eval_slice(config: dict, method: str, noise) -> dict:
     """A noisy evaluation (docs/protocol.md#noise): the method's noise-free evaluation slice plus the noise level;
     a trained method plays only the last K checkpoints (the ones behind its per-seed value)."""
 
-    if get_method(method).trains:
-        out = checkpoint_eval_slice(config, method)
-        out["evaluation"]["checkpoints"] = config["evaluation"]["last_k"]
-    else:
-        out = method_eval_slice(config, method)
+    out = last_checkpoints_eval_slice(config, method) if get_method(method).trains else method_eval_slice(config, method)
     out["evaluation"]["noise"] = float(noise)
     return out
+
+
+def last_checkpoints_eval_slice(config: dict, method: str) -> dict:
+    """The evaluation of a trained method's last K checkpoints only (the ones behind its per-seed value)."""
+    out = checkpoint_eval_slice(config, method)
+    out["evaluation"]["checkpoints"] = config["evaluation"]["last_k"]
+    return out
+
+
+def budget_train_slice(config: dict, method: str, steps) -> dict:
+    """A budget study run (docs/protocol.md#budget-study): the method's training slice with the budget's schedule."""
+    out = train_slice(config, method)
+    total_steps, eval_every = budget_schedule(config, steps)
+    out["training"] = {**out["training"], "total_steps": total_steps, "eval_every": eval_every}
+    return out
+
+
 def ladder_split_slice(config: dict) -> dict:
     """What the ladder split depends on (not its methods or seeds, which change only the runs)."""
     ladder = config["studies"]["ladder"]

@@ -23,7 +23,8 @@ from tapebench.registry import registry as method_registry
 from tapebench import defaults
 from tapebench.report.output import FIGURE, TABLE, Job, Option, Output, elementary_only, grid_only
 from tapebench.rule_family import config_family
-from tapebench.settings import fewshot_study, noise_study, sweep_runs, worldtest_study
+from tapebench.settings import (budget_reuses_main_run, budget_study, fewshot_study, noise_study, sweep_runs,
+                                worldtest_study)
 from tapebench.stats.protocols import protocols
 from tapebench.vocabulary import GOAL_MODES, SPLIT_SIDES, ZEROS_GOAL
 
@@ -519,6 +520,52 @@ _NOISE: list[Output] = [
 ]
 
 
+# --- the budget study (docs/protocol.md#budget-study) ------------------------------------------------------------
+_BUDGET_OPTIONS = (
+    _value("methods", "the study's methods, in order", many=True),
+    _value("budgets", "the training budgets in environment steps, in order", int, many=True),
+    Option("per_seed", "one per-seed table per method and budget (methods outer, budgets inner)", many=True),
+    Option("runs", "the runs' train.json, per method and budget its seeds (same order)", many=True),
+    Option("references", "per-seed tables of the main study's rule-agnostic rows and true-dynamics MPC (the best "
+                         "rule-agnostic row on OOD rules and the MPC are drawn)", many=True, required=False),
+    _value("split", "split name"), _value("H", "evaluation horizon", int), *_STATISTICS)
+
+
+def _budget_values(config) -> dict | None:
+    study = budget_study(config)
+    if not study["methods"]:
+        return None
+    split, points = study["split"], [(m, b) for m in study["methods"] for b in study["budgets"]]
+    runs = [layout.manifest(layout.budget_run(split, m, b, s, reuses_main_run=budget_reuses_main_run(config, m, b, s)))
+            for m, b in points for s in range(study["seeds"])]
+    return {"methods": study["methods"], "budgets": study["budgets"],
+            "per_seed": [layout.budget_point(split, m, b) for m, b in points], "runs": runs,
+            "references": [layout.per_seed(split, m, study["H"]) for m in config["methods"]
+                           if get_method(m).rule_agnostic or m == defaults.REFERENCE],
+            "split": split, "H": study["H"], **_statistics(config)}
+
+
+def _budget_table_jobs(config):
+    values = _budget_values(config)
+    return [] if values is None else [Job("budget", "results/budget.tex", {**values, "parquet": "results/budget.parquet"})]
+
+
+def _budget_figure_jobs(config):
+    values = _budget_values(config)
+    return [] if values is None else [Job("figure_budget", layout.figure("budget"), values)]
+
+
+_BUDGET: list[Output] = [
+    Output("budget", TABLE, "Strict success vs training budget per method, ID / OOD, beside the floor and the MPC",
+           "tapebench.report.budget:render_budget_table",
+           (*_BUDGET_OPTIONS, _value("parquet", "also write the summary table", required=False)), _budget_table_jobs,
+           category="Budget study", extra_outputs=lambda job: {"parquet": job.values["parquet"]}),
+    Output("figure_budget", FIGURE, "Strict success vs training steps per method, ID and OOD panels",
+           "tapebench.report.budget:render_budget_figure", _BUDGET_OPTIONS, _budget_figure_jobs,
+           category="Budget study"),
+]
+
+
 # --- the severity ladder (docs/protocol.md#severity-ladders) ---------------------------------------------------
 def _ladder_jobs(config):
     ladder = config["studies"]["ladder"]
@@ -682,8 +729,8 @@ _COMPUTE: list[Output] = [
            _compute_jobs, category="Compute", extra_outputs=lambda job: {"parquet": job.values["parquet"]}),
 ]
 
-OUTPUTS: dict[str, Output] = _assemble([*_TABLES, *_FIGURES, *_STUDIES, *_NOISE, *_LADDER, *_HEALTH, *_PROTOCOLS,
-                                        *_WORLDTEST, *_FEWSHOT, *_COMPUTE])
+OUTPUTS: dict[str, Output] = _assemble([*_TABLES, *_FIGURES, *_STUDIES, *_NOISE, *_BUDGET, *_LADDER, *_HEALTH,
+                                        *_PROTOCOLS, *_WORLDTEST, *_FEWSHOT, *_COMPUTE])
 
 
 def outputs() -> list[Output]:

@@ -80,7 +80,8 @@ def train_block(specs: Sequence[TrainSpec], out_dirs: Sequence, *, device="cpu",
     if threads is not None:
         check_integer(threads, "threads", minimum=1)
     method = get_method(specs[0].agent)
-    stack = stacking != "never" and not tensorboard and method.make_block is not None and len(specs) > 1
+    stack = (stacking != "never" and not tensorboard and method.make_block is not None and len(specs) > 1
+             and specs[0].total_steps > 0)   # the untrained network (0 steps): each seed's initialisation on its own
     device = training_device(device, stack)
     common = dict(device=device, threads=threads, config_slice=config_slice, quiet=quiet, keep_resume=keep_resume)
     device_type = resolve_device(device).type

@@ -88,8 +88,9 @@ class TrainSpec:
         object.__setattr__(self, "rules", tuple(check_rules(self.rules, self.rule_family)))
         check_length(self.L)
         check_horizon(self.H)
-        for name in ("total_steps", "eval_every"):
-            check_integer(getattr(self, name), f"training.{name} (environment steps)", minimum=1)
+        # total_steps 0: the untrained network, its initialisation the run's one checkpoint (the budget study's 0)
+        check_integer(self.total_steps, "training.total_steps (environment steps)", minimum=0)
+        check_integer(self.eval_every, "training.eval_every (environment steps)", minimum=1)
         n = checkpoints_per_run(self.total_steps, self.eval_every)
         if n > MAX_CHECKPOINTS_PER_RUN:
             raise ValueError(f"training.eval_every = {self.eval_every} gives {n} checkpoints for "
@@ -381,6 +382,9 @@ def train(spec: TrainSpec, out_dir, *, device="cpu", threads: int | None = 1, co
                 log(f"note: num_envs={config.num_envs} does not divide the step targets; checkpoints are "
                     f"rounded up to multiples of num_envs")
 
+        if total_iterations == 0 and not checkpoints:
+            write_run_checkpoint(spec, config, agent, out_dir, 0, 0, checkpoints, prov, fingerprint, 0, env, stats,
+                                 ckpt.rng_state(), wall_time, cpu_time, resumes)
         board = TensorBoardLog(out_dir, iteration * config.num_envs) if tensorboard else None
         segment_start, segment_steps = time.perf_counter(), iteration * config.num_envs
         segment_cpu = time.process_time()
