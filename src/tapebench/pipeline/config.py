@@ -643,21 +643,28 @@ def _check_ladder(config: dict) -> None:
         raise ConfigError(f"{where}.{key}': {exc}") from None
 
 
+def _check_listed_method(config: dict, key: str, method: str) -> None:
+    """A method named under config key `key`: registered, and running on the config's rule family."""
+    methods = registry()
+    if method not in methods:
+        raise ConfigError(f"config key '{key}': unknown method {method!r}; registered methods: {sorted(methods)} "
+                          f"(`tapebench methods` lists them)")
+    try:
+        check_rule_family(method, config_family(config))
+    except ValueError as exc:
+        raise ConfigError(f"config key '{key}': {exc} (rule_set.family)") from None
+
+
 def _check_budget(config: dict) -> None:
     """The budget study (docs/protocol.md#budget-study): methods that train on the config's rule family, and budgets
     whose runs have the last K checkpoints the per-seed value averages."""
     where = "config key 'studies.budget"
     methods = registry()
     for i, method in enumerate(config["studies"]["budget"]["methods"]):
-        if method not in methods:
-            raise ConfigError(f"{where}.methods[{i}]': unknown method {method!r}; registered methods: {sorted(methods)}")
+        _check_listed_method(config, f"studies.budget.methods[{i}]", method)
         if not methods[method].trains:
             raise ConfigError(f"{where}.methods[{i}]': {method!r} does not train, so it has no training budget; give "
                               f"a method that trains (`tapebench methods` lists them)")
-        try:
-            check_rule_family(method, config_family(config))
-        except ValueError as exc:
-            raise ConfigError(f"{where}.methods[{i}]': {exc} (rule_set.family)") from None
     last_k = config["evaluation"]["last_k"]
     for i, steps in enumerate(config["studies"]["budget"]["budgets"]):
         n = checkpoints_per_run(*budget_schedule(config, steps))
@@ -758,16 +765,10 @@ def validate_config(config: dict, schema_path, command_line: dict | None = None,
 
     methods = registry()
     for i, method in enumerate(config["methods"]):
-        if method not in methods:
-            raise ConfigError(f"config key 'methods[{i}]': unknown method {method!r}; registered methods: "
-                              f"{sorted(methods)} (`tapebench methods` lists them)")
+        _check_listed_method(config, f"methods[{i}]", method)
         if not methods[method].plays_episodes:
             raise ConfigError(f"config key 'methods[{i}]': {method!r} takes part in the world test only; list it in "
                               f"studies.worldtest.methods, not in methods")
-        try:
-            check_rule_family(method, config_family(config))
-        except ValueError as exc:
-            raise ConfigError(f"config key 'methods[{i}]': {exc} (rule_set.family)") from None
         if method == "exact" and config["env"]["L"] > MAX_EXACT_L:
             raise ConfigError(f"config key 'methods[{i}]': the exact optimum enumerates all 2^L tapes and needs "
                               f"env.L <= {MAX_EXACT_L}, but env.L = {config['env']['L']}")
