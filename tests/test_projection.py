@@ -152,6 +152,13 @@ def test_job_costs_from_the_config():
     seconds, _ = job_seconds(DagJob(3, "evaluate_method", {"agent": "random", "split": "main", "H": "64"}), config,
                              model)
     assert seconds == pytest.approx(3.0 + 2 * (2 * 0.05 + 256 * 5 * 2e-4))
+    # a budget study run trains its own budget and is evaluated at its last K checkpoints (budget 0: its one)
+    budget = DagJob(7, "train_budget", {"split": "main", "method": "dqn", "steps": "90000", "seed": "0"})
+    assert job_seconds(budget, config, model) == (pytest.approx(3.0 + 90.0), "train dqn")
+    for steps, checkpoints in (("90000", 2), ("0", 1)):
+        seconds, _ = job_seconds(DagJob(8, "evaluate_budget", {"split": "main", "method": "dqn", "steps": steps,
+                                                                "seed": "0", "H": "32"}), config, model)
+        assert seconds == pytest.approx(3.0 + checkpoints * 2 * 0.1 + checkpoints * 256 * 5 * 1e-3)
     assert job_seconds(DagJob(4, "render_table3"), config, model) == (2.0, "tables and figures")
     assert job_seconds(DagJob(5, "aggregate_seed"), config, model) == (1.0, "other jobs")
 

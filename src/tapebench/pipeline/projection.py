@@ -44,13 +44,13 @@ import numpy as np
 import pandas as pd
 
 from tapebench import jobserver
-from tapebench.pipeline.config import (dumps, fixed_z_train_slice, load_config, split_rule_space, sweep_train_slice,
-                                       train_slice, training_stacking, validate_config)
+from tapebench.pipeline.config import (budget_train_slice, dumps, fixed_z_train_slice, load_config, split_rule_space,
+                                       sweep_train_slice, train_slice, training_stacking, validate_config)
 from tapebench.layout import BLOCK_RULE
 from tapebench.registry import get_method
 from tapebench.rule_family import config_family
 from tapebench.schemas import WORLDTEST_AGGREGATE_COLUMNS
-from tapebench.settings import checkpoints_per_run, worldtest_study
+from tapebench.settings import budget_schedule, checkpoints_per_run, worldtest_study
 from tapebench.splits.io import save_split
 from tapebench.utils.io import write_parquet
 
@@ -59,8 +59,9 @@ SAMPLE_RULES = 16            # evaluation cost is timed on at most this many rul
 # the world test on at most this many (half on each side): a learned model's planner rolls rows out in chunks, so
 # fewer rows than a chunk per side would time a chunk's fixed cost as if it were per rule
 WORLDTEST_SAMPLE_RULES = 64
-TRAIN_RULES = ("train", "train_block", "train_fixed_z", "train_multi_rule", "train_sweep")
-EVAL_RULES = ("evaluate", "evaluate_fixed_z", "evaluate_multi_rule", "evaluate_sweep", "evaluate_noise")
+TRAIN_RULES = ("train", "train_block", "train_fixed_z", "train_multi_rule", "train_sweep", "train_budget")
+EVAL_RULES = ("evaluate", "evaluate_fixed_z", "evaluate_multi_rule", "evaluate_sweep", "evaluate_noise",
+              "evaluate_budget")
 METHOD_EVAL_RULES = ("evaluate_method", "evaluate_noise_method")
 WORLDTEST_RULES = ("worldtest_method", "worldtest_trained")
 ORACLE_RULES = ("mpc_split", "mpc_by_type", "fixed_z_oracle", "oracle_multi_rule")
@@ -503,6 +504,8 @@ def training_job(job: DagJob, config: dict) -> tuple[str, dict] | None:
         return w["agent"], fixed_z_train_slice(config, w["agent"], w["L"], w["H"])
     if rule == "train_sweep":
         return config["diagnostics"]["sweep"]["method"], sweep_train_slice(config, w["value"])
+    if rule == "train_budget":
+        return w["method"], budget_train_slice(config, w["method"], w["steps"])
     if rule in TRAIN_RULES:
         raise ValueError(f"training rule {rule!r} has no config slice in training_job")
     return None
@@ -539,6 +542,9 @@ def evaluation_job(job: DagJob, config: dict) -> tuple[str, int, int, int] | Non
     H = int(w.get("H", config["env"]["H"]))
     if rule in METHOD_EVAL_RULES:
         checkpoints = 1
+    elif rule == "evaluate_budget":   # the last K of the budget's checkpoints (budget 0: its one)
+        checkpoints = min(max(1, checkpoints_per_run(*budget_schedule(config, w["steps"]))),
+                          int(config["evaluation"]["last_k"]))
     else:
         total, every = _schedule(config, rule)
         every_checkpoint = get_method(agent).every_checkpoint and rule != "evaluate_noise"
