@@ -132,7 +132,7 @@ def budget_context(summary: pd.DataFrame, references: pd.DataFrame) -> dict:
 
 def figure_budget(summary: pd.DataFrame, references: pd.DataFrame, stem, *, split: str, H: int) -> list[str]:
     """Success vs training steps (the budgets evenly spaced, as on a log axis that also shows 0: untrained), one line
-    per method with its CI band, the floor and the MPC as horizontal bands; ID and OOD panels sharing y."""
+    per method with its CI bars, the floor and the MPC as horizontal bands; ID and OOD panels sharing y."""
     plt = pyplot()
     methods = list(dict.fromkeys(summary["method"]))
     budgets = sorted(int(b) for b in summary["steps"].unique())
@@ -143,9 +143,9 @@ def figure_budget(summary: pd.DataFrame, references: pd.DataFrame, stem, *, spli
             data = summary[(summary["method"] == method) & (summary["side"] == side)].sort_values("steps")
             style = method_style(i)
             x = [position[int(b)] for b in data["steps"]]
-            ax.plot(x, data["mean"], color=style["color"], linestyle=style["linestyle"],
-                    marker=style["marker"], markersize=3.5, linewidth=1.1, label=display_name(method))
-            ax.fill_between(x, data["ci_low"], data["ci_high"], color=style["color"], alpha=0.15, linewidth=0)
+            ax.errorbar(x, data["mean"], yerr=[data["mean"] - data["ci_low"], data["ci_high"] - data["mean"]],
+                        color=style["color"], linestyle=style["linestyle"], marker=style["marker"], markersize=3.5,
+                        linewidth=1.1, capsize=3, label=display_name(method))
         for role, colour in ((FLOOR, "#777777"), (PLANNER, "#000000")):
             line = references[(references["role"] == role) & (references["side"] == side)]
             if line.empty:
