@@ -17,7 +17,7 @@ from tapebench.utils.artifacts import CorruptArtifact, WrongKind, read_json, rea
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 FOREIGN = {"README.md": "a Markdown text file", "Snakefile": "a Snakemake workflow", "config/config.yaml": "a YAML file"}
 CONFIGS = ["config/config.yaml", "config/grid.yaml", "config/multigoal.yaml", "config/extended.yaml",
-           "tests/data/beside_reference.yaml"]
+           "tests/data/beside_reference.yaml", "config/budget.yaml"]
 
 
 def _commands(F: str, split: str, out) -> list[list[str]]:

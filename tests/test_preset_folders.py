@@ -14,7 +14,7 @@ from tapebench.pipeline.config import load_config, protocol_slice
 
 pytestmark = pytest.mark.xdist_group("tiny_build")   # with the other users of the session's tiny build
 
-MODIFIERS = {"gpu.yaml"}   # presets that change where jobs run, not what they compute: they keep the folder given
+MODIFIERS = {"gpu.yaml", "budget.yaml"}   # layered on another preset (where jobs run, a study added): they keep its folder
 # presets that only add methods to the paper protocol: they share its folder, so they reuse its runs
 PAPER_PROTOCOL_SUPERSETS = {"extended.yaml"}
 PATH = re.compile(r"(?<![\w/.-])((?:results|logs)/[\w./{}=-]+)")

@@ -1,8 +1,8 @@
 """The budget study (docs/protocol.md#budget-study): strict success vs training budget, ID and OOD, per method.
 
 Input: one per-seed table per (method, budget), methods outer and budgets inner (`tapebench aggregate-seed` over the
-last K checkpoints of that budget's runs), the manifests (train.json) of those runs in the same order with seeds
-innermost, and the main study's per-seed tables of its rule-agnostic rows and the true-dynamics MPC for the
+last K checkpoints of that budget's runs), the run folders in the same order with seeds innermost (their train.json
+gives the CPU time), and the main study's per-seed tables of its rule-agnostic rows and the true-dynamics MPC for the
 reference lines: the best rule-agnostic row on OOD rules (the floor a learned policy has to beat without the rule)
 and the MPC (what knowing the rule buys).
 Output: the table (a row per method and budget: success with its bootstrap CI on each side, seeds, CPU-hours of
@@ -10,16 +10,18 @@ training), a summary Parquet, and the figure (success vs steps on a log axis, ID
 """
 from __future__ import annotations
 
-import json
+from pathlib import Path
 
 import pandas as pd
 
 from tapebench import defaults
+from tapebench.layout import MANIFEST_FILE
 from tapebench.registry import registry as method_registry
 from tapebench.report.render import render_table
 from tapebench.report.style import COLUMN_WIDTH, SIDE_LABELS, method_style, pyplot, save_figure
 from tapebench.report.tables import display_name
 from tapebench.stats.aggregate import aggregate_seeds, read_tables
+from tapebench.utils.artifacts import read_json
 from tapebench.utils.io import provenance, write_parquet
 from tapebench.vocabulary import OOD_SIDE, SPLIT_SIDES
 
@@ -37,35 +39,35 @@ def _points(methods, budgets, per_seed) -> list[tuple[str, int, str]]:
     return [(m, b, str(path)) for (m, b), path in zip(((m, b) for m in methods for b in budgets), per_seed)]
 
 
-def cpu_hours(manifests, points: int) -> list[float]:
-    """CPU-hours of training per point: the manifests' cpu_time_s (a seed block's share per seed), `points` equal runs
-    of consecutive manifests."""
-    if points == 0 or len(manifests) % points:
-        raise ValueError(f"give the same number of run manifests for each of the {points} points; got "
-                         f"{len(manifests)}")
-    per_point = len(manifests) // points
+def cpu_hours(runs, points: int) -> list[float]:
+    """CPU-hours of training per point: the cpu_time_s of each run folder's train.json (a seed block's share per
+    seed), `points` equal runs of consecutive folders."""
+    if points == 0 or len(runs) % points:
+        raise ValueError(f"give the same number of run folders for each of the {points} points; got {len(runs)}")
+    per_point = len(runs) // points
     hours = []
     for i in range(points):
         total = 0.0
-        for path in manifests[i * per_point:(i + 1) * per_point]:
-            record = json.loads(open(path).read())
+        for run in runs[i * per_point:(i + 1) * per_point]:
+            record = read_json(Path(run) / MANIFEST_FILE, "training manifest", "tapebench train")
             total += float(record.get("cpu_time_s") or record["wall_time_s"])
         hours.append(total / HOUR)
     return hours
 
 
-def budget_summary(methods, budgets, per_seed, manifests, *, H: int, n_resamples: int = defaults.N_RESAMPLES,
+def budget_summary(methods, budgets, per_seed, runs, *, H: int, n_resamples: int = defaults.N_RESAMPLES,
                    ci: float = defaults.CI, seed: int = 0) -> pd.DataFrame:
     """One row per (method, budget, side): strict success over seeds with its bootstrap CI, and the point's CPU-hours."""
     points = _points(methods, budgets, per_seed)
-    hours = cpu_hours(list(manifests), len(points))
-    rows = []
-    for (method, steps, path), cpu in zip(points, hours):
+    summaries = []
+    for method, steps, path in points:
         table = read_tables([path], "per-seed")
         table = table[(table["agent"] == method) & (table["H"] == int(H))]
         if table.empty:
             raise ValueError(f"{path} has no values of method {method!r} at H = {H}")
-        summary = aggregate_seeds(table, n_resamples=n_resamples, ci=ci, seed=seed)
+        summaries.append(aggregate_seeds(table, n_resamples=n_resamples, ci=ci, seed=seed))
+    rows = []
+    for (method, steps, _), summary, cpu in zip(points, summaries, cpu_hours(list(runs), len(points))):
         for side in SPLIT_SIDES:
             s = summary[(summary["side"] == side) & (summary["metric"] == "success")].iloc[0]
             rows.append({"method": method, "steps": steps, "side": side, "n": int(s["n"]), "mean": float(s["mean"]),

@@ -525,7 +525,8 @@ _BUDGET_OPTIONS = (
     _value("methods", "the study's methods, in order", many=True),
     _value("budgets", "the training budgets in environment steps, in order", int, many=True),
     Option("per_seed", "one per-seed table per method and budget (methods outer, budgets inner)", many=True),
-    Option("runs", "the runs' train.json, per method and budget its seeds (same order)", many=True),
+    _value("runs", "the run folders, per method and budget its seeds (same order); their train.json gives the CPU "
+                   "time", many=True),
     Option("references", "per-seed tables of the main study's rule-agnostic rows and true-dynamics MPC (the best "
                          "rule-agnostic row on OOD rules and the MPC are drawn)", many=True, required=False),
     _value("split", "split name"), _value("H", "evaluation horizon", int), *_STATISTICS)
@@ -536,7 +537,7 @@ def _budget_values(config) -> dict | None:
     if not study["methods"]:
         return None
     split, points = study["split"], [(m, b) for m in study["methods"] for b in study["budgets"]]
-    runs = [layout.manifest(layout.budget_run(split, m, b, s, reuses_main_run=budget_reuses_main_run(config, m, b, s)))
+    runs = [layout.budget_run(split, m, b, s, reuses_main_run=budget_reuses_main_run(config, m, b, s))
             for m, b in points for s in range(study["seeds"])]
     return {"methods": study["methods"], "budgets": study["budgets"],
             "per_seed": [layout.budget_point(split, m, b) for m, b in points], "runs": runs,
