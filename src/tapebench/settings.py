@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+from tapebench import layout
+
 MAX_CHECKPOINTS_PER_RUN = 1000
 
 
@@ -76,3 +78,12 @@ def budget_reuses_main_run(config: dict, method: str, steps: int, seed: int) -> 
     """Whether a budget point's run is the main study's: the same method, budget and seed, run by this config."""
     return (method in config["methods"] and int(steps) == int(config["training"]["total_steps"])
             and int(seed) < int(config["seeds"]))
+
+
+def budget_point_runs(config: dict, method: str, steps: int) -> list[str]:
+    """The run folders of one budget point, one per seed of the study: the main study's run where it is that run
+    (`budget_reuses_main_run`), else the budget study's own."""
+    study = budget_study(config)
+    return [layout.budget_run(study["split"], method, steps, seed,
+                              reuses_main_run=budget_reuses_main_run(config, method, steps, seed))
+            for seed in range(study["seeds"])]

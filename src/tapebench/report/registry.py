@@ -23,7 +23,7 @@ from tapebench.registry import registry as method_registry
 from tapebench import defaults
 from tapebench.report.output import FIGURE, TABLE, Job, Option, Output, elementary_only, grid_only
 from tapebench.rule_family import config_family
-from tapebench.settings import (budget_reuses_main_run, budget_study, fewshot_study, noise_study, sweep_runs,
+from tapebench.settings import (budget_point_runs, budget_study, fewshot_study, noise_study, sweep_runs,
                                 worldtest_study)
 from tapebench.stats.protocols import protocols
 from tapebench.vocabulary import GOAL_MODES, SPLIT_SIDES, ZEROS_GOAL
@@ -537,8 +537,7 @@ def _budget_values(config) -> dict | None:
     if not study["methods"]:
         return None
     split, points = study["split"], [(m, b) for m in study["methods"] for b in study["budgets"]]
-    runs = [layout.budget_run(split, m, b, s, reuses_main_run=budget_reuses_main_run(config, m, b, s))
-            for m, b in points for s in range(study["seeds"])]
+    runs = [run for m, b in points for run in budget_point_runs(config, m, b)]
     return {"methods": study["methods"], "budgets": study["budgets"],
             "per_seed": [layout.budget_point(split, m, b) for m, b in points], "runs": runs,
             "references": [layout.per_seed(split, m, study["H"]) for m in config["methods"]

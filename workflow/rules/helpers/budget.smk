@@ -1,9 +1,8 @@
 # The budget study's helpers (budget.smk): a run per method, budget and seed; the main budget reuses the main runs.
 from tapebench.pipeline.config import budget_train_slice, last_checkpoints_eval_slice
-from tapebench.settings import budget_reuses_main_run, budget_study
+from tapebench.settings import budget_point_runs, budget_study
 
 BUDGET = budget_study(config)
-BUDGET_SEEDS = list(range(BUDGET["seeds"]))
 
 
 def budget_train_params(wildcards):
@@ -17,15 +16,6 @@ def budget_eval_params(wildcards):
 def budget_episode_files(wildcards):
     """The evaluation records of every seed of a budget point, at the study's horizon."""
     return [
-        layout.evaluation(
-            layout.budget_run(
-                wildcards.split,
-                wildcards.method,
-                wildcards.steps,
-                seed,
-                reuses_main_run=budget_reuses_main_run(config, wildcards.method, wildcards.steps, seed),
-            ),
-            BUDGET["H"],
-        )
-        for seed in BUDGET_SEEDS
+        layout.evaluation(run, BUDGET["H"])
+        for run in budget_point_runs(config, wildcards.method, wildcards.steps)
     ]
