@@ -176,3 +176,28 @@ def test_the_context_policy_reads_the_goal_as_a_channel_beside_its_context_chann
         assert torch.allclose(network.actor(rolled), network.actor(obs).roll(3, 1), atol=1e-5)
         assert torch.allclose(network.value(rolled), network.value(obs), atol=1e-5)
         assert not torch.allclose(network.actor(augmented(tape, 1 - goal, context)), network.actor(obs))
+
+
+@pytest.mark.slow
+def test_context_ppo_learns_from_its_initialisation_to_read_the_episode_and_beats_the_floor_on_unseen_rules(tmp_path):
+    """PPO (context) without the lookahead path (`lookahead_gain: 0`, so its initialisation plays near random) and
+    with gamma 0.5 (docs/methods/ppo_context.md#learned-from-its-initialisation), trained on derived goals of six rules
+    (L = H = 8, K = 4; ~10 CPU-s), plays six other rules above the rule-agnostic floor and above the same network
+    untrained (budget 0): the gain is learned and it transfers to rules never trained on. (Measured: untrained 0.06
+    and 0.09 for seeds 0 and 1, trained 0.80 and 0.82; live_random 0.15, MPC 1.0.)"""
+    train_rules, test_rules = (30, 90, 110, 150, 45, 60), [18, 54, 73, 105, 122, 126]
+    hyper = {**FAST_EQUIVARIANT, "lookahead_gain": 0.0, "gamma": 0.5}
+
+    def success(total_steps):
+        run = TrainSpec(agent="ppo_context", rules=train_rules, seed=0, L=8, H=8, total_steps=total_steps,
+                        eval_every=max(1, total_steps), hyperparameters=hyper, goal="derived", goal_steps=4)
+        train(run, tmp_path / f"steps{total_steps}", quiet=True)
+        records, _ = evaluate_run(tmp_path / f"steps{total_steps}", 8, rules=test_rules, episodes_per_rule=50,
+                                  eval_seed=3, goal_mode="derived", goal_steps=4)
+        return records["success"].mean()
+
+    sides = side_protocols(L=8, H=8, episodes_per_rule=50, eval_seed=3, rules=test_rules, goal_mode="derived",
+                           goal_steps=4)
+    floor = evaluate_untrained("live_random", {}, 0, sides)[0]["success"].mean()
+    untrained, trained = success(0), success(6_144)
+    assert trained >= floor + 0.4 and trained >= untrained + 0.4, (floor, untrained, trained)
