@@ -127,6 +127,12 @@ def test_every_relative_link_points_at_an_existing_file_and_anchor():
     assert broken == []
 
 
+def test_every_preset_has_its_row_in_the_config_readme():
+    table = (REPO / "config" / "README.md").read_text()
+    presets = sorted(p.name for p in (REPO / "config").glob("*.yaml"))
+    assert [name for name in presets if f"\n| `{name}` |" not in table] == []
+
+
 def test_no_tracked_file_points_outside_the_clone():
     """A user's clone has nothing beside it: no file may name the folder next to the repository."""
     if not (REPO / ".git").exists():
