@@ -15,7 +15,4 @@ def budget_eval_params(wildcards):
 
 def budget_episode_files(wildcards):
     """The evaluation records of every seed of a budget point, at the study's horizon."""
-    return [
-        layout.evaluation(run, BUDGET["H"])
-        for run in budget_point_runs(config, wildcards.method, wildcards.steps)
-    ]
+    return [layout.evaluation(run, BUDGET["H"]) for run in budget_point_runs(config, wildcards.method, wildcards.steps)]
