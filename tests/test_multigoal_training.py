@@ -181,8 +181,8 @@ def test_the_context_policy_reads_the_goal_as_a_channel_beside_its_context_chann
 @pytest.mark.slow
 def test_context_ppo_learns_from_its_initialisation_to_read_the_episode_and_beats_the_floor_on_unseen_rules(tmp_path):
     """PPO (context) without the lookahead path (`lookahead_gain: 0`, so its initialisation plays near random) and
-    with gamma 0.5 (docs/methods/ppo_context.md, "Learned from its initialisation"), trained on derived goals of six rules
-    (L = H = 8, K = 4; ~10 CPU-s), plays six other rules above the rule-agnostic floor and above the same network
+    with gamma 0.5 (docs/methods/ppo_context.md, "Learned from its initialisation"), trained on derived goals of six
+    rules (L = H = 8, K = 4; ~10 CPU-s), plays six other rules above the rule-agnostic floor and above the same network
     untrained (budget 0): the gain is learned and it transfers to rules never trained on. (Measured: untrained 0.06
     and 0.09 for seeds 0 and 1, trained 0.80 and 0.82; live_random 0.15, MPC 1.0.)"""
     train_rules, test_rules = (30, 90, 110, 150, 45, 60), [18, 54, 73, 105, 122, 126]
