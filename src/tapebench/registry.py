@@ -338,9 +338,10 @@ def _builtin() -> list[Method]:
               summary="PPO with shift-equivariant actor and critic: cell a's logit from cell a, the value pooled "
                       "over cells"),
         agent("ppo_context", "PPO (context)", "actor_critic", "ppo_context", fixed=("network",), any_rule_family=True,
-              every_checkpoint=False, goal_conditioned=True,
+              every_checkpoint=False, goal_conditioned=True, supports_grid=True,
               summary="PPO (equivariant) with what the episode so far shows of the rule (the next values of each "
-                      "cell's window and of the windows its flip changes) as extra channels of every cell"),
+                      "cell's window, or on grids its (state, live-neighbour count), and of those its flip changes) "
+                      "as extra channels of every cell"),
         agent("rainbow", "Rainbow", "value_based", "rainbow", goal_conditioned=True, supports_grid=True),
         agent("ppo_dr", "PPO + DR", "actor_critic", "ppo_dr", goal_conditioned=True),
         agent("rad_dqn", "DQN + RAD", "augmentation", "rad_dqn", goal_conditioned=True, supports_grid=True),

@@ -58,13 +58,19 @@ def increment(tapes: torch.Tensor, actions: torch.Tensor, k: int) -> torch.Tenso
 def context_counts(posts: torch.Tensor, nexts: torch.Tensor, k: int, r: int, valid=None) -> torch.Tensor:
     """(N, k^(2r+1), k) float: the soft table of N contexts. posts / nexts (N, T, L) post-action tapes and their
     successors; `valid` (N, T) bool keeps only the transitions it marks (default: all)."""
-    n, T, L = posts.shape
-    entries = k ** (2 * r + 1)
-    slot = windows(posts, k, r) * k + nexts.long()                          # (N, T, L)
-    weight = torch.ones(slot.shape, dtype=torch.float32, device=posts.device)
+    return entry_counts(windows(posts, k, r), nexts, k ** (2 * r + 1), k, valid)
+
+
+def entry_counts(index: torch.Tensor, nexts: torch.Tensor, entries: int, k: int, valid=None) -> torch.Tensor:
+    """(N, entries, k) float: the soft table of N contexts keyed by any rule entry. index (N, T, L) long the entry
+    each cell of each transition's post-action tape is read at (its window, or on the grid its (state,
+    live-neighbour count)), nexts (N, T, L) the cells' next values; `valid` (N, T) bool as `context_counts`."""
+    n, T, L = index.shape
+    slot = index * k + nexts.long()                                          # (N, T, L)
+    weight = torch.ones(slot.shape, dtype=torch.float32, device=index.device)
     if valid is not None:
         weight = weight * valid.to(weight.device).float().unsqueeze(-1)
-    counts = torch.zeros(n, entries * k, dtype=torch.float32, device=posts.device)
+    counts = torch.zeros(n, entries * k, dtype=torch.float32, device=index.device)
     counts.scatter_add_(1, slot.reshape(n, T * L), weight.reshape(n, T * L))
     return counts.view(n, entries, k)
 

@@ -28,9 +28,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from tapebench.grid_rules import MOORE_NAME, GridFamily
 from tapebench.methods import equivariant
 from tapebench.methods.common import adam
-from tapebench.methods.context_model import context_counts, increment, windows
+from tapebench.methods.context_model import entry_counts, increment, windows
 from tapebench.methods.ppo import ActorCritic, EquivariantConfig, PPOAgent, Rollout, equivariant_network
 from tapebench.rule_family import RuleFamily
 
@@ -41,6 +42,9 @@ class Config(EquivariantConfig):
     """k of the rule family the context is read in (cells 0..k-1); must be the split's family (2: elementary)"""
     radius: int = 1
     """r of the rule family the context is read in (windows of 2r + 1 cells); must be the split's family"""
+    neighbourhood: str = MOORE_NAME
+    """on the 2D grid family only: the neighbourhood the context is read in ('moore' or 'von_neumann'; a cell's
+    entry is its state and live-neighbour count); must be the split's family"""
     lookahead: int = 2
     """rule steps of the context table's lookahead channels (docs/methods/ppo_context.md): 0 none, 1 the value of
     acting on the cell one rule step ahead, 2 that and the value of acting on it, then on the best cell, two steps
@@ -53,6 +57,10 @@ class Config(EquivariantConfig):
     def check(self) -> None:
         super().check()
         RuleFamily(self.colours, self.radius)
+        try:
+            GridFamily(self.neighbourhood)
+        except ValueError as error:
+            raise ValueError(f"PPO (context) hyperparameter {error}") from None
         if self.network != "equivariant":
             raise ValueError(f"PPO (context) hyperparameter network must be 'equivariant', got {self.network!r}")
         if isinstance(self.lookahead, bool) or self.lookahead not in LOOKAHEADS:
@@ -96,8 +104,14 @@ def cell_features(tapes: torch.Tensor, counts: torch.Tensor, k: int, r: int) -> 
     delta = (tapes.long() + 1) % k - tapes.long()                             # the increment's change at a
     looked = [index] + [torch.roll(index, -j, dims=1) + delta * k ** (r + j) for j in range(-r, r + 1)]
     rows = torch.stack(looked, dim=1)                                         # (N, 2r+2, L)
+    return looked_up(features, rows)
+
+
+def looked_up(features: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """(N, E, k) per-entry features, (N, W, L) entries -> (N, W·k, L): the k features of each looked-up entry."""
     n, w, L = rows.shape
-    picked = features.gather(1, rows.reshape(n, w * L, 1).expand(-1, -1, k))  # (N, (2r+2)·L, k)
+    k = features.shape[-1]
+    picked = features.gather(1, rows.reshape(n, w * L, 1).expand(-1, -1, k))  # (N, W·L, k)
     return picked.view(n, w, L, k).permute(0, 1, 3, 2).reshape(n, w * k, L)
 
 
@@ -162,6 +176,112 @@ def lookahead_values(tapes: torch.Tensor, goals: torch.Tensor, table: torch.Tens
     return torch.stack([v1, v1 + (1 - reached1) * best], dim=1)
 
 
+class TapeCells:
+    """Where the context is read on tapes: a cell's rule entry is its window of 2r + 1 cells (`RuleFamily`)."""
+
+    def __init__(self, family: RuleFamily):
+        self.family, self.k, self.entries = family, family.k, family.neighbourhoods
+
+    def channels(self, lookahead: int) -> int:
+        return feature_channels(self.family, lookahead)
+
+    def matches(self, family) -> bool:
+        return isinstance(family, RuleFamily) and (family.k, family.r) == (self.family.k, self.family.r)
+
+    def describe(self) -> str:
+        return f"k = {self.family.k}, r = {self.family.r} (hyperparameters colours, radius)"
+
+    def index(self, tapes: torch.Tensor) -> torch.Tensor:
+        return windows(tapes, self.family.k, self.family.r)
+
+    def features(self, tapes: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        return cell_features(tapes, counts, self.family.k, self.family.r)
+
+    def lookahead(self, tapes: torch.Tensor, goals: torch.Tensor, table: torch.Tensor, steps: int) -> torch.Tensor:
+        L = tapes.shape[1]
+        rows = max(1, LOOKAHEAD_ENTRIES // (L * L * self.family.neighbourhoods))
+        values = [lookahead_values(tapes[i:i + rows], goals[i:i + rows], table[i:i + rows], self.family.r, steps)
+                  for i in range(0, len(tapes), rows)]
+        return torch.cat(values) if values else torch.zeros(0, steps, L, device=tapes.device)
+
+
+class GridCells:
+    """Where the context is read on the 2D grid family (an n x n torus, cells row-major): a cell's rule entry is
+    (state, live-neighbour count), index state·(m + 1) + count, as `GridFamily` numbers the rule table. Flipping
+    cell a changes a's entry (its state) and each neighbour's (its count by ±1), so cell a gets 2·(m + 2) channels
+    (20 for Moore): its own entry, then a's and its m neighbours' entries after the flip. The lookahead is one rule
+    step (`lookahead_values`' v1, computed from the m + 1 cells the flip changes). Rolling the grid by (dy, dx)
+    rolls every channel the same way."""
+
+    k = 2
+
+    def __init__(self, family: GridFamily, n: int):
+        self.family, self.n = family, n
+        self.m = family.neighbours
+        self.entries = 2 * (self.m + 1)
+        self.offsets = ((0, 0),) + family.offsets     # the cells a flip of cell a changes: a, then its neighbours
+
+    def channels(self, lookahead: int) -> int:
+        return self.k * (self.m + 2) + lookahead
+
+    def matches(self, family) -> bool:
+        return family == self.family
+
+    def describe(self) -> str:
+        return f"the {self.family.name_in_text} neighbourhood (hyperparameter neighbourhood)"
+
+    def at(self, x: torch.Tensor, offset) -> torch.Tensor:
+        """(..., L) -> (..., L): entry a is x's value at cell a + offset on the torus."""
+        dr, dc = offset
+        return torch.roll(x.unflatten(-1, (self.n, self.n)), shifts=(-dr, -dc), dims=(-2, -1)).flatten(-2)
+
+    def index(self, tapes: torch.Tensor) -> torch.Tensor:
+        tapes = tapes.long()
+        return tapes * (self.m + 1) + sum(self.at(tapes, offset) for offset in self.family.offsets)
+
+    def flipped(self, tapes: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """(N, m + 1, L): the entry of cell a + offset once cell a is flipped, for each offset of `offsets`."""
+        delta = 1 - 2 * tapes.long()
+        return torch.stack([index + delta * (self.m + 1)]
+                           + [self.at(index, offset) + delta for offset in self.family.offsets], dim=1)
+
+    def features(self, tapes: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        index = self.index(tapes)
+        rows = torch.cat([index[:, None], self.flipped(tapes, index)], dim=1)          # (N, m + 2, L)
+        return looked_up(window_features(counts), rows)
+
+    def lookahead(self, tapes: torch.Tensor, goals: torch.Tensor, table: torch.Tensor, steps: int) -> torch.Tensor:
+        """(N, 1, L) v1 of `lookahead_values` (one rule step; cells independent given their entries)."""
+        if steps != 1:
+            raise ValueError(f"PPO (context) on the grid family looks one rule step ahead (hyperparameter lookahead "
+                             f"0 or 1), got lookahead = {steps}")
+        L = tapes.shape[1]
+        table, goals = table.double(), goals.long()
+
+        def hit(index, goal):                    # P(the cell's next value = the goal's) for (N, ..., L) entries
+            rows = table.gather(1, index.flatten(1).unsqueeze(-1).expand(-1, -1, self.k)).view(*index.shape, self.k)
+            return rows.gather(-1, goal.unsqueeze(-1)).squeeze(-1)
+
+        index = self.index(tapes)
+        base = hit(index, goals)                                                       # no flip near the cell
+        changed = hit(self.flipped(tapes, index), torch.stack([self.at(goals, o) for o in self.offsets], dim=1))
+        before = torch.stack([self.at(base, o) for o in self.offsets], dim=1)           # those cells, no flip
+        log = lambda p: torch.log(p.clamp_min(1e-30))                                   # noqa: E731
+        misses = (1 - base).sum(-1, keepdim=True) - (1 - before).sum(1) + (1 - changed).sum(1)
+        reached = (log(base).sum(-1, keepdim=True) - log(before).sum(1) + log(changed).sum(1)).exp()
+        return (-misses / L + reached).float()[:, None]
+
+
+def context_cells(config: Config, env_spec):
+    """The reader's geometry for this environment: `GridCells` on the grid family, else `TapeCells`."""
+    if env_spec.grid is None:
+        return TapeCells(RuleFamily(config.colours, config.radius))
+    if config.lookahead > 1:
+        raise ValueError(f"PPO (context) on the grid family looks one rule step ahead: set its hyperparameter "
+                         f"lookahead to 0 or 1 (got {config.lookahead})")
+    return GridCells(GridFamily(config.neighbourhood), env_spec.grid)
+
+
 class ContextNetwork(nn.Module):
     """The equivariant trunk on per-cell inputs [cell, (goal's cell,) t/H, context channels] and a per-cell head (the
     actor: cell a's logit from cell a's features) or a pooled head (the critic), tanh and orthogonal init as PPO's.
@@ -200,15 +320,15 @@ class ContextActorCritic(ActorCritic):
 class ContextReader:
     """Per-row contexts (counts) and the augmented observations they give."""
 
-    def __init__(self, family: RuleFamily, L: int, rows: int, device: torch.device, lookahead: int):
-        self.family, self.L, self.device, self.lookahead = family, L, device, lookahead
-        self.counts = torch.zeros(rows, family.neighbourhoods, family.k, device=device)
+    def __init__(self, cells, L: int, rows: int, device: torch.device, lookahead: int):
+        self.cells, self.L, self.device, self.lookahead = cells, L, device, lookahead
+        self.counts = torch.zeros(rows, cells.entries, cells.k, device=device)
         self.fixed_goals = None   # (rows, L) the episodes' goals where the observation does not show them
 
     def tapes(self, obs: torch.Tensor) -> torch.Tensor:
         tapes = obs[:, :self.L].to(self.device).round().long()
-        if len(tapes) and (tapes.min() < 0 or tapes.max() >= self.family.k):
-            raise ValueError(f"PPO (context) reads k = {self.family.k} colours (hyperparameter colours) but the tape "
+        if len(tapes) and (tapes.min() < 0 or tapes.max() >= self.cells.k):
+            raise ValueError(f"PPO (context) reads k = {self.cells.k} colours (hyperparameter colours) but the tape "
                              f"holds values up to {int(tapes.max())}; set agents.ppo_context.colours to the split's "
                              f"family")
         return tapes
@@ -227,30 +347,25 @@ class ContextReader:
         """[observation, the context channels of every cell (flattened)]."""
         counts = self.counts if counts is None else counts
         tapes = self.tapes(obs)
-        channels = [cell_features(tapes, counts, self.family.k, self.family.r)]
+        channels = [self.cells.features(tapes, counts)]
         if self.lookahead:
-            goals, table = self.goals(obs), table_probabilities(counts)
-            rows = max(1, LOOKAHEAD_ENTRIES // (self.L * self.L * self.family.neighbourhoods))
-            values = [lookahead_values(tapes[i:i + rows], goals[i:i + rows], table[i:i + rows], self.family.r,
-                                       self.lookahead) for i in range(0, len(tapes), rows)]
-            channels.append(torch.cat(values) if values else torch.zeros(0, self.lookahead, self.L, device=self.device))
+            channels.append(self.cells.lookahead(tapes, self.goals(obs), table_probabilities(counts), self.lookahead))
         return torch.cat([obs.to(self.device), torch.cat(channels, dim=1).flatten(1)], dim=-1)
 
     def after(self, obs, actions, next_obs, rows=None) -> torch.Tensor:
         """The counts with each row's transition added (only `rows`, (N,) bool, when given)."""
-        k, r = self.family.k, self.family.r
+        k = self.cells.k
         post = increment(self.tapes(obs), actions.to(self.device), k)
         valid = None if rows is None else rows.to(self.device)[:, None]
-        return self.counts + context_counts(post[:, None], self.tapes(next_obs)[:, None], k, r, valid)
+        return self.counts + entry_counts(self.cells.index(post[:, None]), self.tapes(next_obs)[:, None],
+                                          self.cells.entries, k, valid)
 
 
 class PPOContextAgent(PPOAgent):
     def __init__(self, config: Config, env_spec, total_steps: int, device):
-        if env_spec.grid is not None:
-            raise ValueError("PPO (context) reads 1D tapes (windows of 2r + 1 cells), not the 2D grid family")
         self.config, self.device = config, torch.device(device)
-        self.family = RuleFamily(config.colours, config.radius)
-        channels = feature_channels(self.family, config.lookahead)
+        self.cells = context_cells(config, env_spec)
+        channels = self.cells.channels(config.lookahead)
         extra = channels * env_spec.L
         self.network = ContextActorCritic(config, env_spec, channels).to(self.device)
         self.optimizer = adam(self.network.parameters(), lr=config.learning_rate, eps=1e-5)
@@ -259,7 +374,7 @@ class PPOContextAgent(PPOAgent):
         self.updates_done = 0
         self._pending = None
         self._augmented = None   # act()'s augmented observation, which observe() stores
-        self.context = ContextReader(self.family, env_spec.L, config.num_envs, self.device, config.lookahead)
+        self.context = ContextReader(self.cells, env_spec.L, config.num_envs, self.device, config.lookahead)
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor, greedy: bool = False) -> torch.Tensor:
@@ -279,7 +394,7 @@ class PPOContextAgent(PPOAgent):
         self.context.counts = following
 
     def evaluation_policy(self) -> "ContextPolicy":
-        return ContextPolicy(self.network.actor, self.family, self.device, self.config.lookahead)
+        return ContextPolicy(self.network.actor, self.cells, self.device, self.config.lookahead)
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "counts": self.context.counts.cpu().clone()}
@@ -292,16 +407,15 @@ class PPOContextAgent(PPOAgent):
 class ContextPolicy:
     """The greedy actor on [observation, the episode's rule features] (an EvalPolicy)."""
 
-    def __init__(self, actor: nn.Module, family: RuleFamily, device, lookahead: int):
-        self.actor, self.family, self.device, self.lookahead = actor, family, torch.device(device), lookahead
+    def __init__(self, actor: nn.Module, cells, device, lookahead: int):
+        self.actor, self.cells, self.device, self.lookahead = actor, cells, torch.device(device), lookahead
 
     def begin(self, batch) -> None:
         family = batch.family or RuleFamily()
-        if not isinstance(family, RuleFamily) or (family.k, family.r) != (self.family.k, self.family.r):
+        if not self.cells.matches(family):
             what = family.describe() if hasattr(family, "describe") else repr(family)
-            raise ValueError(f"PPO (context) evaluation: the context is read in k = {self.family.k}, r = "
-                             f"{self.family.r} (hyperparameters colours, radius), not {what}")
-        self.context = ContextReader(self.family, batch.L, len(batch), self.device, self.lookahead)
+            raise ValueError(f"PPO (context) evaluation: the context is read in {self.cells.describe()}, not {what}")
+        self.context = ContextReader(self.cells, batch.L, len(batch), self.device, self.lookahead)
         self.context.fixed_goals = torch.as_tensor(np.array(batch.row_goals()), dtype=torch.long, device=self.device)
         self.active = torch.ones(len(batch), dtype=torch.bool, device=self.device)
 
