@@ -8,11 +8,15 @@ import pytest
 import torch
 
 from tapebench.ca import grid_torch
+from tapebench.evaluation.evaluate import evaluate_untrained, side_protocols
+from tapebench.evaluation.trained_runs import evaluate_run
 from tapebench.grid_rules import MOORE, VON_NEUMANN
 from tapebench.methods.context_model import entry_counts, increment
 from tapebench.methods.contract import EnvSpec, EpisodeBatch
 from tapebench.methods.ppo_context import GridCells, table_probabilities
 from tapebench.registry import build_config, make_agent
+from tapebench.rule_family import family_from_config
+from tapebench.training.loop import TrainSpec, train
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -122,3 +126,32 @@ def test_grid_limits_are_checked_before_training():
         policy.begin(EpisodeBatch(L=N_SIDE ** 2, H=8, keys=np.arange(2, dtype=np.uint64),
                                   goal=np.zeros(N_SIDE ** 2, np.uint8), success_bonus=1.0,
                                   device=torch.device("cpu"), family=VON_NEUMANN))
+
+
+@pytest.mark.slow
+def test_trained_on_six_grid_rules_it_beats_the_floor_and_itself_untrained_on_six_others(tmp_path):
+    """On a 4 x 4 Moore torus (H = 8, the all-zero goal), PPO (context) with config/grid.yaml's settings (one-step
+    lookahead channels, no lookahead path, gamma 0.5) trained 6,144 steps on six rules plays six other rules above the
+    rule-agnostic floor and above the same network untrained: the gain is learned and transfers (~10 CPU-s).
+    (Measured, seeds 0 / 1 / 2: untrained 0.58 / 0.65 / 0.69, trained 0.92 / 0.95 / 0.95; flip a random live cell
+    0.72, flip the leftmost 0.69, random 0.58.)"""
+    family = {"neighbourhood": "moore"}
+    train_rules = [MOORE.rule(r).id for r in ("B3/S23", "B36/S23", "B3/S12", "B2/S2", "B3/S234", "B34/S12")]
+    test_rules = [MOORE.rule(r).id for r in ("B3/S2", "B36/S2", "B3/S13", "B23/S3", "B3/S123", "B34/S2")]
+    hyper = {"num_envs": 16, "num_steps": 16, "num_minibatches": 4, "update_epochs": 4, "conv_channels": 16,
+             "conv_layers": 2, "learning_rate": 1e-3, "anneal_lr": False, "lookahead": 1, "lookahead_gain": 0.0,
+             "gamma": 0.5}
+
+    def success(total_steps):
+        run = TrainSpec(agent="ppo_context", rules=tuple(train_rules), seed=0, L=16, H=8, total_steps=total_steps,
+                        eval_every=max(1, total_steps), hyperparameters=hyper, family=family)
+        train(run, tmp_path / f"steps{total_steps}", quiet=True)
+        records, _ = evaluate_run(tmp_path / f"steps{total_steps}", 8, rules=test_rules, episodes_per_rule=50,
+                                  eval_seed=3)
+        return records["success"].mean()
+
+    sides = side_protocols(L=16, H=8, episodes_per_rule=50, eval_seed=3, rules=test_rules,
+                           family=family_from_config(family))
+    floor = max(evaluate_untrained(m, {}, 0, sides)[0]["success"].mean() for m in ("live_random", "live_leftmost"))
+    untrained, trained = success(0), success(6_144)
+    assert trained >= floor + 0.15 and trained >= untrained + 0.2, (floor, untrained, trained)
