@@ -172,6 +172,8 @@ GRID_TINY = {
     "pearl_dqn_equivariant": {"num_envs": 2, "encoder_hidden_size": 8, "target_update_frequency": 64, **REPLAY,
                               **SMALL_TRUNK},
     "rl2_a2c": {"num_envs": 4, "num_steps": 16, "hidden_size": 16},
+    "ppo_context": {"num_envs": 4, "num_steps": 16, "num_minibatches": 2, "update_epochs": 1, **SMALL_TRUNK,
+                    "neighbourhood": "von_neumann", "lookahead": 1, "lookahead_gain": 0.0},
     "dreamer": {"num_envs": 4, **LATENT, "imagination_horizon": 3, "imagination_starts": 8},
     "dreamer_large": {"num_envs": 4, **LATENT, "imagination_horizon": 3, "imagination_starts": 8, "train_ratio": 16},
     "planet": {"num_envs": 4, **LATENT, "candidates": 8, "plan_horizon": 2, "elites": 2},
