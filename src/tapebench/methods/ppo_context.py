@@ -251,10 +251,8 @@ class GridCells:
         return looked_up(window_features(counts), rows)
 
     def lookahead(self, tapes: torch.Tensor, goals: torch.Tensor, table: torch.Tensor, steps: int) -> torch.Tensor:
-        """(N, 1, L) v1 of `lookahead_values` (one rule step; cells independent given their entries)."""
-        if steps != 1:
-            raise ValueError(f"PPO (context) on the grid family looks one rule step ahead (hyperparameter lookahead "
-                             f"0 or 1), got lookahead = {steps}")
+        """(N, 1, L) v1 of `lookahead_values` (one rule step, the only one `context_cells` allows on grids; cells
+        independent given their entries)."""
         L = tapes.shape[1]
         table, goals = table.double(), goals.long()
 
