@@ -235,6 +235,24 @@ def test_the_reproduction_report_holds_every_paper_cell_with_a_verdict():
     assert (held.loc[held["verdict"] == DIFFERS, "why"] != "").all()
 
 
+def test_the_verdict_line_names_the_methods_a_partial_set_lacks(tmp_path):
+    # the shipped set answers every paper cell; without one of its methods the report says which cells wait for it
+    from tapebench.report.reproduction import readme_results, reproduction_markdown
+
+    full = reproduction_markdown(SET, SHIPPED)
+    assert "**Verdict**: all 132 paper cells answered: " in full and "wait for" not in full
+    assert "of the 132 numbers of its Tables 1-4 and Section 6.2, all are answered;" in readme_results(SET, SHIPPED)
+    shutil.copytree(SHIPPED / SET, tmp_path / SET)
+    manifest_path = tmp_path / SET / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    del manifest["methods"]["ppo"]
+    manifest_path.write_text(json.dumps(manifest))
+    partial = reproduction_markdown(SET, tmp_path)
+    assert "**Verdict so far**: 114 of 132 paper cells answered: " in partial
+    assert "; 18 wait for methods not yet in the set (ppo)." in partial
+    assert "114 are answered so far;" in readme_results(SET, tmp_path)
+
+
 def test_verdicts_follow_the_paper_interval_rounded():
     from tapebench.report.reproduction import DIFFERS, INSIDE, OVERLAP, VALUE_IN_OURS, _verdict
 

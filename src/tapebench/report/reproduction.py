@@ -138,7 +138,8 @@ def reproduction_markdown(name: str, root) -> str:
         "gives no CI), *differs*; the paper's values are widened by half a unit of their last digit, as they are "
         "rounded. The cause of each difference is below the tables.",
         "",
-        f"**Verdict so far**: {len(present)} of {len(frame)} paper cells answered: "
+        (f"**Verdict so far**: {len(present)} of {len(frame)} paper cells answered: " if len(present) < len(frame)
+         else f"**Verdict**: all {len(frame)} paper cells answered: ")
         + ", ".join(f"{counts.get(v, 0)} {v}" for v in (INSIDE, OVERLAP, VALUE_IN_OURS, DIFFERS))
         + (f"; {len(frame) - len(present)} wait for methods not yet in the set "
            f"({', '.join(sorted(set(frame.loc[frame['verdict'] == MISSING, 'method'])))})." if len(present) < len(frame)
@@ -199,7 +200,9 @@ def readme_results(name: str, root) -> str:
                      f"{cell(agent, 'test', 'success', 3)} | "
                      f"{cell(agent, 'test', 'on_success', 1)} |")
     lines += ["", f"**Against the paper** ([docs/reproduction.md](docs/reproduction.md)): of the {len(frame)} numbers of "
-              f"its Tables 1-4 and Section 6.2, {len(present)} are answered so far; {agreeing} agree (inside its CI, "
+              f"its Tables 1-4 and Section 6.2, "
+              + (f"{len(present)} are answered so far" if len(present) < len(frame) else "all are answered")
+              + f"; {agreeing} agree (inside its CI, "
               f"CIs overlapping, or its value inside ours) and {counts.get(DIFFERS, 0)} differ, each with its cause.",
               README_END]
     return "\n".join(lines)
