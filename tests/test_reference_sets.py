@@ -206,6 +206,22 @@ def test_drift_methods_that_do_not_train_equal_the_shipped_records(tmp_path):
             assert text.startswith("identical"), f"{method} seed {seed}: {text}"
 
 
+def test_the_reproduce_preset_of_every_shipped_method_is_a_valid_config(tmp_path):
+    # `tapebench reference reproduce` puts this preset on config/config.yaml; a method the world test reuses
+    # (DreamerV3) used to be refused there, its one seed fewer than the world test's
+    from tapebench.commands.reference import reproduce_preset
+    from tapebench.pipeline.config import merge_config
+
+    manifest = reference_sets.read_manifest(SET, SHIPPED)
+    for method, entry in manifest["methods"].items():
+        config = load_config([], root=REPO)
+        merge_config(config, json.loads(json.dumps(reproduce_preset(manifest, method, "results/rerun"))))
+        validated = validate_config(config, SCHEMA, note=lambda _: None)
+        assert validated["methods"] == [method] and validated["seeds"] == len(manifest["seeds"])
+        assert validated["agents"][method] == entry["hyperparameters"]
+        assert protocol_slice(validated) == manifest["protocol"], method
+
+
 # --- the reproduction report --------------------------------------------------------------------------------------
 def test_docs_reproduction_is_generated_from_the_shipped_set():
     from tapebench.report.reproduction import reproduction_markdown

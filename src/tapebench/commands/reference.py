@@ -321,6 +321,15 @@ def _pack(args) -> int:
 # reproduce one cell
 
 
+def reproduce_preset(manifest: dict, method: str, results_dir: str) -> dict:
+    """The preset `reproduce` puts on top of config/config.yaml: the method alone with the set's hyperparameters, one
+    seed per training job, its own results folder. `seeds` stays the set's: only the rerun seed's targets are built,
+    and a study that reuses the main runs (the world test) still finds the seeds it is validated for."""
+    return {"reference_set": None, "methods": [method], "seeds": max(manifest["seeds"]) + 1,
+            "agents": {method: manifest["methods"][method]["hyperparameters"]},
+            "training": {"seeds_per_job": 1}, "results_dir": results_dir}
+
+
 def _reproduce(args) -> int:
     # lazy: a command loads only the modules it runs
     import shutil
@@ -353,9 +362,7 @@ def _reproduce(args) -> int:
                for H in horizons]
     preset = Path(args.work) / f"{cell}.yaml"
     preset.parent.mkdir(parents=True, exist_ok=True)
-    preset.write_text(json.dumps({"reference_set": None, "methods": [args.method], "seeds": args.seed + 1,
-                                  "agents": {args.method: entry["hyperparameters"]},
-                                  "training": {"seeds_per_job": 1}, "results_dir": folder}))
+    preset.write_text(json.dumps(reproduce_preset(manifest, args.method, folder)))
     command = ["snakemake", *targets, "--cores", str(args.cores), "--configfile", "config/config.yaml",
                *args.configfile, str(preset)]
     print("rerun: " + " ".join(command), flush=True)
