@@ -206,7 +206,7 @@ def test_drift_methods_that_do_not_train_equal_the_shipped_records(tmp_path):
             assert text.startswith("identical"), f"{method} seed {seed}: {text}"
 
 
-def test_the_reproduce_preset_of_every_shipped_method_is_a_valid_config(tmp_path):
+def test_the_reproduce_preset_of_every_shipped_method_is_a_valid_config():
     # `tapebench reference reproduce` puts this preset on config/config.yaml; a method the world test reuses
     # (DreamerV3) used to be refused there, its one seed fewer than the world test's
     from tapebench.commands.reference import reproduce_preset
@@ -215,7 +215,7 @@ def test_the_reproduce_preset_of_every_shipped_method_is_a_valid_config(tmp_path
     manifest = reference_sets.read_manifest(SET, SHIPPED)
     for method, entry in manifest["methods"].items():
         config = load_config([], root=REPO)
-        merge_config(config, json.loads(json.dumps(reproduce_preset(manifest, method, "results/rerun"))))
+        merge_config(config, reproduce_preset(manifest, method, "results/rerun"))
         validated = validate_config(config, SCHEMA, note=lambda _: None)
         assert validated["methods"] == [method] and validated["seeds"] == len(manifest["seeds"])
         assert validated["agents"][method] == entry["hyperparameters"]

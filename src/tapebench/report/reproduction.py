@@ -119,11 +119,16 @@ def _num(x: float, digits: int) -> str:
     return "--" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{x:.{digits}f}"
 
 
+def _answered(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series, bool]:
+    """(the cells the set answers, their verdict counts, whether it answers every cell)."""
+    present = frame[frame["verdict"] != MISSING]
+    return present, present["verdict"].value_counts(), len(present) == len(frame)
+
+
 def reproduction_markdown(name: str, root) -> str:
     frame, paper, manifest = reproduction_frame(name, root)
     meta = paper["paper"]
-    present = frame[frame["verdict"] != MISSING]
-    counts = present["verdict"].value_counts()
+    present, counts, complete = _answered(frame)
     lines = [
         f"# Reproduction of {meta['title']} (arXiv:{meta['arxiv']})",
         "",
@@ -138,12 +143,11 @@ def reproduction_markdown(name: str, root) -> str:
         "gives no CI), *differs*; the paper's values are widened by half a unit of their last digit, as they are "
         "rounded. The cause of each difference is below the tables.",
         "",
-        (f"**Verdict so far**: {len(present)} of {len(frame)} paper cells answered: " if len(present) < len(frame)
-         else f"**Verdict**: all {len(frame)} paper cells answered: ")
+        (f"**Verdict**: all {len(frame)} paper cells answered: " if complete
+         else f"**Verdict so far**: {len(present)} of {len(frame)} paper cells answered: ")
         + ", ".join(f"{counts.get(v, 0)} {v}" for v in (INSIDE, OVERLAP, VALUE_IN_OURS, DIFFERS))
-        + (f"; {len(frame) - len(present)} wait for methods not yet in the set "
-           f"({', '.join(sorted(set(frame.loc[frame['verdict'] == MISSING, 'method'])))})." if len(present) < len(frame)
-           else "."),
+        + ("." if complete else f"; {len(frame) - len(present)} wait for methods not yet in the set "
+           f"({', '.join(sorted(set(frame.loc[frame['verdict'] == MISSING, 'method'])))})."),
         "",
     ]
     for table, part in frame.groupby("table", sort=False):
@@ -189,8 +193,7 @@ def readme_results(name: str, root) -> str:
         r = hit.iloc[0]
         return f"{r['mean']:.{digits}f} [{r['ci_low']:.{digits}f}, {r['ci_high']:.{digits}f}]"
 
-    present = frame[frame["verdict"] != MISSING]
-    counts = present["verdict"].value_counts()
+    present, counts, complete = _answered(frame)
     agreeing = sum(counts.get(v, 0) for v in (INSIDE, OVERLAP, VALUE_IN_OURS))
     lines = [README_BEGIN,
              f"| Method (reference set `{name}`, H = {H}, {len(manifest['seeds'])} seeds) | ID success | OOD success | ON(p) |",
@@ -201,7 +204,7 @@ def readme_results(name: str, root) -> str:
                      f"{cell(agent, 'test', 'on_success', 1)} |")
     lines += ["", f"**Against the paper** ([docs/reproduction.md](docs/reproduction.md)): of the {len(frame)} numbers of "
               f"its Tables 1-4 and Section 6.2, "
-              + (f"{len(present)} are answered so far" if len(present) < len(frame) else "all are answered")
+              + ("all are answered" if complete else f"{len(present)} are answered so far")
               + f"; {agreeing} agree (inside its CI, "
               f"CIs overlapping, or its value inside ours) and {counts.get(DIFFERS, 0)} differ, each with its cause.",
               README_END]
