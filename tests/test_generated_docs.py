@@ -129,7 +129,7 @@ def test_the_results_page_names_exactly_the_methods_the_set_holds(tmp_path):
     reference_sets.write_checksums(folder)
     text = results_markdown(SET, tmp_path)
     held = sorted(manifest["methods"])
-    assert f"**What the set holds.** {len(held)} methods" in text
+    assert f"**What the set holds.** {len(held)} methods (not in the set yet: {dropped}). 20 seeds each" in text
     for method in held:
         assert f"| {display_name(method)} | `{method}` |" in text
     assert f"`{dropped}`" not in text and display_name(dropped) not in text

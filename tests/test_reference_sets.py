@@ -80,6 +80,8 @@ def test_the_shipped_set_is_intact_and_holds_the_default_protocol():
     assert manifest["protocol"] == protocol_slice(config)
     assert manifest["protocol_sha256"] == reference_sets.protocol_hash(protocol_slice(config))
     assert manifest["seeds"] == list(range(20))
+    assert manifest["default_methods"] == config["methods"] and reference_sets.lacking_methods(manifest) == [], (
+        "the set should hold every method of config/config.yaml")
     size = sum(p.stat().st_size for p in (SHIPPED / SET).rglob("*") if p.is_file())
     assert size <= 25e6, f"the set is {size / 1e6:.1f} MB, over its 25 MB budget"
     for method, entry in manifest["methods"].items():
@@ -257,6 +259,8 @@ def test_the_verdict_line_names_the_methods_a_partial_set_lacks(tmp_path):
 
     full = reproduction_markdown(SET, SHIPPED)
     assert "**Verdict**: all 132 paper cells answered: " in full and "wait for" not in full
+    assert f"({len(reference_sets.read_manifest(SET, SHIPPED)['methods'])} methods, every method of the config that " \
+           "made the set;" in full
     assert "of the 132 numbers of its Tables 1-4 and Section 6.2, all are answered;" in readme_results(SET, SHIPPED)
     shutil.copytree(SHIPPED / SET, tmp_path / SET)
     manifest_path = tmp_path / SET / "manifest.json"
@@ -266,6 +270,7 @@ def test_the_verdict_line_names_the_methods_a_partial_set_lacks(tmp_path):
     partial = reproduction_markdown(SET, tmp_path)
     assert "**Verdict so far**: 114 of 132 paper cells answered: " in partial
     assert "; 18 wait for methods not yet in the set (ppo)." in partial
+    assert "methods (not in the set yet: ppo);" in partial
     assert "114 are answered so far;" in readme_results(SET, tmp_path)
 
 

@@ -120,7 +120,7 @@ def _list(args) -> int:
 def _show(args) -> int:
     # lazy: a command loads only the modules it runs
     import pandas as pd
-    from tapebench.reference_sets import read_manifest, set_dir, summary
+    from tapebench.reference_sets import lacking_methods, read_manifest, set_dir, summary
 
     manifest = read_manifest(args.name, args.root)
     folder = set_dir(args.name, args.root)
@@ -133,7 +133,9 @@ def _show(args) -> int:
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(table.to_string(index=False))
     total = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
-    print(f"{len(table)} methods, {total / 1e6:.1f} MB in {folder}/")
+    lacking = lacking_methods(manifest)
+    print(f"{len(table)} methods, {total / 1e6:.1f} MB in {folder}/"
+          + (f"; not in the set yet: {', '.join(lacking)}" if lacking else ""))
     return 0
 
 
@@ -310,6 +312,7 @@ def _pack(args) -> int:
         print(f"{method}: {entry['rows']} rows, {len(entry['seeds'])} seeds, {len(entry['checkpoints'])} checkpoints, "
               f"{entry['cpu_hours']['total']:.3f} CPU-hours, code {', '.join(entry['code_version'])}")
     manifest["seeds"] = sorted({s for e in manifest["methods"].values() for s in e["seeds"]})
+    manifest["default_methods"] = list(config["methods"])
     write_manifest(folder, manifest)
     write_checksums(folder)
     print(f"the pages made from the set: tapebench reference reproduction {args.name} --out docs/reproduction.md "

@@ -376,6 +376,15 @@ def accept_code(name: str, method: str, how: str, commit: str, root=ROOT) -> Non
         write_checksums(folder)
 
 
+def lacking_methods(manifest: dict) -> list[str] | None:
+    """The methods of the config that made the set (`default_methods`, written by `pack`) that the set does not
+    hold yet, in the config's order; None for a set that does not record them."""
+    default = manifest.get("default_methods")
+    if default is None:
+        return None
+    return [m for m in default if m not in manifest["methods"]]
+
+
 def summary(manifest: dict) -> pd.DataFrame:
     """One row per method of a set: seeds, horizons, checkpoints, rows, CPU-hours, code version."""
     # pandas: loaded only when a set is listed as a table

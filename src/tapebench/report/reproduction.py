@@ -20,7 +20,8 @@ import numpy as np
 import pandas as pd
 
 from tapebench.defaults import CI, N_RESAMPLES, REFERENCE, STATISTICS_SEED
-from tapebench.reference_sets import PAPER, ROOT, SUMS, load_records, read_manifest, require_intact, set_dir
+from tapebench.reference_sets import (PAPER, ROOT, SUMS, lacking_methods, load_records, read_manifest, require_intact,
+                                      set_dir)
 from tapebench.report.tables import display_name
 from tapebench.stats.aggregate import aggregate_seeds, group_generator, seed_tables_from_sums
 from tapebench.stats.bootstrap import percentile_ci
@@ -125,6 +126,16 @@ def _answered(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series, bool]:
     return present, present["verdict"].value_counts(), len(present) == len(frame)
 
 
+def methods_held(manifest: dict) -> str:
+    """"16 methods, every method of the config that made the set", or which of its methods the set lacks."""
+    held = f"{len(manifest['methods'])} methods"
+    lacking = lacking_methods(manifest)
+    if lacking is None:
+        return held
+    return held + (f" (not in the set yet: {', '.join(lacking)})" if lacking
+                   else ", every method of the config that made the set")
+
+
 def reproduction_markdown(name: str, root) -> str:
     frame, paper, manifest = reproduction_frame(name, root)
     meta = paper["paper"]
@@ -136,7 +147,7 @@ def reproduction_markdown(name: str, root) -> str:
         f"reference/{name}/; do not edit by hand -->",
         "",
         f"Every number of the paper's {meta['where']} beside the reference set `{name}`: the paper protocol run "
-        f"once at {len(manifest['seeds'])} seeds ({len(manifest['methods'])} methods so far; the protocol and the code "
+        f"once at {len(manifest['seeds'])} seeds ({methods_held(manifest)}; the protocol and the code "
         f"that made each method's records are in `reference/{name}/manifest.json`). Ours are means over seeds "
         f"with bootstrap {100 * CI:g}% CIs ({N_RESAMPLES} resamples), the statistics of Table 3. "
         "Verdicts: *inside the paper's CI* (our mean), *CIs overlap*, *paper value in our CI* (where the paper "

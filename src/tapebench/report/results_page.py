@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from tapebench.reference_sets import read_manifest
 from tapebench.report.render import environment
-from tapebench.report.reproduction import set_aggregate
+from tapebench.report.reproduction import methods_held, set_aggregate
 from tapebench.report.tables import display_name, table2_context, table3_context, table4_context
 
 TEMPLATE = "results.md.j2"
@@ -44,7 +44,7 @@ def results_markdown(name: str, root) -> str:
                                                        missing=False) for m in ("success", "final_dist", "auc_dist")]}
                   for group in table3["groups"] for row in group["rows"]]
     return environment().get_template(TEMPLATE).render(
-        name=name, manifest=manifest, protocol=protocol, methods=provenance,
+        name=name, manifest=manifest, protocol=protocol, methods=provenance, held=methods_held(manifest),
         cpu_hours=sum(r["total"] or 0.0 for r in provenance), table3=table3,
         every_rule=every_rule, table2=table2_context(agg, split, meta=meta),
         table4=table4_context(agg, split, H, meta=meta))
