@@ -316,6 +316,7 @@ def test_a_run_beside_a_reference_set_runs_only_its_own_method(tiny_build, tmp_p
     assert "Flip lowest live cell & " in table          # the method this run ran: a row, not marked
     compare = pd.read_parquet(work / "results" / "compare.parquet")
     assert set(compare["method"]) == {"live_leftmost"} and set(compare["reference_method"]) == held
+    assert list(dict.fromkeys(compare["reference_method"])) == ["dqn", "random", "mpc"]     # Table 3's order
     assert set(compare["side"]) == {"train", "test"} and compare["probability"].between(0, 1).all()
     assert (work / "results" / "figures" / "compare.png").is_file()
     for agent in held:      # the set's rows are the original run's, bit for bit

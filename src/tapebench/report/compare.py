@@ -14,7 +14,7 @@ from tapebench.report import style
 from tapebench.report.figures import _read_many
 from tapebench.report.render import render_table
 from tapebench.report.rliable_outputs import side_matrices
-from tapebench.report.tables import display_name, load_aggregate
+from tapebench.report.tables import display_name, load_aggregate, table_order
 from tapebench.stats import rliable
 from tapebench.stats.aggregate import group_generator
 from tapebench.utils.io import provenance, write_parquet
@@ -64,7 +64,7 @@ def compare_frame(per_rule: pd.DataFrame, agg: pd.DataFrame, methods: list[str],
 def render_compare(out, *, per_rule, aggregate, methods, reference_methods, split, H, reference_set=None,
                    n_resamples: int = N_RESAMPLES, ci: float = CI, seed: int = 0, parquet=None,
                    figure=None) -> str:
-    methods, reference_methods = list(methods or []), list(reference_methods or [])
+    methods, reference_methods = list(methods or []), table_order(reference_methods or [])
     agg, _ = load_aggregate(aggregate)
     frame = compare_frame(_read_many(per_rule, "per_rule"), agg, methods, reference_methods, split, int(H),
                           n_resamples, ci, seed)

@@ -22,7 +22,7 @@ import pandas as pd
 from tapebench.defaults import CI, N_RESAMPLES, REFERENCE, STATISTICS_SEED
 from tapebench.reference_sets import (PAPER, ROOT, SUMS, lacking_methods, load_records, read_manifest, require_intact,
                                       set_dir)
-from tapebench.report.tables import display_name
+from tapebench.report.tables import display_name, table_order
 from tapebench.stats.aggregate import aggregate_seeds, group_generator, seed_tables_from_sums
 from tapebench.stats.bootstrap import percentile_ci
 from tapebench.utils.artifacts import WrongKind, what_file_is
@@ -193,7 +193,7 @@ def readme_results(name: str, root) -> str:
     frame, paper, manifest = reproduction_frame(name, root)
     agg, _ = set_aggregate(name, root, manifest)
     H = int(manifest["protocol"]["env"]["H"])
-    order = _table_order(list(manifest["methods"]))
+    order = table_order(manifest["methods"])
 
     def cell(agent, side, metric, digits):
         if metric == "on_success" and agent == REFERENCE:
@@ -220,13 +220,6 @@ def readme_results(name: str, root) -> str:
               f"CIs overlapping, or its value inside ours) and {counts.get(DIFFERS, 0)} differ, each with its cause.",
               README_END]
     return "\n".join(lines)
-
-
-def _table_order(agents: list[str]) -> list[str]:
-    # lazy: the family grouping of the result tables
-    from tapebench.report.tables import grouped
-
-    return [a for group in grouped(agents) for a in group["agents"]]
 
 
 def replace_block(text: str, block: str) -> str:

@@ -82,12 +82,17 @@ def _select(agg: pd.DataFrame, split: str, horizons: list[int], L: int | None) -
     return data[data["H"].isin(horizons)]
 
 
+def table_order(agents) -> list[str]:
+    """Table 3's row order: by family (FAMILY_ORDER, the not-learned families last), then registry order, then id."""
+    rank = {m: i for i, m in enumerate(methods.registry())}
+    families = list(FAMILY_ORDER)
+    return sorted(agents, key=lambda a: (families.index(family(a)), rank.get(a, len(rank)), a))
+
+
 def _agents(data: pd.DataFrame, agents: list[str] | None) -> list[str]:
     present = sorted(data["agent"].astype(str).unique())
     if agents is None:
-        rank = {m: i for i, m in enumerate(methods.registry())}
-        families = list(FAMILY_ORDER)
-        return sorted(present, key=lambda a: (families.index(family(a)), rank.get(a, len(rank)), a))
+        return table_order(present)
     unknown = [a for a in agents if a not in present]
     if unknown:
         raise ValueError(f"agent(s) {unknown} not in the aggregate table; available: {present}")
