@@ -304,3 +304,24 @@ def test_a_tapebench_process_takes_numba_threads_from_snakemakes_omp_setting(tmp
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-1] == "0 1"
+
+
+def test_the_server_ends_a_fork_whose_client_is_gone():
+    """The server's own check, which needs nothing of the fork (a fork whose main thread holds the interpreter's lock
+    cannot run its watcher): a fork runs while its client lives and gets SIGTERM once the client is gone."""
+    sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
+    fork, client = subprocess.Popen(sleeper), subprocess.Popen(sleeper)
+    try:
+        clients = {fork.pid: (client.pid, jobserver.process_start(client.pid))}
+        assert isinstance(clients[fork.pid][1], int)
+        jobserver._end_orphans(clients)
+        assert fork.pid in clients and fork.poll() is None
+        client.kill()
+        client.wait()
+        assert jobserver.process_start(client.pid) is None
+        jobserver._end_orphans(clients)
+        assert clients == {} and fork.wait(timeout=30) == -signal.SIGTERM
+    finally:
+        for process in (fork, client):
+            process.kill()
+            process.wait()

@@ -307,3 +307,25 @@ def test_the_floor_is_measured_as_a_job_runs_and_leaves_the_callers_threads(monk
     assert floor == {"gemm_flops_per_s": 2e9, "flops_per_env_step": {}}
     assert seen == [(1, True)]
     assert after == 2
+
+
+def test_the_timed_rules_play_episodes_of_the_usual_length():
+    """The evaluation cost is timed on SAMPLE_RULES rules and scaled to all of them. By the shipped records of the
+    prior-only planner (its episodes end at the goal, so their length varies by rule), the sample's episodes and
+    its first half's are within 20% of the mean length over all 256 rules at both horizons. Every 16th rule, the
+    sample before, was at a quarter of it (6.8 vs 26.0 steps at H = 32)."""
+    import pandas as pd
+
+    from tapebench.pipeline.projection import SAMPLE_RULES, sample_rules
+
+    records = pd.read_parquet(REPO / "reference" / "tape-v2" / "records" / "mpc_prior.parquet")
+    rules = list(range(256))
+    sample = sample_rules(rules, SAMPLE_RULES)
+    assert len(set(sample)) == SAMPLE_RULES and set(sample) <= set(rules) and sample == sample_rules(rules, SAMPLE_RULES)
+    assert sample_rules(rules[:5], SAMPLE_RULES) == rules[:5]
+    for H in (32, 64):
+        per_rule = records[records["H"] == H].groupby("rule")[["steps", "n_episodes"]].sum()
+        length = per_rule["steps"] / per_rule["n_episodes"]
+        for timed in (sample, sample[: SAMPLE_RULES // 2]):
+            assert abs(length.reindex(timed).mean() / length.mean() - 1) < 0.2, (H, timed)
+        assert length.reindex(rules[::16]).mean() < 0.5 * length.mean()       # why the progression was replaced

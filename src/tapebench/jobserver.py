@@ -9,8 +9,8 @@ file, so no kill leaves one behind; its log is an unlinked temporary file) and w
 Each connection (`job_client.forward`) from a process of the server's own user brings a command line, a working
 directory, an environment and three file descriptors; the server forks, and the fork takes them as its own (the
 descriptors become 0, 1 and 2) and runs `tapebench.cli.main` on the command line, as a new `tapebench` process would,
-and sends its exit status. A fork whose client disconnects first (the job was killed) terminates itself. The server
-exits when PID (the pipeline) is gone, or on SIGTERM.
+and sends its exit status. A fork whose client disconnects first (the job was killed) terminates itself, and the
+server ends it within POLL_S if it has not. The server exits when PID (the pipeline) is gone, or on SIGTERM.
 
 `why_off` decides whether a pipeline run starts one (docs/compute.md#job-server): only where a job's command would run
 as it does without it, i.e. a local run with no software deployment method, on Linux.
@@ -23,6 +23,7 @@ its own (tested).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import secrets
@@ -151,42 +152,79 @@ def _run_fork(connection: socket.socket, request: dict, streams: list[int]) -> N
 _CREDENTIALS = struct.Struct("3i")     # struct ucred: pid, uid, gid
 
 
+def _peer(connection: socket.socket) -> tuple[int, int]:
+    """(pid, user id) of the process at the other end of a Unix socket (the kernel's SO_PEERCRED)."""
+    pid, uid, _ = _CREDENTIALS.unpack(connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                            _CREDENTIALS.size))
+    return pid, uid
+
+
 def peer_uid(connection: socket.socket) -> int:
-    """The user id of the process at the other end of a Unix socket (the kernel's SO_PEERCRED)."""
-    return _CREDENTIALS.unpack(connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CREDENTIALS.size))[1]
+    """The user id of the process at the other end of a Unix socket."""
+    return _peer(connection)[1]
 
 
-def _accept(listener: socket.socket) -> None:
+def process_start(pid: int) -> int | None:
+    """A live process's start time (clock ticks after boot, field 22 of /proc/PID/stat), which tells it from a later
+    process given the same pid; None when it is gone or a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()      # the fields after the command name, from field 3 (the state)
+    return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
+def _accept(listener: socket.socket) -> tuple[int, tuple[int, int | None]] | None:
+    """Serve one connection: (the fork's pid, (its client's pid, that process's start time)), or None."""
     connection, _ = listener.accept()
     streams: list[int] = []
     try:
-        if peer_uid(connection) != os.getuid():   # an abstract socket has no file permissions: only our own user
-            return
+        client, uid = _peer(connection)
+        if uid != os.getuid():                 # an abstract socket has no file permissions: only our own user
+            return None
         head, streams, _, _ = socket.recv_fds(connection, LENGTH.size, len(STREAMS))
         rest = receive_exactly(connection, LENGTH.size - len(head)) if len(head) < LENGTH.size else b""
         if rest is None or len(streams) != len(STREAMS):
-            return
+            return None
         body = receive_exactly(connection, LENGTH.unpack(head + rest)[0])
         if body is None:
-            return
+            return None
         request = json.loads(body)
         sys.stdout.flush()
         sys.stderr.flush()
-        if os.fork() == 0:
+        pid = os.fork()
+        if pid == 0:
             listener.close()
             _run_fork(connection, request, streams)
+        return pid, (client, process_start(client))
     finally:
         connection.close()
         for descriptor in streams:
             os.close(descriptor)
 
 
-def _reap() -> None:
+def _end_orphans(clients: dict[int, tuple[int, int | None]]) -> None:
+    """SIGTERM each fork whose client is gone. The fork's own watcher usually ends it first, but it runs Python, so a
+    fork whose main thread holds the interpreter's lock (a long native call) would outlive its killed client."""
+    for pid, (client, started) in list(clients.items()):
+        if started is None or process_start(client) != started:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)   # an unreaped child of this process: the pid is still the fork's
+            del clients[pid]
+
+
+def _reap() -> list[int]:
+    """The forks that ended since the last call (collected, so no zombie stays)."""
+    ended = []
     try:
-        while os.waitpid(-1, os.WNOHANG)[0] > 0:
-            pass
+        while True:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+            if pid <= 0:
+                return ended
+            ended.append(pid)
     except ChildProcessError:
-        pass
+        return ended
 
 
 def serve(name: str, parent: int, ready_fd: int) -> None:
@@ -199,12 +237,17 @@ def serve(name: str, parent: int, ready_fd: int) -> None:
     listener.listen(128)
     os.write(ready_fd, b"R")
     os.close(ready_fd)
+    clients: dict[int, tuple[int, int | None]] = {}      # fork pid -> (its client's pid, that process's start time)
     try:
         while os.getppid() == parent:
             readable, _, _ = select.select([listener], [], [], POLL_S)
-            _reap()
+            _end_orphans(clients)
+            for pid in _reap():
+                clients.pop(pid, None)
             if readable:
-                _accept(listener)
+                forked = _accept(listener)
+                if forked is not None:
+                    clients[forked[0]] = forked[1]
     finally:
         listener.close()
         if not name.startswith("@"):

@@ -5,8 +5,8 @@ One run measures what the config's jobs cost on this machine and combines it wit
 1. the DAG: `snakemake --dry-run --forceall` for the config (and targets), parsed into jobs (rule, wildcards,
    inputs, outputs) and their dependencies (an input another job writes);
 2. per method the config uses, short timed runs at the config's hyperparameters and tape length: training
-   env steps/s (`--steps` steps, one torch thread), and the evaluation cost per episode step on a sample of
-   the split's episode set (a trained method: its short run's last checkpoint);
+   env steps/s (`--steps` steps, one torch thread), and the evaluation cost per episode step on 16 rules of the
+   split drawn at random (`sample_rules`; a trained method: its short run's last checkpoint);
 3. the start-up of a light job (pandas and pyarrow), of a figure job (matplotlib) and of a torch job, as the
    pipeline will start them: forks of a job server when the config's `execution.job_server` is on (its imports
    counted once), else a process each;
@@ -89,6 +89,16 @@ def goal_fields(config: dict) -> dict:
 def protocol_fields(config: dict) -> dict:
     """The evaluation protocol's family and goal arguments (`side_protocols`) for a rule list of the config."""
     return {"family": config_family(config), **goal_fields(config)}
+
+
+def sample_rules(rules: list, k: int, seed: int = 0) -> list:
+    """At most `k` of `rules`, drawn without replacement by a seeded generator, in the order drawn (so the first half
+    is a random half). The evaluation cost is timed on them and scaled to every rule, so they must play episodes of
+    the usual length: every 16th rule of 0..255 (rules 0, 16, ..., 240, whose four lowest neighbourhoods all map to
+    0) ends a planner's episodes in about 7 steps where all rules take about 26 at H = 32."""
+    if len(rules) <= k:
+        return list(rules)
+    return [rules[i] for i in np.random.default_rng(seed).choice(len(rules), k, replace=False)]
 
 
 @dataclass
@@ -333,7 +343,7 @@ def _measure(config: dict, methods, *, steps: int, count_evaluation_flops: bool,
     env, evaluation = config["env"], config["evaluation"]
     L, H = int(env["L"]), int(env["H"])
     rules = split_rule_space(config, config["main_split"])
-    sample = rules[::max(1, math.ceil(len(rules) / SAMPLE_RULES))]
+    sample = sample_rules(rules, SAMPLE_RULES)
     half = sample[: max(1, len(sample) // 2)]
     worldtest_sample = rules[::max(1, math.ceil(len(rules) / WORLDTEST_SAMPLE_RULES))]
     worldtest_half = worldtest_sample[: max(1, len(worldtest_sample) // 2)]
