@@ -204,11 +204,11 @@ def _accept(listener: socket.socket) -> tuple[int, tuple[int, int | None]] | Non
             os.close(descriptor)
 
 
-def _end_orphans(clients: dict[int, tuple[int, int | None]]) -> None:
+def _end_orphans(clients: dict[int, tuple[int, int]]) -> None:
     """SIGTERM each fork whose client is gone. The fork's own watcher usually ends it first, but it runs Python, so a
     fork whose main thread holds the interpreter's lock (a long native call) would outlive its killed client."""
     for pid, (client, started) in list(clients.items()):
-        if started is None or process_start(client) != started:
+        if process_start(client) != started:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)   # an unreaped child of this process: the pid is still the fork's
             del clients[pid]
@@ -237,7 +237,7 @@ def serve(name: str, parent: int, ready_fd: int) -> None:
     listener.listen(128)
     os.write(ready_fd, b"R")
     os.close(ready_fd)
-    clients: dict[int, tuple[int, int | None]] = {}      # fork pid -> (its client's pid, that process's start time)
+    clients: dict[int, tuple[int, int]] = {}      # fork pid -> (its client's pid, that process's start time)
     try:
         while os.getppid() == parent:
             readable, _, _ = select.select([listener], [], [], POLL_S)
@@ -246,7 +246,8 @@ def serve(name: str, parent: int, ready_fd: int) -> None:
                 clients.pop(pid, None)
             if readable:
                 forked = _accept(listener)
-                if forked is not None:
+                # a client this process cannot see (no start time) is left to the fork's own watcher
+                if forked is not None and forked[1][1] is not None:
                     clients[forked[0]] = forked[1]
     finally:
         listener.close()
