@@ -175,8 +175,8 @@ def process_start(pid: int) -> int | None:
     return None if fields[0] in ("Z", "X") else int(fields[19])
 
 
-def _accept(listener: socket.socket) -> tuple[int, tuple[int, int | None]] | None:
-    """Serve one connection: (the fork's pid, (its client's pid, that process's start time)), or None."""
+def _accept(listener: socket.socket) -> tuple[int, int, int | None] | None:
+    """Serve one connection: (the fork's pid, its client's pid, that process's start time), or None."""
     connection, _ = listener.accept()
     streams: list[int] = []
     try:
@@ -197,7 +197,7 @@ def _accept(listener: socket.socket) -> tuple[int, tuple[int, int | None]] | Non
         if pid == 0:
             listener.close()
             _run_fork(connection, request, streams)
-        return pid, (client, process_start(client))
+        return pid, client, process_start(client)
     finally:
         connection.close()
         for descriptor in streams:
@@ -246,9 +246,10 @@ def serve(name: str, parent: int, ready_fd: int) -> None:
                 clients.pop(pid, None)
             if readable:
                 forked = _accept(listener)
-                # a client this process cannot see (no start time) is left to the fork's own watcher
-                if forked is not None and forked[1][1] is not None:
-                    clients[forked[0]] = forked[1]
+                if forked is not None:
+                    pid, client, started = forked
+                    if started is not None:    # a client this process cannot see is left to the fork's own watcher
+                        clients[pid] = (client, started)
     finally:
         listener.close()
         if not name.startswith("@"):
